@@ -1,0 +1,1 @@
+"""glyph: a sandboxed MBPP environment, PREDICT and the flywheel benchmark."""

@@ -1,0 +1,176 @@
+"""The ``glyph`` command."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from glyph.outcomes import Outcome
+from glyph.tasks.mbpp import DataError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="glyph: sandboxed grading, the glyph-mbpp environment, PREDICT and the flywheel.")
+sandbox_app = typer.Typer(no_args_is_help=True, help="The sandbox that runs model-written code.")
+data_app = typer.Typer(no_args_is_help=True, help="Task data.")
+app.add_typer(sandbox_app, name="sandbox")
+app.add_typer(data_app, name="data")
+
+console = Console()
+err = Console(stderr=True)
+
+MbppPath = Annotated[Optional[Path], typer.Option("--mbpp-path", help="MBPP JSONL (default: $GLYPH_MBPP_PATH)")]
+
+
+def fail(message: str) -> None:
+    err.print(f"[red]error:[/red] {message}", highlight=False)
+    raise typer.Exit(2)
+
+
+def _read_solution(path: Path) -> bytes:
+    if not path.exists():
+        fail(f"{path}: no such file")
+    if not path.is_file():
+        fail(f"{path}: not a regular file")
+    with path.open("rb") as f:
+        from glyph.grading import MAX_SOLUTION_BYTES
+        return f.read(MAX_SOLUTION_BYTES + 1)
+
+
+@app.command()
+def grade(
+    solution: Annotated[Path, typer.Option("--solution", help="the Python file to grade")],
+    task: Annotated[Optional[str], typer.Option("--task", help="an MBPP task id, e.g. mbpp_11")] = None,
+    tests: Annotated[Optional[Path], typer.Option("--tests", help="a Python file of hidden tests")] = None,
+    challenge: Annotated[bool, typer.Option(help="with --task: grade MBPP's challenge tests")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="print the grade as JSON")] = False,
+    mbpp_path: MbppPath = None,
+) -> None:
+    """Grade a solution in the sandbox against hidden tests."""
+    from glyph.grading import TestError
+    from glyph.grading import grade as run_grade
+
+    if (task is None) == (tests is None):
+        fail("give exactly one of --task or --tests")
+    source = _read_solution(solution)
+    if task is not None:
+        from glyph.tasks import mbpp
+        try:
+            row = mbpp.get_task(task, mbpp_path)
+        except DataError as exc:
+            fail(str(exc))
+        if challenge and not row.challenge_test_list:
+            fail(f"{task} has no challenge tests")
+        setup, program, filename = row.test_setup_code, row.tests(challenge), f"<{task} tests>"
+    else:
+        try:
+            program = tests.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            fail(f"{tests}: cannot read the tests: {exc}")
+        setup, filename = "", str(tests)
+    try:
+        result = run_grade(source, setup, program, filename=filename)
+    except TestError as exc:
+        fail(str(exc))
+    if as_json:
+        print(json.dumps(result.to_json(), indent=2))
+    else:
+        colour = "green" if result.passed else "red"
+        console.print(f"[bold {colour}]{result.outcome}[/] in {result.seconds * 1000:.1f} ms"
+                      f" ({result.path} path)", highlight=False)
+        for c in result.checks:
+            mark = {None: "[dim]·[/]", Outcome.PASS: "[green]✓[/]"}.get(c.outcome, "[red]✗[/]")
+            console.print(f"  {mark} {c.source.splitlines()[0][:100]}", highlight=False)
+            if c.detail:
+                console.print(f"      {c.detail}", style="dim", highlight=False)
+        if result.detail and not any(c.detail for c in result.checks):
+            console.print(f"  {result.detail}", style="dim", highlight=False)
+    raise typer.Exit(0 if result.passed else 1)
+
+
+@sandbox_app.command("info")
+def sandbox_info(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+    """Which protections are active on this machine."""
+    from glyph.sandbox import SandboxUnavailable, get_sandbox
+
+    try:
+        info = get_sandbox().protections()
+    except SandboxUnavailable as exc:
+        fail(str(exc))
+    if as_json:
+        print(json.dumps({"mode": info.mode, "protections": info.protections, "attempts": info.attempts},
+                         indent=2))
+        return
+    table = Table(title=f"glyph sandbox: {info.mode} mode")
+    table.add_column("protection")
+    table.add_column("active")
+    table.add_column("how / why not")
+    for name, p in info.protections.items():
+        table.add_row(name, "[green]yes[/]" if p["on"] else "[red]no[/]", p["how"])
+    console.print(table)
+    for line in info.attempts:
+        console.print(f"[yellow]fallback:[/] {line}", highlight=False)
+
+
+@data_app.command("list")
+def data_list(mbpp_path: MbppPath = None) -> None:
+    """List the MBPP task ids."""
+    from glyph.tasks import mbpp
+    try:
+        tasks = mbpp.load(mbpp_path)
+    except DataError as exc:
+        fail(str(exc))
+    for task_id, t in tasks.items():
+        print(f"{task_id}\t{t.text[:80]}")
+
+
+@data_app.command("check-gold")
+def check_gold(
+    mbpp_path: MbppPath = None,
+    jobs: Annotated[int, typer.Option(help="gradings in parallel (default: CPU count)")] = 0,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Grade every MBPP reference solution (tests, and challenge tests
+    separately) and print the counts per outcome."""
+    from glyph.gold import check_gold as run_check
+
+    try:
+        report = run_check(mbpp_path, jobs=jobs or None, progress=not as_json)
+    except DataError as exc:
+        fail(str(exc))
+    if as_json:
+        print(json.dumps(report, indent=2))
+    else:
+        table = Table(title="MBPP reference solutions under glyph's grader")
+        table.add_column("outcome")
+        table.add_column("tests", justify="right")
+        table.add_column("challenge tests", justify="right")
+        for o in Outcome:
+            table.add_row(o.value, *[str(report[k]["counts"].get(o.value, 0)) for k in ("tests", "challenge")])
+        table.add_row("CPU-side seconds", *[f"{report[k]['seconds']:.1f}" for k in ("tests", "challenge")])
+        console.print(table)
+        for kind in ("tests", "challenge"):
+            for f in report[kind]["failures"]:
+                console.print(f"[red]{kind} {f['task']}[/] {f['outcome']}: {f['detail']}", highlight=False)
+    ok = all(not report[k]["failures"] for k in ("tests", "challenge"))
+    raise typer.Exit(0 if ok else 1)
+
+
+@app.command()
+def demo() -> None:
+    """Grade a few reference and adversarial solutions in the sandbox."""
+    from glyph.demo import run_demo
+    raise typer.Exit(run_demo(console))
+
+
+def main() -> None:  # pragma: no cover
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,450 @@
+"""Grade a solution against hidden tests that never enter the untrusted process.
+
+How (and what it guarantees):
+
+1. The tests are parsed here, on the trusted side, into a ``TestSuite``.
+   A name in the tests is *solution-side* if the solution or the test setup
+   code provides it (a free name that is not a builtin or stdlib module, a
+   builtin the solution redefines, or anything imported ``from solution``).
+
+2. **Fast path** (every MBPP assert has this shape): each top-level statement
+   is ``assert A == B`` with exactly one side solution-side, or an import.
+   The solution-side expression (``remove_Occ("hello","l")``) is sent to a
+   sandbox session that has run the solution, then the setup code and the
+   tests' imports; it answers with plain data only (``sandbox.runtime.wire``:
+   exact builtin types, decoded here by code that can build nothing else).
+   The other side is a literal read here with ``ast.literal_eval``, or,
+   when it is an expression over builtins and stdlib (``sys.getsizeof(...)``),
+   evaluated once in a separate sandbox run that loads no submitted code.
+   ``==`` is evaluated here, between two plain values.
+
+3. **Referee path** (loops, helper variables, ``from solution import f`` and
+   ``test_*`` functions, other comparisons): the whole test program runs in a
+   sandbox run that loads no submitted code (the referee), where each
+   solution-side name is a proxy. Calls and attribute reads on proxies
+   travel as plain data through this process to the solution session and
+   back; non-plain results stay in the session behind opaque handles, and a
+   proxy compares by identity, so the solution never evaluates a check. The
+   referee's reports are trusted: it runs only test code, as a different uid.
+
+Either way the expected values, the asserts and the comparison are out of
+the solution's reach: it can neither read them (they are not in its process,
+nor in its filesystem view) nor influence the verdict except through the
+plain values it returns. The outcome is the first failing check's class,
+decided from structured facts (exception class, exit status, limits hit),
+never from text the solution printed.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import functools
+import sys
+import symtable
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from glyph.outcomes import Outcome, outcome_of_exception
+from glyph.sandbox import Limits, Run, RunStatus, Sandbox, get_sandbox
+from glyph.sandbox.runtime import wire
+
+DETAIL_CAP = 300
+MAX_SOLUTION_BYTES = 8 << 20
+_BUILTINS = frozenset(dir(builtins))
+_STDLIB = frozenset(sys.stdlib_module_names)
+
+
+class TestError(ValueError):
+    """The tests themselves are unusable (a bug in the task, not the solution)."""
+
+
+# ---------------------------------------------------------------- results
+
+
+@dataclass
+class Check:
+    index: int
+    source: str
+    line: int | None
+    outcome: Outcome | None = None  # None: not run (an earlier check failed)
+    detail: str = ""
+
+    @property
+    def passed(self) -> bool:
+        return self.outcome is Outcome.PASS
+
+
+@dataclass
+class Grade:
+    outcome: Outcome
+    checks: list[Check]
+    seconds: float
+    detail: str = ""
+    stdout: str = ""
+    stderr: str = ""
+    path: str = "fast"
+
+    @property
+    def passed(self) -> bool:
+        return self.outcome is Outcome.PASS
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["passed"] = self.passed
+        d["outcome"] = self.outcome.value
+        for c, src in zip(d["checks"], self.checks):
+            c["outcome"] = src.outcome.value if src.outcome else None
+            c["passed"] = src.passed
+        return d
+
+
+def safe_repr(value: Any, cap: int = DETAIL_CAP) -> str:
+    try:
+        text = repr(value)
+    except ValueError:  # ints beyond the int-to-str digit limit
+        text = f"<int of {value.bit_length()} bits>" if type(value) is int else "<unrepresentable>"
+    return text if len(text) <= cap else text[:cap] + f"... [{len(text) - cap} more chars]"
+
+
+# ---------------------------------------------------------------- test suites
+
+
+@dataclass(frozen=True)
+class ProbeCheck:
+    source: str
+    line: int
+    probe: str  # evaluated in the solution session
+    expected: Any = None  # a literal, or the value of expected_expr
+    expected_expr: str | None = None  # evaluated once in a clean run
+
+
+@dataclass(frozen=True)
+class TestSuite:
+    """Compiled hidden tests. ``setup`` runs in the solution session after
+    the solution (as in one file); ``checks`` is set for the fast path,
+    ``program`` for the referee path."""
+
+    setup: str
+    checks: tuple[ProbeCheck, ...] = ()
+    program: str | None = None
+    names: tuple[str, ...] = ()
+    stdlib: tuple[str, ...] = ()
+    references: dict = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def path(self) -> str:
+        return "fast" if self.program is None else "referee"
+
+
+def _module_bindings(tree: ast.Module) -> tuple[set[str], set[str]]:
+    """Top-level names a module binds: (by def/class/assignment/from-import,
+    by plain ``import M``)."""
+    defined, imported = set(), set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            defined.add(node.name)
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                (defined if a.asname else imported).add((a.asname or a.name).split(".")[0])
+        elif isinstance(node, ast.ImportFrom):
+            defined.update(a.asname or a.name for a in node.names)
+        else:
+            for sub in ast.walk(node):
+                if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Store):
+                    defined.add(sub.id)
+    return defined, imported
+
+
+def _free_names(source: str, filename: str) -> set[str]:
+    """Names the program reads from its global scope but never binds there."""
+    top = symtable.symtable(source, filename, "exec")
+    bound = {s.get_name() for s in top.get_symbols()
+             if s.is_assigned() or s.is_imported() or s.is_namespace()}
+    free = set()
+    stack = [top]
+    while stack:
+        table = stack.pop()
+        for sym in table.get_symbols():
+            name = sym.get_name()
+            if sym.is_referenced() and (table is top or sym.is_global()) and name not in bound:
+                free.add(name)
+        stack.extend(table.get_children())
+    return free
+
+
+def solution_bindings(source: bytes | str) -> frozenset[str]:
+    """Builtin and stdlib names the solution rebinds at top level (so that,
+    as in one file, the tests see the solution's version). Empty when the
+    source does not parse: grading will report the syntax error."""
+    try:
+        defined, _ = _module_bindings(ast.parse(source))
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return frozenset()
+    return frozenset(defined & (_BUILTINS | _STDLIB))
+
+
+@functools.lru_cache(maxsize=4096)
+def compile_tests(setup: str, tests: str, shadowed: frozenset[str] = frozenset(),
+                  filename: str = "<tests>") -> TestSuite:
+    """Parse hidden tests into a ``TestSuite``. ``shadowed``: builtin or
+    stdlib names the solution rebinds (``solution_bindings``)."""
+    try:
+        tree = ast.parse(tests, filename)
+        setup_tree = ast.parse(setup, "<test setup>")
+        free = _free_names(tests, filename)
+    except SyntaxError as exc:
+        raise TestError(f"{exc.filename}:{exc.lineno}: the tests do not parse: {exc.msg}") from None
+    setup_defined, _ = _module_bindings(setup_tree)
+    from_solution = {a.asname or a.name for node in tree.body if isinstance(node, ast.ImportFrom)
+                     and node.module == "solution" for a in node.names}
+    side = {n for n in free if n in shadowed or n in setup_defined
+            or (n not in _BUILTINS and n not in _STDLIB)} | from_solution
+    stdlib = tuple(sorted(n for n in free if n in _STDLIB and n not in side))
+
+    def solution_side(node: ast.AST) -> bool:
+        return any(isinstance(n, ast.Name) and n.id in side for n in ast.walk(node))
+
+    checks, imports = [], []
+    fast = True
+    for node in tree.body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            imports.append(ast.unparse(node))
+            continue
+        if not (isinstance(node, ast.Assert) and isinstance(node.test, ast.Compare)
+                and len(node.test.ops) == 1 and isinstance(node.test.ops[0], ast.Eq)):
+            fast = False
+            break
+        left, right = node.test.left, node.test.comparators[0]
+        if solution_side(left) == solution_side(right):
+            fast = False
+            break
+        probe, other = (left, right) if solution_side(left) else (right, left)
+        src = ast.get_source_segment(tests, node) or ast.unparse(node)
+        try:
+            checks.append(ProbeCheck(src, node.lineno, ast.unparse(probe), ast.literal_eval(other)))
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            checks.append(ProbeCheck(src, node.lineno, ast.unparse(probe), None, ast.unparse(other)))
+    if fast and not checks:
+        raise TestError(f"{filename}: no checks found in the tests")
+    test_imports = "\n".join([f"import {m}" for m in stdlib] + imports)
+    if fast:
+        full_setup = setup + ("\n" + test_imports if test_imports else "")
+        return TestSuite(setup=full_setup, checks=tuple(checks), stdlib=stdlib)
+    return TestSuite(setup=setup, program=tests, names=tuple(sorted(side - from_solution)), stdlib=stdlib)
+
+
+def suite_for(setup: str, tests: str, solution: bytes | str, filename: str = "<tests>") -> TestSuite:
+    return compile_tests(setup, tests, solution_bindings(solution), filename)
+
+
+# ---------------------------------------------------------------- grading
+
+
+def grade(solution: bytes | str, setup: str, tests: str, *, limits: Limits = Limits(),
+          sandbox: Sandbox | None = None, filename: str = "<tests>") -> Grade:
+    """Grade ``solution`` against ``setup`` + ``tests`` (Python source)."""
+    t0 = time.perf_counter()
+    source = solution.encode("utf-8", "surrogateescape") if isinstance(solution, str) else solution
+    if len(source) > MAX_SOLUTION_BYTES:
+        return Grade(Outcome.OTHER, [], time.perf_counter() - t0,
+                     f"solution is {len(source)} bytes, over the {MAX_SOLUTION_BYTES}-byte limit")
+    suite = suite_for(setup, tests, source, filename)
+    sandbox = sandbox or get_sandbox()
+    grader = _fast if suite.program is None else _referee
+    result = grader(sandbox, suite, source, limits)
+    result.seconds = time.perf_counter() - t0
+    result.path = suite.path
+    return result
+
+
+def _status_outcome(status: RunStatus, protocol_error: str | None) -> tuple[Outcome, str]:
+    """Why a run ended without answering: from its exit status alone."""
+    if status.timed_out:
+        how = "wall-clock" if status.wall_timeout else "CPU-time"
+        return Outcome.TIMEOUT, f"{how} limit reached ({status.wall_s:.2f}s wall, {status.cpu_s:.2f}s CPU)"
+    if protocol_error:
+        return Outcome.OTHER, protocol_error
+    if status.server_died:
+        return Outcome.OTHER, "the sandbox server died during the run (it has been restarted)"
+    if status.signal is not None:
+        return Outcome.OTHER, f"the process was killed by signal {status.signal}"
+    return Outcome.OTHER, f"the process exited (status {status.exit}) before answering"
+
+
+def _exc_text(info: dict) -> str:
+    return f"{info.get('type', '?')}: {info.get('msg', '')}"[:DETAIL_CAP]
+
+
+def _open_solution(sandbox: Sandbox, source: bytes, setup: str, limits: Limits) -> tuple[Run, Grade | None]:
+    """Open a solution session; a Grade if it failed before being ready."""
+    run = sandbox.open({"mode": "solution"}, {"source": source, "setup": setup.encode()}, limits)
+    msg = run.recv()
+    if msg is not None and msg.get("ev") == "ready":
+        return run, None
+    status = run.finish(kill=True)
+    if msg is not None and msg.get("ev") == "error" and type(msg.get("exc")) is dict:
+        info, phase = msg["exc"], msg.get("phase")
+        outcome = outcome_of_exception(str(info.get("base")), compiling=phase == "compile")
+        where = {"compile": "compiling the solution", "load": "loading the solution",
+                 "setup": "running the test setup code"}.get(phase, "starting")
+        detail = f"{_exc_text(info)} (while {where})"
+    else:
+        outcome, detail = _status_outcome(status, run.protocol_error)
+    return run, _with_output(Grade(outcome, [], 0.0, detail), run)
+
+
+def _with_output(g: Grade, run: Run) -> Grade:
+    g.stdout = run.stdout[-2000:].decode("utf-8", "replace")
+    g.stderr = run.stderr[-2000:].decode("utf-8", "replace")
+    return g
+
+
+def _references(sandbox: Sandbox, suite: TestSuite, limits: Limits) -> None:
+    """Evaluate the non-literal expected values once, in a run with no
+    submitted code (so their values are trusted)."""
+    pending = [c for c in suite.checks if c.expected_expr is not None and c.expected_expr not in suite.references]
+    if not pending:
+        return
+    run, failed = _open_solution(sandbox, b"", _imports_only(suite), limits)
+    if failed:
+        raise TestError(f"the tests' expected values could not be computed: {failed.detail}")
+    for i, c in enumerate(pending):
+        run.send({"op": "eval", "id": i, "expr": c.expected_expr})
+        resp = run.recv()
+        if resp is None or "value" not in resp:
+            run.finish(kill=True)
+            raise TestError(f"expected value {c.expected_expr!r} could not be computed: {resp}")
+        suite.references[c.expected_expr] = wire.decode(resp["value"])
+    run.finish()
+
+
+def _imports_only(suite: TestSuite) -> str:
+    tree = ast.parse(suite.setup)
+    return "\n".join(ast.unparse(n) for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))
+                     and getattr(n, "module", None) != "solution")
+
+
+def _fast(sandbox: Sandbox, suite: TestSuite, source: bytes, limits: Limits) -> Grade:
+    _references(sandbox, suite, limits)
+    checks = [Check(i, c.source, c.line) for i, c in enumerate(suite.checks)]
+    run, failed = _open_solution(sandbox, source, suite.setup, limits)
+    if failed:
+        failed.checks = checks
+        return failed
+    outcome, detail = Outcome.PASS, ""
+    for i, (spec, check) in enumerate(zip(suite.checks, checks)):
+        if not run.send({"op": "eval", "id": i, "expr": spec.probe}):
+            resp = None
+        else:
+            resp = run.recv()
+        if resp is None:
+            status = run.finish(kill=True)
+            outcome, detail = _status_outcome(status, run.protocol_error)
+        elif resp.get("ev") != "ret" or resp.get("id") != i:
+            outcome, detail = Outcome.OTHER, "the run answered out of turn"
+        elif type(resp.get("exc")) is dict:
+            outcome = outcome_of_exception(str(resp["exc"].get("base")))
+            detail = _exc_text(resp["exc"])
+        elif "notplain" in resp:
+            outcome = Outcome.ASSERTION_FAILURE
+            detail = f"{spec.probe} returned a value that is not plain data ({str(resp['notplain'])[:200]})"
+        else:
+            try:
+                got = wire.decode(resp.get("value"))
+            except wire.WireError as exc:
+                outcome, detail = Outcome.OTHER, f"malformed result: {exc}"
+            else:
+                expected = spec.expected if spec.expected_expr is None else suite.references[spec.expected_expr]
+                if got == expected:
+                    check.outcome = Outcome.PASS
+                    continue
+                outcome = Outcome.ASSERTION_FAILURE
+                detail = f"{spec.probe}: got {safe_repr(got)}, expected {safe_repr(expected)}"
+        check.outcome, check.detail = outcome, detail
+        break
+    if run.status is None:
+        if outcome is Outcome.PASS:
+            run.send({"op": "exit"})
+        run.finish(kill=outcome is not Outcome.PASS)
+    return _with_output(Grade(outcome, checks, 0.0, detail), run)
+
+
+_RPC_OPS = {"get": ("name",), "call": ("fn", "args", "kwargs"), "getattr": ("obj", "name")}
+
+
+def _relay(req: dict, s: Run, n: int) -> tuple[dict | None, str | None]:
+    """Forward one referee request to the solution session; return the
+    sanitized answer for the referee, or an error for the grade."""
+    op = req.get("op")
+    if op not in _RPC_OPS or any(k not in req for k in _RPC_OPS[op]):
+        return None, f"referee sent a malformed request {op!r}"
+    fwd = {"op": op, "id": n, **{k: req[k] for k in _RPC_OPS[op]}}
+    if not s.send(fwd):
+        return None, None
+    resp = s.recv()
+    if resp is None:
+        return None, None
+    if resp.get("ev") != "ret" or resp.get("id") != n:
+        return None, "the solution session answered out of turn"
+    if type(resp.get("exc")) is dict:
+        info = resp["exc"]
+        return {"exc": {"type": str(info.get("type"))[:200], "base": str(info.get("base"))[:100],
+                        "msg": str(info.get("msg"))[:DETAIL_CAP]}}, None
+    try:
+        value = wire.decode(resp.get("value"), allow_handles=True)
+    except wire.WireError as exc:
+        return None, f"malformed result from the solution: {exc}"
+    return {"value": wire.encode(value)}, None
+
+
+def _referee(sandbox: Sandbox, suite: TestSuite, source: bytes, limits: Limits) -> Grade:
+    s, failed = _open_solution(sandbox, source, suite.setup, limits)
+    if failed:
+        return failed
+    r = sandbox.open({"mode": "referee", "names": list(suite.names), "stdlib": list(suite.stdlib)},
+                     {"program": suite.program.encode()}, limits)
+    checks: list[Check] = []
+    outcome, detail, n = Outcome.PASS, "", 0
+    while True:
+        msg = r.recv()
+        if msg is None:
+            outcome, detail = _status_outcome(r.finish(kill=True), r.protocol_error)
+            detail = "the referee: " + detail
+            break
+        ev = msg.get("ev")
+        if ev == "rpc":
+            n += 1
+            answer, error = _relay(msg, s, n)
+            if answer is None:
+                if error is None:
+                    outcome, detail = _status_outcome(s.finish(kill=True), s.protocol_error)
+                else:
+                    outcome, detail = Outcome.OTHER, error
+                break
+            r.send(answer)
+        elif ev == "check":
+            c = Check(len(checks), str(msg.get("source")), msg.get("line"))
+            checks.append(c)
+            if msg.get("passed"):
+                c.outcome = Outcome.PASS
+                continue
+            info = msg.get("exc") or {}
+            c.outcome = outcome_of_exception(str(info.get("base")))
+            c.detail = _exc_text(info) + (" (raised by the solution)" if msg.get("remote") else "")
+            outcome, detail = c.outcome, c.detail
+            break
+        elif ev == "done":
+            if not checks:
+                outcome, detail = Outcome.OTHER, "the tests ran no check"
+            break
+        else:
+            outcome, detail = Outcome.OTHER, f"the referee sent {ev!r}"
+            break
+    if checks and outcome is not Outcome.PASS and checks[-1].outcome is Outcome.PASS:
+        checks.append(Check(len(checks), "(test program)", None, outcome, detail))
+    for run in (r, s):
+        if run.status is None:
+            run.finish(kill=True)
+    return _with_output(Grade(outcome, checks, 0.0, detail), s)

@@ -1,0 +1,411 @@
+"""The trusted side of the sandbox: starts the fork server, opens runs, reads
+their output with hard caps, and restarts the server if it dies.
+
+A run is a session: ``Sandbox.open`` returns a ``Run`` you ``send`` requests
+to and ``recv`` messages from, then ``finish`` to get its ``RunStatus``. All
+bytes read from a run are bounded (``Limits.output_bytes`` per stream, kept;
+the rest is read and counted, so the run never blocks; ``Limits.result_bytes``
+for the message channel, beyond which the run is killed). Nothing read from a
+run is ever unpickled or executed; messages are parsed by ``wire``.
+
+Thread-safe: several threads may run at once (each run has its own pipes).
+"""
+
+from __future__ import annotations
+
+import atexit
+import collections
+import json
+import os
+import selectors
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from glyph.sandbox.runtime import wire
+
+SERVER = Path(__file__).with_name("runtime") / "server.py"
+GRACE_S = 3.0  # beyond a run's wall limit before the client gives up on the server
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource limits of one run. CPU and memory apply to the run's main
+    process (each child gets its own rlimits, and ``nproc`` bounds how many)."""
+
+    cpu_s: float = 10.0
+    wall_s: float = 20.0
+    memory_bytes: int = 1 << 30
+    nproc: int = 32
+    fsize_bytes: int = 16 << 20
+    nofile: int = 64
+    output_bytes: int = 64 << 10
+    result_bytes: int = 16 << 20
+
+
+@dataclass
+class RunStatus:
+    exit: int | None = None
+    signal: int | None = None
+    wall_timeout: bool = False
+    cpu_exceeded: bool = False
+    killed: bool = False
+    wall_s: float = 0.0
+    cpu_s: float = 0.0
+    maxrss_kb: int = 0
+    swept: int = 0
+    cleanup_error: str | None = None
+    server_died: bool = False
+
+    @property
+    def timed_out(self) -> bool:
+        return self.wall_timeout or self.cpu_exceeded
+
+
+class SandboxUnavailable(RuntimeError):
+    pass
+
+
+class Run:
+    """One confined process and its channels."""
+
+    def __init__(self, sandbox: "Sandbox", limits: Limits, req_w: int | None, result_r: int,
+                 out_r: int, err_r: int, ctl: socket.socket) -> None:
+        self.sandbox = sandbox
+        self.limits = limits
+        self.deadline = time.monotonic() + limits.wall_s + GRACE_S
+        self.req_w = req_w
+        self.ctl = ctl
+        self.sel = selectors.DefaultSelector()
+        self.bufs: dict[str, bytearray] = {"result": bytearray(), "stdout": bytearray(), "stderr": bytearray()}
+        self.seen = {"result": 0, "stdout": 0, "stderr": 0}
+        for name, fd in (("result", result_r), ("stdout", out_r), ("stderr", err_r)):
+            os.set_blocking(fd, False)
+            self.sel.register(fd, selectors.EVENT_READ, name)
+        ctl.setblocking(False)
+        self.sel.register(ctl, selectors.EVENT_READ, "ctl")
+        self.ctl_buf = bytearray()
+        self.messages: collections.deque[dict] = collections.deque()
+        self.status: RunStatus | None = None
+        self.protocol_error: str | None = None
+        self._kill_sent = False
+
+    # -- output
+    @property
+    def stdout(self) -> bytes:
+        return bytes(self.bufs["stdout"])
+
+    @property
+    def stderr(self) -> bytes:
+        return bytes(self.bufs["stderr"])
+
+    def output_truncated(self, stream: str) -> int:
+        return self.seen[stream] - len(self.bufs[stream])
+
+    # -- channel
+    def send(self, msg: dict) -> bool:
+        """Send one request; False if the run no longer listens."""
+        if self.req_w is None:
+            return False
+        data = memoryview(wire.dumps(msg))
+        try:
+            while data:
+                try:
+                    n = os.write(self.req_w, data)
+                    data = data[n:]
+                except BlockingIOError:
+                    if not self._pump(min(self.deadline, time.monotonic() + 0.05)):
+                        return False
+        except (BrokenPipeError, OSError):
+            return False
+        return True
+
+    def recv(self) -> dict | None:
+        """The next message, or None once the run has ended or broken its channel."""
+        while not self.messages:
+            if self.status is not None or self.protocol_error or not self._pump(self.deadline):
+                return None
+        return self.messages.popleft()
+
+    def kill(self) -> None:
+        if not self._kill_sent and self.status is None:
+            self._kill_sent = True
+            try:
+                self.ctl.send(b"k")
+            except OSError:
+                pass
+
+    def finish(self, kill: bool = False) -> RunStatus:
+        """End the run (politely: close its request pipe; or kill it) and wait
+        for the supervisor's report."""
+        if self.req_w is not None:
+            os.close(self.req_w)
+            self.req_w = None
+        if kill:
+            self.kill()
+        while self.status is None and self._pump(self.deadline):
+            pass
+        if self.status is None:
+            self.status = RunStatus(server_died=True)
+            self.sandbox._server_failed()
+        self._drain()
+        self._close()
+        return self.status
+
+    # -- internals
+    def _pump(self, deadline: float) -> bool:
+        """Read what is ready; False when nothing more can come (status
+        received and pipes drained, or deadline passed)."""
+        if self.status is not None and not self._open_streams():
+            return False
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        for key, _ in self.sel.select(left):
+            name = key.data
+            if name == "ctl":
+                self._read_ctl()
+            else:
+                self._read(key.fd, name)
+        return True
+
+    def _open_streams(self) -> bool:
+        return any(k.data != "ctl" for k in self.sel.get_map().values())
+
+    def _read(self, fd: int, name: str) -> None:
+        try:
+            chunk = os.read(fd, 1 << 16)
+        except BlockingIOError:
+            return
+        if not chunk:
+            self.sel.unregister(fd)
+            os.close(fd)
+            return
+        self.seen[name] += len(chunk)
+        buf = self.bufs[name]
+        if name != "result":
+            room = self.limits.output_bytes - len(buf)
+            if room > 0:
+                buf += chunk[:room]
+            return
+        if self.seen[name] > self.limits.result_bytes:
+            if not self.protocol_error:
+                self.protocol_error = f"the run sent more than {self.limits.result_bytes} bytes of results"
+            self.kill()
+            return
+        buf += chunk
+        while (i := buf.find(b"\n")) >= 0:
+            line = bytes(buf[:i])
+            del buf[:i + 1]
+            try:
+                self.messages.append(wire.loads(line))
+            except wire.WireError as exc:
+                self.protocol_error = f"malformed message from the run: {exc}"
+                self.kill()
+                return
+
+    def _read_ctl(self) -> None:
+        try:
+            chunk = self.ctl.recv(1 << 16)
+        except BlockingIOError:
+            return
+        if chunk:
+            self.ctl_buf += chunk
+            if b"\n" in self.ctl_buf:
+                report = json.loads(bytes(self.ctl_buf).split(b"\n", 1)[0])
+                report.pop("ev", None)
+                self.status = RunStatus(**report)
+                self.status.cpu_exceeded = (
+                    self.status.signal == signal.SIGXCPU
+                    or (self.status.signal == signal.SIGKILL and not report["wall_timeout"]
+                        and not report["killed"] and report["cpu_s"] >= self.limits.cpu_s - 0.05))
+            return
+        self.sel.unregister(self.ctl)
+        if self.status is None:  # supervisor gone without a report: the server died
+            self.status = RunStatus(server_died=True)
+            self.sandbox._server_failed()
+
+    def _drain(self) -> None:
+        end = time.monotonic() + 1.0
+        while self._open_streams() and time.monotonic() < end:
+            self._pump(end)
+
+    def _close(self) -> None:
+        for key in list(self.sel.get_map().values()):
+            self.sel.unregister(key.fileobj)
+            if key.data != "ctl":
+                os.close(key.fd)
+        self.sel.close()
+        self.ctl.close()
+
+
+@dataclass
+class ServerInfo:
+    mode: str
+    protections: dict
+    attempts: list[str] = field(default_factory=list)
+
+
+class Sandbox:
+    """A handle on one fork server (started lazily, restarted if it dies)."""
+
+    def __init__(self, mode: str = "auto", tmp_bytes: int = 512 << 20) -> None:
+        self.mode = os.environ.get("GLYPH_SANDBOX_MODE", mode)
+        self.tmp_bytes = tmp_bytes
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen | None = None
+        self._sock: socket.socket | None = None
+        self.info: ServerInfo | None = None
+        self.restarts = 0
+        self._pid = os.getpid()
+
+    # -- lifecycle
+    def _start(self) -> None:
+        modes = {"auto": ["namespaces", "bare"], "namespaces": ["namespaces"], "bare": ["bare"]}
+        if self.mode not in modes:
+            raise SandboxUnavailable(f"GLYPH_SANDBOX_MODE={self.mode!r}: use auto, namespaces or bare")
+        attempts = []
+        for mode in modes[self.mode]:
+            error = self._try_start(mode)
+            if error is None:
+                self.info.attempts = attempts
+                return
+            attempts.append(f"{mode}: {error}")
+        raise SandboxUnavailable("could not start the sandbox server: " + "; ".join(attempts))
+
+    def _try_start(self, mode: str) -> str | None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        opts = {"namespaced": mode == "namespaces", "tmp_bytes": self.tmp_bytes, "tmp_inodes": 1 << 16}
+        cmd = [sys.executable, "-I", "-S", "-B", str(SERVER), str(theirs.fileno()), json.dumps(opts)]
+        if mode == "namespaces":
+            unshare = shutil.which("unshare")
+            if unshare is None:
+                return "no unshare binary"
+            cmd = [unshare, "--net", "--pid", "--fork", "--mount", "--kill-child", "--"] + cmd
+        log = tempfile.TemporaryFile()  # the server writes here only when something breaks
+        proc = subprocess.Popen(cmd, pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL, stderr=log,
+                                env={"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"})
+        theirs.close()
+        ours.settimeout(30)
+        try:
+            hello = wire.loads(ours.recv(1 << 16))
+        except (OSError, wire.WireError) as exc:
+            hello = {"error": str(exc)}
+        if hello.get("ev") != "hello":
+            proc.kill()
+            proc.wait()
+            log.seek(0)
+            err = log.read().decode(errors="replace").strip().splitlines()
+            log.close()
+            ours.close()
+            return (err[-1] if err else hello.get("error", "no hello")) or "server exited"
+        log.close()
+        ours.settimeout(None)
+        self._proc, self._sock = proc, ours
+        self.info = ServerInfo(mode=mode, protections=hello["protections"])
+        return None
+
+    def _ensure(self) -> socket.socket:
+        if os.getpid() != self._pid:  # a forked child must not share our server
+            self._proc = self._sock = None
+            self._pid = os.getpid()
+        if self._sock is None:
+            self._start()
+        return self._sock
+
+    def _server_failed(self) -> None:
+        with self._lock:
+            self._stop()
+            self.restarts += 1
+
+    def _stop(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+        if self._proc is not None:
+            self._proc.kill()
+            self._proc.wait()
+            self._proc = None
+
+    def close(self) -> None:
+        with self._lock:
+            self._stop()
+
+    def server_pid(self) -> int | None:
+        """Host pid of the process that runs the server (the ``unshare``
+        parent in namespace mode)."""
+        return self._proc.pid if self._proc else None
+
+    def protections(self) -> ServerInfo:
+        with self._lock:
+            self._ensure()
+            return self.info
+
+    # -- runs
+    def open(self, header: dict, blobs: dict[str, bytes], limits: Limits = Limits()) -> Run:
+        """Start a run. ``header['mode']`` is ``solution`` or ``referee``
+        (see ``runtime/worker.py``); ``blobs`` are the named byte strings it reads."""
+        header = dict(header, blobs=[[k, len(v)] for k, v in blobs.items()])
+        payload_fd = os.memfd_create("glyph-payload", os.MFD_CLOEXEC)
+        try:
+            with os.fdopen(os.dup(payload_fd), "wb") as f:
+                f.write(json.dumps(header).encode() + b"\n")
+                for blob in blobs.values():
+                    f.write(blob)
+            os.lseek(payload_fd, 0, os.SEEK_SET)
+            result_r, result_w = os.pipe()
+            out_r, out_w = os.pipe()
+            err_r, err_w = os.pipe()
+            req_r, req_w = os.pipe()
+            ctl_ours, ctl_theirs = socket.socketpair()
+            theirs = [payload_fd, result_w, out_w, err_w, ctl_theirs.fileno(), req_r]
+            request = json.dumps({"limits": asdict(limits)}).encode()
+            try:
+                self._submit(request, theirs)
+            except BaseException:
+                for fd in (result_r, out_r, err_r, req_w):
+                    os.close(fd)
+                ctl_ours.close()
+                raise
+            finally:
+                for fd in (result_w, out_w, err_w, req_r):
+                    os.close(fd)
+                ctl_theirs.close()
+        finally:
+            os.close(payload_fd)
+        return Run(self, limits, req_w, result_r, out_r, err_r, ctl_ours)
+
+    def _submit(self, request: bytes, fds: list[int]) -> None:
+        with self._lock:
+            for attempt in range(2):
+                sock = self._ensure()
+                try:
+                    socket.send_fds(sock, [request], fds)
+                    return
+                except OSError:
+                    if attempt:
+                        raise
+                    self._stop()
+                    self.restarts += 1
+
+
+_default: Sandbox | None = None
+_default_lock = threading.Lock()
+
+
+def get_sandbox() -> Sandbox:
+    """The process-wide sandbox (started on first use, closed at exit)."""
+    global _default
+    with _default_lock:
+        if _default is None:
+            _default = Sandbox()
+            atexit.register(_default.close)
+        return _default

@@ -1,0 +1,397 @@
+"""What a sandbox run executes, after the server has confined the process.
+
+Two modes, chosen by the payload header:
+
+``solution``
+    Compiles the submitted source (a compile error is reported before any
+    submitted code runs), executes it as module ``solution``, then the test
+    setup code in the same namespace (as one file would), reports ``ready``
+    and serves requests until told to exit: ``eval`` (an expression from the
+    tests, e.g. ``remove_Occ("hello","l")``), and for referee sessions
+    ``get`` / ``call`` / ``getattr``, whose non-plain results stay here behind
+    integer handles. Everything this process says is untrusted: it may lie,
+    but it can only send plain data (see ``wire``), never an object.
+
+``referee``
+    Runs a trusted test program (no submitted code is ever loaded here) in
+    which every name the solution defines is a proxy: calls and attribute
+    reads travel as plain data through the trusted client to a ``solution``
+    session and back. Reports each check's result. Its reports are trusted.
+
+Messages are JSON lines: this process writes to fd ``result_fd`` and reads
+requests from ``request_fd``. Stdlib only.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import io
+import linecache
+import os
+import sys
+import traceback
+import types
+
+import wire
+
+TEXT_CAP = 2000
+
+
+class Channel:
+    def __init__(self, result_fd: int, request_fd: int) -> None:
+        self.result_fd = result_fd
+        self.request_fd = request_fd
+        self.buf = b""
+
+    def send(self, msg: dict) -> None:
+        _flush_std()
+        data = wire.dumps(msg)
+        view = memoryview(data)
+        while view:
+            n = os.write(self.result_fd, view)
+            view = view[n:]
+
+    def recv(self) -> dict:
+        while b"\n" not in self.buf:
+            chunk = os.read(self.request_fd, 1 << 16)
+            if not chunk:
+                _exit()
+            self.buf += chunk
+        line, self.buf = self.buf.split(b"\n", 1)
+        return wire.loads(line)
+
+
+_STD: list = []
+
+
+def _flush_std() -> None:
+    for stream in _STD:
+        try:
+            stream.flush()
+        except BaseException:  # a solution may have broken its streams; output is best effort
+            pass
+
+
+def _exit(code: int = 0) -> None:
+    _flush_std()
+    os._exit(code)
+
+
+def _text(value, cap: int = TEXT_CAP) -> str:
+    try:
+        s = value if type(value) is str else str(value)
+        s = s if type(s) is str else "<unprintable>"
+    except BaseException:  # hostile __str__
+        s = "<unprintable>"
+    return s if len(s) <= cap else s[:cap] + f"... [{len(s) - cap} more chars]"
+
+
+def exception_info(exc: BaseException) -> dict:
+    """Plain facts about an exception, for classification on the trusted side:
+    the nearest builtin exception class in its MRO, its own name, message and
+    a truncated traceback."""
+    try:
+        mro = type(exc).__mro__
+        base = next(c.__name__ for c in mro if c.__module__ == "builtins")
+        name = type(exc).__qualname__
+    except BaseException:
+        base, name = "BaseException", "<unnamed>"
+    try:
+        tb = "".join(traceback.format_exception(exc))
+    except BaseException:
+        tb = ""
+    info = {"type": _text(name, 200), "base": base, "msg": _text(exc), "tb": _text(tb, 4000)}
+    if isinstance(exc, SyntaxError):
+        info["line"] = exc.lineno if type(exc.lineno) is int else None
+    return info
+
+
+def _read_payload(fd: int) -> tuple[dict, dict]:
+    chunks = []
+    while True:
+        chunk = os.read(fd, 1 << 20)
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(fd)
+    data = b"".join(chunks)
+    head, _, rest = data.partition(b"\n")
+    header = wire.loads(head)
+    blobs, pos = {}, 0
+    for name, size in header["blobs"]:
+        blobs[name] = rest[pos:pos + size]
+        pos += size
+    return header, blobs
+
+
+def main(payload_fd: int, result_fd: int, request_fd: int) -> None:
+    header, blobs = _read_payload(payload_fd)
+    out = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8", errors="backslashreplace")
+    err = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8", errors="backslashreplace")
+    sys.stdout, sys.stderr = out, err
+    sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8")
+    _STD[:] = [out, err]
+    chan = Channel(result_fd, request_fd)
+    if header["mode"] == "solution":
+        _solution(header, blobs, chan)
+    else:
+        _referee(header, blobs, chan)
+    _exit(0)
+
+
+# ---------------------------------------------------------------- solution
+
+
+def _solution(header: dict, blobs: dict, chan: Channel) -> None:
+    source = blobs["source"]
+    try:
+        code = compile(source, "solution.py", "exec", dont_inherit=True)
+        setup = compile(blobs.get("setup", b""), "<test setup>", "exec", dont_inherit=True)
+    except (SyntaxError, ValueError, MemoryError, RecursionError, OverflowError) as exc:
+        info = exception_info(exc)
+        info["base"] = "SyntaxError"  # null bytes raise ValueError in 3.11; still a compile failure
+        chan.send({"ev": "error", "phase": "compile", "exc": info})
+        return
+    text = source.decode("utf-8", "replace")
+    linecache.cache["solution.py"] = (len(text), None, text.splitlines(True), "solution.py")
+    mod = types.ModuleType("solution")
+    mod.__file__ = "solution.py"
+    sys.modules["solution"] = mod
+    for phase, obj in (("load", code), ("setup", setup)):
+        try:
+            exec(obj, mod.__dict__)
+        except BaseException as exc:  # the submitted code's failure is a result to report
+            chan.send({"ev": "error", "phase": phase, "exc": exception_info(exc)})
+            return
+    chan.send({"ev": "ready"})
+    handles: list = []
+
+    def handle_of(obj) -> int:
+        handles.append(obj)
+        return len(handles) - 1
+
+    def resolve(value):
+        if type(value) is wire.Handle:
+            return handles[value.id]
+        if type(value) in (list, tuple):
+            return type(value)(resolve(v) for v in value)
+        return value
+
+    ns = mod.__dict__
+    while True:
+        req = chan.recv()
+        op, rid = req.get("op"), req.get("id")
+        if op == "exit":
+            return
+        try:
+            if op == "eval":
+                value = eval(compile(req["expr"], f"<check {rid}>", "eval", dont_inherit=True), ns)
+                try:
+                    tree = wire.encode(value)
+                except wire.WireError as exc:
+                    chan.send({"ev": "ret", "id": rid, "notplain": str(exc)})
+                    continue
+            elif op == "get":
+                value = ns[req["name"]] if req["name"] in ns else _missing(req["name"])
+                tree = wire.encode(value, handle_of)
+            elif op == "call":
+                fn = resolve(wire.decode(req["fn"], allow_handles=True))
+                args = [resolve(wire.decode(a, allow_handles=True)) for a in req["args"]]
+                kwargs = {k: resolve(wire.decode(v, allow_handles=True)) for k, v in req["kwargs"]}
+                tree = wire.encode(fn(*args, **kwargs), handle_of)
+            elif op == "getattr":
+                obj = resolve(wire.decode(req["obj"], allow_handles=True))
+                tree = wire.encode(getattr(obj, req["name"]), handle_of)
+            else:
+                raise ValueError(f"unknown request {op!r}")
+        except BaseException as exc:  # the submitted code's failure is a result to report
+            chan.send({"ev": "ret", "id": rid, "exc": exception_info(exc)})
+            continue
+        chan.send({"ev": "ret", "id": rid, "value": tree})
+
+
+def _missing(name: str):
+    raise NameError(f"name {name!r} is not defined")
+
+
+# ---------------------------------------------------------------- referee
+
+
+class RemoteError(Exception):
+    """An exception raised by solution code, re-raised in the referee."""
+
+    info: dict = {}
+
+
+_remote_classes: dict[str, type] = {}
+
+
+def _remote_exception(info: dict) -> BaseException:
+    base = getattr(builtins, info.get("base", ""), None)
+    if not (isinstance(base, type) and issubclass(base, Exception)):
+        base = Exception
+    cls = _remote_classes.get(base.__name__)
+    if cls is None:
+        try:
+            cls = type(base.__name__, (base, RemoteError), {})
+        except TypeError:
+            cls = type(base.__name__, (RemoteError,), {})
+        _remote_classes[base.__name__] = cls
+    exc = cls(f"{info.get('type')}: {info.get('msg')}")
+    exc.info = info
+    return exc
+
+
+class RPC:
+    def __init__(self, chan: Channel) -> None:
+        self.chan = chan
+        self.n = 0
+
+    def request(self, op: str, **fields):
+        self.n += 1
+        self.chan.send({"ev": "rpc", "op": op, "id": self.n, **fields})
+        resp = self.chan.recv()
+        if "exc" in resp:
+            raise _remote_exception(resp["exc"])
+        return self.wrap(wire.decode(resp["value"], allow_handles=True))
+
+    def wrap(self, value):
+        if type(value) is wire.Handle:
+            return Remote(self, value)
+        if type(value) in (list, tuple):
+            return type(value)(self.wrap(v) for v in value)
+        if type(value) is dict:
+            return {k: self.wrap(v) for k, v in value.items()}
+        return value
+
+    def encode(self, value):
+        try:
+            return wire.encode(value, _no_local_objects)
+        except wire.WireError as exc:
+            raise TypeError(f"the tests passed a non-plain value to the solution: {exc}") from None
+
+
+def _no_local_objects(obj) -> int:
+    if type(obj) is Remote:
+        return object.__getattribute__(obj, "_handle").id
+    raise wire.WireError(f"value of type {type(obj).__name__} cannot be sent to the solution")
+
+
+class Remote:
+    """An object that lives in the solution session. Calls and attribute reads
+    are forwarded; nothing else is (its comparisons are by identity: the
+    solution never decides whether a check passes)."""
+
+    __slots__ = ("_rpc", "_handle")
+
+    def __init__(self, rpc: RPC, handle: wire.Handle) -> None:
+        object.__setattr__(self, "_rpc", rpc)
+        object.__setattr__(self, "_handle", handle)
+
+    def __call__(self, *args, **kwargs):
+        rpc = object.__getattribute__(self, "_rpc")
+        handle = object.__getattribute__(self, "_handle")
+        return rpc.request("call", fn={"h": handle.id}, args=[rpc.encode(a) for a in args],
+                           kwargs=[[k, rpc.encode(v)] for k, v in kwargs.items()])
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        rpc = object.__getattribute__(self, "_rpc")
+        handle = object.__getattribute__(self, "_handle")
+        return rpc.request("getattr", obj={"h": handle.id}, name=name)
+
+    def __repr__(self) -> str:
+        return repr(object.__getattribute__(self, "_handle"))
+
+
+def _contains_check(node: ast.AST) -> bool:
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, ast.Assert) or (isinstance(n, ast.Name) and n.id == "__glyph_compare__"):
+            return True
+        if not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            stack.extend(ast.iter_child_nodes(n))
+    return False
+
+
+_OPS = {ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=",
+        ast.Is: "is", ast.IsNot: "is not", ast.In: "in", ast.NotIn: "not in"}
+
+
+class _ExplainAsserts(ast.NodeTransformer):
+    """``assert A op B`` becomes ``__glyph_compare__(A, 'op', B)``, which
+    evaluates each side once and says what they were when the check fails."""
+
+    def visit_Assert(self, node: ast.Assert):
+        test = node.test
+        if node.msg is None and isinstance(test, ast.Compare) and len(test.ops) == 1 \
+                and type(test.ops[0]) in _OPS:
+            call = ast.Call(ast.Name("__glyph_compare__", ast.Load()),
+                            [test.left, ast.Constant(_OPS[type(test.ops[0])]), test.comparators[0]], [])
+            return ast.copy_location(ast.Expr(call), node)
+        return node
+
+
+def _compare(left, op: str, right) -> None:
+    import operator
+    fn = {"==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le, ">": operator.gt,
+          ">=": operator.ge, "is": operator.is_, "is not": operator.is_not,
+          "in": lambda a, b: a in b, "not in": lambda a, b: a not in b}[op]
+    if not fn(left, right):
+        raise AssertionError(f"got {_text(repr(left), 300)}, expected {op} {_text(repr(right), 300)}")
+
+
+def _referee(header: dict, blobs: dict, chan: Channel) -> None:
+    program = blobs["program"].decode("utf-8")
+    rpc = RPC(chan)
+    ns: dict = {"__name__": "__glyph_tests__", "__builtins__": builtins, "__glyph_compare__": _compare}
+    for name in header.get("stdlib", []):
+        ns[name] = __import__(name)
+
+    class SolutionModule(types.ModuleType):
+        def __getattr__(self, name: str):
+            if name.startswith("__"):
+                raise AttributeError(name)
+            return rpc.request("get", name=name)
+
+    sys.modules["solution"] = SolutionModule("solution")
+    tree = ast.fix_missing_locations(_ExplainAsserts().visit(ast.parse(program, "<tests>")))
+    lines = program.splitlines()
+
+    def report(node, passed: bool, exc: BaseException | None = None, name: str | None = None) -> None:
+        msg = {"ev": "check", "line": node.lineno, "passed": passed,
+               "source": _text(name or "\n".join(lines[node.lineno - 1:node.end_lineno]), 500)}
+        if exc is not None:
+            remote = isinstance(exc, RemoteError)
+            msg["exc"] = exc.info if remote else exception_info(exc)
+            msg["remote"] = remote
+        chan.send(msg)
+
+    for name in header.get("names", []):
+        try:
+            ns[name] = rpc.request("get", name=name)
+        except RemoteError:
+            pass  # the solution lacks it: the test gets a NameError where it uses it
+    for node in tree.body:
+        code = compile(ast.Module(body=[node], type_ignores=[]), "<tests>", "exec")
+        try:
+            exec(code, ns)
+        except BaseException as exc:  # a failing check is a result to report
+            report(node, False, exc)
+            chan.send({"ev": "done"})
+            return
+        if _contains_check(node):
+            report(node, True)
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name.startswith("test"):
+            try:
+                ns[node.name]()
+            except BaseException as exc:  # a failing check is a result to report
+                report(node, False, exc, name=node.name)
+                chan.send({"ev": "done"})
+                return
+            report(node, True, name=node.name)
+    chan.send({"ev": "done"})

@@ -1,0 +1,1 @@
+"""Task rows: MBPP (official data, splits) and, later, the conventions set."""
