@@ -28,7 +28,7 @@ MbppPath = Annotated[Optional[Path], typer.Option("--mbpp-path", help="MBPP JSON
 
 
 def fail(message: str) -> None:
-    err.print(f"[red]error:[/red] {message}", highlight=False)
+    err.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
     raise typer.Exit(2)
 
 
@@ -52,7 +52,7 @@ def grade(
     mbpp_path: MbppPath = None,
 ) -> None:
     """Grade a solution in the sandbox against hidden tests."""
-    from glyph.grading import TestError
+    from glyph.grading import InvalidTests
     from glyph.grading import grade as run_grade
 
     if (task is None) == (tests is None):
@@ -75,7 +75,7 @@ def grade(
         setup, filename = "", str(tests)
     try:
         result = run_grade(source, setup, program, filename=filename)
-    except TestError as exc:
+    except InvalidTests as exc:
         fail(str(exc))
     if as_json:
         print(json.dumps(result.to_json(), indent=2))

@@ -43,6 +43,7 @@ import functools
 import sys
 import symtable
 import time
+import warnings
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -56,7 +57,7 @@ _BUILTINS = frozenset(dir(builtins))
 _STDLIB = frozenset(sys.stdlib_module_names)
 
 
-class TestError(ValueError):
+class InvalidTests(ValueError):
     """The tests themselves are unusable (a bug in the task, not the solution)."""
 
 
@@ -179,7 +180,9 @@ def solution_bindings(source: bytes | str) -> frozenset[str]:
     as in one file, the tests see the solution's version). Empty when the
     source does not parse: grading will report the syntax error."""
     try:
-        defined, _ = _module_bindings(ast.parse(source))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            defined, _ = _module_bindings(ast.parse(source))
     except (SyntaxError, ValueError, MemoryError, RecursionError):
         return frozenset()
     return frozenset(defined & (_BUILTINS | _STDLIB))
@@ -191,11 +194,13 @@ def compile_tests(setup: str, tests: str, shadowed: frozenset[str] = frozenset()
     """Parse hidden tests into a ``TestSuite``. ``shadowed``: builtin or
     stdlib names the solution rebinds (``solution_bindings``)."""
     try:
-        tree = ast.parse(tests, filename)
-        setup_tree = ast.parse(setup, "<test setup>")
-        free = _free_names(tests, filename)
+        with warnings.catch_warnings():  # e.g. invalid escapes in MBPP's asserts: not ours to report
+            warnings.simplefilter("ignore")
+            tree = ast.parse(tests, filename)
+            setup_tree = ast.parse(setup, "<test setup>")
+            free = _free_names(tests, filename)
     except SyntaxError as exc:
-        raise TestError(f"{exc.filename}:{exc.lineno}: the tests do not parse: {exc.msg}") from None
+        raise InvalidTests(f"{exc.filename}:{exc.lineno}: the tests do not parse: {exc.msg}") from None
     setup_defined, _ = _module_bindings(setup_tree)
     from_solution = {a.asname or a.name for node in tree.body if isinstance(node, ast.ImportFrom)
                      and node.module == "solution" for a in node.names}
@@ -227,7 +232,7 @@ def compile_tests(setup: str, tests: str, shadowed: frozenset[str] = frozenset()
         except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
             checks.append(ProbeCheck(src, node.lineno, ast.unparse(probe), None, ast.unparse(other)))
     if fast and not checks:
-        raise TestError(f"{filename}: no checks found in the tests")
+        raise InvalidTests(f"{filename}: no checks found in the tests")
     test_imports = "\n".join([f"import {m}" for m in stdlib] + imports)
     if fast:
         full_setup = setup + ("\n" + test_imports if test_imports else "")
@@ -309,13 +314,13 @@ def _references(sandbox: Sandbox, suite: TestSuite, limits: Limits) -> None:
         return
     run, failed = _open_solution(sandbox, b"", _imports_only(suite), limits)
     if failed:
-        raise TestError(f"the tests' expected values could not be computed: {failed.detail}")
+        raise InvalidTests(f"the tests' expected values could not be computed: {failed.detail}")
     for i, c in enumerate(pending):
         run.send({"op": "eval", "id": i, "expr": c.expected_expr})
         resp = run.recv()
         if resp is None or "value" not in resp:
             run.finish(kill=True)
-            raise TestError(f"expected value {c.expected_expr!r} could not be computed: {resp}")
+            raise InvalidTests(f"expected value {c.expected_expr!r} could not be computed: {resp}")
         suite.references[c.expected_expr] = wire.decode(resp["value"])
     run.finish()
 

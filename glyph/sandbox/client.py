@@ -32,7 +32,7 @@ from pathlib import Path
 from glyph.sandbox.runtime import wire
 
 SERVER = Path(__file__).with_name("runtime") / "server.py"
-GRACE_S = 3.0  # beyond a run's wall limit before the client gives up on the server
+GRACE_S = 10.0  # beyond a run's wall limit before the client gives up on the server
 
 
 @dataclass(frozen=True)
@@ -76,9 +76,10 @@ class SandboxUnavailable(RuntimeError):
 class Run:
     """One confined process and its channels."""
 
-    def __init__(self, sandbox: "Sandbox", limits: Limits, req_w: int | None, result_r: int,
+    def __init__(self, sandbox: "Sandbox", server: object, limits: Limits, req_w: int | None, result_r: int,
                  out_r: int, err_r: int, ctl: socket.socket) -> None:
         self.sandbox = sandbox
+        self.server = server  # which server process ran it: only that one is restarted on failure
         self.limits = limits
         self.deadline = time.monotonic() + limits.wall_s + GRACE_S
         self.req_w = req_w
@@ -154,7 +155,7 @@ class Run:
             pass
         if self.status is None:
             self.status = RunStatus(server_died=True)
-            self.sandbox._server_failed()
+            self.sandbox._server_failed(self.server)
         self._drain()
         self._close()
         return self.status
@@ -216,6 +217,8 @@ class Run:
             chunk = self.ctl.recv(1 << 16)
         except BlockingIOError:
             return
+        except ConnectionResetError:  # the server closed with our kill request unread: EOF
+            chunk = b""
         if chunk:
             self.ctl_buf += chunk
             if b"\n" in self.ctl_buf:
@@ -228,9 +231,9 @@ class Run:
                         and not report["killed"] and report["cpu_s"] >= self.limits.cpu_s - 0.05))
             return
         self.sel.unregister(self.ctl)
-        if self.status is None:  # supervisor gone without a report: the server died
+        if self.status is None:  # gone without a report: the server died
             self.status = RunStatus(server_died=True)
-            self.sandbox._server_failed()
+            self.sandbox._server_failed(self.server)
 
     def _drain(self) -> None:
         end = time.monotonic() + 1.0
@@ -256,9 +259,17 @@ class ServerInfo:
 class Sandbox:
     """A handle on one fork server (started lazily, restarted if it dies)."""
 
-    def __init__(self, mode: str = "auto", tmp_bytes: int = 512 << 20) -> None:
+    def __init__(self, mode: str = "auto", pool: int = 2, run_bytes: int = 64 << 20,
+                 run_inodes: int = 4096) -> None:
+        """``mode``: ``auto`` (namespaces where the machine allows, else
+        bare), ``namespaces`` or ``bare``; ``$GLYPH_SANDBOX_MODE`` overrides.
+        ``pool``: workers the server keeps forked and confined ahead of
+        requests. ``run_bytes``, ``run_inodes``: the size of each run's own
+        filesystem (namespace mode)."""
         self.mode = os.environ.get("GLYPH_SANDBOX_MODE", mode)
-        self.tmp_bytes = tmp_bytes
+        self.pool = pool
+        self.run_bytes = run_bytes
+        self.run_inodes = run_inodes
         self._lock = threading.Lock()
         self._proc: subprocess.Popen | None = None
         self._sock: socket.socket | None = None
@@ -282,7 +293,8 @@ class Sandbox:
 
     def _try_start(self, mode: str) -> str | None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        opts = {"namespaced": mode == "namespaces", "tmp_bytes": self.tmp_bytes, "tmp_inodes": 1 << 16}
+        opts = {"namespaced": mode == "namespaces", "pool": self.pool, "run_bytes": self.run_bytes,
+                "run_inodes": self.run_inodes}
         cmd = [sys.executable, "-I", "-S", "-B", str(SERVER), str(theirs.fileno()), json.dumps(opts)]
         if mode == "namespaces":
             unshare = shutil.which("unshare")
@@ -321,10 +333,11 @@ class Sandbox:
             self._start()
         return self._sock
 
-    def _server_failed(self) -> None:
+    def _server_failed(self, server: object) -> None:
         with self._lock:
-            self._stop()
-            self.restarts += 1
+            if self._proc is server:  # not a newer server another run already started
+                self._stop()
+                self.restarts += 1
 
     def _stop(self) -> None:
         if self._sock is not None:
@@ -340,9 +353,18 @@ class Sandbox:
             self._stop()
 
     def server_pid(self) -> int | None:
-        """Host pid of the process that runs the server (the ``unshare``
-        parent in namespace mode)."""
-        return self._proc.pid if self._proc else None
+        """Host pid of the server process (in namespace mode, the child of
+        ``unshare``), or None when it is not running."""
+        with self._lock:
+            if self._proc is None:
+                return None
+            if self.info.mode != "namespaces":
+                return self._proc.pid
+            for task in Path(f"/proc/{self._proc.pid}/task").iterdir():
+                children = (task / "children").read_text().split()
+                if children:
+                    return int(children[0])
+            return None
 
     def protections(self) -> ServerInfo:
         with self._lock:
@@ -369,7 +391,7 @@ class Sandbox:
             theirs = [payload_fd, result_w, out_w, err_w, ctl_theirs.fileno(), req_r]
             request = json.dumps({"limits": asdict(limits)}).encode()
             try:
-                self._submit(request, theirs)
+                server = self._submit(request, theirs)
             except BaseException:
                 for fd in (result_r, out_r, err_r, req_w):
                     os.close(fd)
@@ -381,15 +403,15 @@ class Sandbox:
                 ctl_theirs.close()
         finally:
             os.close(payload_fd)
-        return Run(self, limits, req_w, result_r, out_r, err_r, ctl_ours)
+        return Run(self, server, limits, req_w, result_r, out_r, err_r, ctl_ours)
 
-    def _submit(self, request: bytes, fds: list[int]) -> None:
+    def _submit(self, request: bytes, fds: list[int]) -> object:
         with self._lock:
             for attempt in range(2):
                 sock = self._ensure()
                 try:
                     socket.send_fds(sock, [request], fds)
-                    return
+                    return self._proc
                 except OSError:
                     if attempt:
                         raise

@@ -60,9 +60,11 @@ PR_SET_CHILD_SUBREAPER = 36
 PR_SET_NO_NEW_PRIVS = 38
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
+MNT_DETACH = 2
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.mount.argtypes = (ctypes.c_char_p,) * 3 + (ctypes.c_ulong, ctypes.c_char_p)
+_libc.umount2.argtypes = (ctypes.c_char_p, ctypes.c_int)
 
 
 def _prctl(option: int, arg: int) -> None:
@@ -89,8 +91,9 @@ def _bind_ro(src: str, dst: str) -> None:
 def _build_root(opts: dict) -> str:
     """A minimal read-only filesystem view: the system's /usr (and the
     merged-/usr links), the Python installation, a few devices, a private
-    /proc and a size-capped private /tmp. Nothing else of the host is
-    visible: not the project, not the data, not the caller's home."""
+    /proc and a private /tmp that holds the runs' directories (each its own
+    tmpfs, mounted by the server). Nothing else of the host is visible: not
+    the project, not the data, not the caller's home."""
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
     base = "/tmp"
     _mount("tmpfs", base, "tmpfs", MS_NOSUID, "size=16m,mode=755")
@@ -127,8 +130,7 @@ def _build_root(opts: dict) -> str:
     for src, dst in binds:
         _bind_ro(src, dst)
     _mount("proc", root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "hidepid=2")
-    _mount("tmpfs", root + "/tmp", "tmpfs", MS_NOSUID | MS_NODEV,
-           f"size={int(opts['tmp_bytes'])},nr_inodes={int(opts['tmp_inodes'])},mode=755")
+    _mount("tmpfs", root + "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=755")
     _mount(None, root, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID)
     os.chroot(root)
     os.chdir("/")
@@ -150,7 +152,8 @@ def isolate(opts: dict) -> tuple[dict, str]:
         try:
             runs_dir = _build_root(opts)
             prot["filesystem"] = {"on": True, "how": "private mount namespace; chroot into a read-only "
-                                  "view of /usr and the Python installation; private size-capped /tmp; "
+                                  "view of /usr and the Python installation; each run's cwd is a "
+                                  "size-capped tmpfs of its own, the only place it can write; "
                                   "/proc with hidepid=2"}
         except OSError as exc:
             prot["filesystem"] = {"on": False, "how": f"could not build the private root: {exc}"}
@@ -218,7 +221,10 @@ def main() -> None:
     sock = socket.socket(fileno=ctl_fd)
     sock.send(wire.dumps({"ev": "hello", "pid": os.getpid(), "protections": prot}))
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    Server(sock, prot, runs_dir, int(opts.get("pool", 2))).loop()
+    import gc
+    gc.collect()
+    gc.freeze()  # forked workers' collections then leave the server's objects (and their pages) alone
+    Server(sock, prot, runs_dir, opts).loop()
 
 
 class Server:
@@ -228,11 +234,13 @@ class Server:
     forked and confined ahead of time, so a request waits for neither the
     fork nor the confinement. It never runs untrusted code."""
 
-    def __init__(self, sock: socket.socket, prot: dict, runs_dir: str, pool: int) -> None:
+    def __init__(self, sock: socket.socket, prot: dict, runs_dir: str, opts: dict) -> None:
         self.sock = sock
         self.uid_separation = prot["uid_separation"]["on"]
+        self.private_mounts = prot["filesystem"]["on"]
         self.runs_dir = runs_dir
-        self.pool = pool
+        self.pool = int(opts["pool"])
+        self.run_disk = f"size={int(opts['run_bytes'])},nr_inodes={int(opts['run_inodes'])},mode=700"
         self.poller = select.poll()
         self.poller.register(sock.fileno(), select.POLLIN)
         self.by_fd: dict[int, ActiveRun | IdleWorker] = {}
@@ -279,7 +287,10 @@ class Server:
         uid = UID_BASE + self.seq % UID_SPAN if self.uid_separation else None
         rundir = f"{self.runs_dir}/run-{self.seq}"
         os.mkdir(rundir, 0o700)
-        if uid is not None:
+        if self.private_mounts:  # a size-capped filesystem of its own, dropped whole afterwards
+            owner = f",uid={uid},gid={uid}" if uid is not None else ""
+            _mount("tmpfs", rundir, "tmpfs", MS_NOSUID | MS_NODEV, self.run_disk + owner)
+        elif uid is not None:
             os.chown(rundir, uid, uid)
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         pid = os.fork()
@@ -304,7 +315,7 @@ class Server:
         idle.sock.close()
         os.waitpid(idle.pid, 0)
         self.sweep(idle.uid)
-        _remove_tree(idle.rundir)
+        self._remove_rundir(idle.rundir)
 
     def accept(self) -> None:
         try:
@@ -355,13 +366,21 @@ class Server:
             "cpu_s": usage.ru_utime + usage.ru_stime,
             "maxrss_kb": usage.ru_maxrss,
             "swept": swept,
-            "cleanup_error": _remove_tree(run.rundir),
+            "cleanup_error": self._remove_rundir(run.rundir),
         }
         try:
             os.write(run.ctl, wire.dumps(report))
         except OSError:
             pass
         os.close(run.ctl)
+
+    def _remove_rundir(self, path: str) -> str | None:
+        if self.private_mounts:
+            if _libc.umount2(path.encode(), MNT_DETACH) != 0:
+                return f"could not unmount {path}: {os.strerror(ctypes.get_errno())}"
+            os.rmdir(path)
+            return None
+        return _remove_tree(path)
 
     @staticmethod
     def _kill(pid: int) -> None:

@@ -355,7 +355,12 @@ def _referee(header: dict, blobs: dict, chan: Channel) -> None:
         def __getattr__(self, name: str):
             if name.startswith("__"):
                 raise AttributeError(name)
-            return rpc.request("get", name=name)
+            try:
+                return rpc.request("get", name=name)
+            except RemoteError as exc:
+                if exc.info.get("base") == "NameError":  # as a real module: ImportError on import
+                    raise AttributeError(f"module 'solution' has no attribute {name!r}") from None
+                raise
 
     sys.modules["solution"] = SolutionModule("solution")
     tree = ast.fix_missing_locations(_ExplainAsserts().visit(ast.parse(program, "<tests>")))

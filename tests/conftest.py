@@ -1,0 +1,78 @@
+import os
+from pathlib import Path
+
+import pytest
+
+from glyph.sandbox import Sandbox
+
+
+@pytest.fixture(scope="session")
+def mbpp_path() -> str:
+    path = os.environ.get("GLYPH_MBPP_PATH")
+    if not path:
+        pytest.skip("GLYPH_MBPP_PATH is not set (CI sets it to ../shared/data/mbpp/mbpp.jsonl)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def mbpp_tasks(mbpp_path):
+    from glyph.tasks import mbpp
+    return mbpp.load(mbpp_path)
+
+
+@pytest.fixture(scope="module")
+def sandbox():
+    """A server with no pre-forked workers: after a grading, any process in
+    its namespace (or below it) is a leftover."""
+    sb = Sandbox(pool=0)
+    sb.protections()
+    yield sb
+    sb.close()
+
+
+def _stat(pid: int) -> tuple[int, str]:
+    data = Path(f"/proc/{pid}/stat").read_bytes()
+    fields = data[data.rfind(b")") + 2:].split()
+    return int(fields[1]), fields[0].decode()
+
+
+def sandbox_processes(sb: Sandbox) -> list[int]:
+    """Live host pids of every process the server started (not the server).
+    Namespace mode: every process in its pid namespace; bare mode: its
+    descendants."""
+    server = sb.server_pid()
+    assert server is not None, "the sandbox server is not running"
+    found = []
+    if sb.info.mode == "namespaces":
+        ns = os.readlink(f"/proc/{server}/ns/pid")
+        for name in os.listdir("/proc"):
+            if not name.isdigit() or int(name) == server:
+                continue
+            try:
+                if os.readlink(f"/proc/{name}/ns/pid") == ns and _stat(int(name))[1] != "Z":
+                    found.append(int(name))
+            except OSError:
+                continue
+        return found
+    parents = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                parents[int(name)] = _stat(int(name))
+            except OSError:
+                pass
+    for pid, (ppid, state) in parents.items():
+        p = ppid
+        while p > 1 and p != server:
+            p = parents.get(p, (0, ""))[0]
+        if p == server and state != "Z":
+            found.append(pid)
+    return found
+
+
+def sandbox_tmp(sb: Sandbox) -> list[str]:
+    """What is left in the runs' private /tmp (seen through the server's root)."""
+    server = sb.server_pid()
+    if sb.info.mode != "namespaces" or not sb.info.protections["filesystem"]["on"]:
+        pytest.skip("no private filesystem view on this machine")
+    return os.listdir(f"/proc/{server}/root/tmp")

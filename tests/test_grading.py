@@ -1,0 +1,145 @@
+import pytest
+
+from glyph.grading import MAX_SOLUTION_BYTES, InvalidTests, compile_tests, grade, suite_for
+from glyph.outcomes import Outcome
+from glyph.redteam import DEMO_SOLUTION, DEMO_TESTS, REFEREE_TESTS
+from glyph.sandbox import Limits
+
+FAST = Limits(cpu_s=2, wall_s=4)
+
+
+@pytest.mark.parametrize("source,outcome", [
+    (DEMO_SOLUTION, Outcome.PASS),
+    ("def remove_first_last(s, ch):\n    return s.replace(ch, '', 1)\n", Outcome.ASSERTION_FAILURE),
+    ("def remove_first_last(s, ch):\n    return s[100]\n", Outcome.RUNTIME_ERROR),
+    ("def remove_first_last(s, ch)\n    return s\n", Outcome.SYNTAX_ERROR),
+    ("def remove_first_last(s, ch):\n\treturn s\n        pass\n", Outcome.SYNTAX_ERROR),
+    ("def remove_first_last(s, ch):\n    while True: pass\n", Outcome.TIMEOUT),
+    ("import os\nos._exit(3)\n", Outcome.OTHER),
+    ("def remove_first_last(s, ch):\n    assert False, 'inner'\n", Outcome.ASSERTION_FAILURE),
+    ("raise ImportError('at import')\n", Outcome.RUNTIME_ERROR),
+    ("", Outcome.RUNTIME_ERROR),
+    (b"def remove_first_last(s, ch):\n    return '\xff'\n", Outcome.SYNTAX_ERROR),
+    (b"x = 1\x00\n", Outcome.SYNTAX_ERROR),
+], ids=["pass", "wrong", "index-error", "syntax", "indentation", "timeout", "exit", "inner-assert",
+        "import-error", "empty", "not-utf8", "nul-byte"])
+def test_outcome_classes(source, outcome):
+    g = grade(source, "", DEMO_TESTS, limits=FAST)
+    assert g.outcome is outcome, g.detail
+    assert g.passed is (outcome is Outcome.PASS)
+
+
+def test_first_failure_decides_and_later_checks_are_not_run():
+    src = "def remove_first_last(s, ch):\n    return 'heo' if s == 'hello' else s[99]\n"
+    g = grade(src, "", DEMO_TESTS, limits=FAST)
+    assert [c.outcome for c in g.checks] == [Outcome.PASS, Outcome.RUNTIME_ERROR, None]
+    assert "IndexError" in g.checks[1].detail
+
+
+def test_check_detail_gives_got_and_expected():
+    g = grade("def remove_first_last(s, ch):\n    return s\n", "", DEMO_TESTS, limits=FAST)
+    assert g.checks[0].detail == "remove_first_last('hello', 'l'): got 'hello', expected 'heo'"
+    assert g.checks[0].line == 1 and g.checks[0].source.startswith("assert remove_first_last(")
+
+
+def test_json_shape():
+    d = grade(DEMO_SOLUTION, "", DEMO_TESTS).to_json()
+    assert d["passed"] is True and d["outcome"] == "PASS" and isinstance(d["seconds"], float)
+    assert [c["passed"] for c in d["checks"]] == [True, True, True]
+
+
+def test_setup_code_runs_after_the_solution_in_its_namespace():
+    setup = "root = Node(3)\nroot.left = Node(1)\n"
+    tests = "assert depth(root) == 2\nassert depth(None) == 0\n"
+    sol = ("class Node:\n    def __init__(self, v): self.v, self.left, self.right = v, None, None\n"
+           "def depth(n):\n    return 0 if n is None else 1 + max(depth(n.left), depth(n.right))\n")
+    assert grade(sol, setup, tests).passed
+    assert grade(sol.replace("1 + max", "2 + max"), setup, tests).outcome is Outcome.ASSERTION_FAILURE
+
+
+def test_expected_expression_is_evaluated_without_the_solution():
+    tests = "assert size((1, 2)) == sys.getsizeof((1, 2))\n"
+    suite = compile_tests("", tests)
+    assert suite.path == "fast" and suite.checks[0].expected_expr == "sys.getsizeof((1, 2))"
+    assert grade("import sys\ndef size(t): return sys.getsizeof(t)\n", "", tests).passed
+    # A solution that patches sys.getsizeof cannot move the expected value.
+    cheat = "import sys\nsys.getsizeof = lambda o: 7\ndef size(t): return 7\n"
+    assert grade(cheat, "", tests).outcome is Outcome.ASSERTION_FAILURE
+
+
+def test_a_builtin_the_solution_redefines_is_the_solutions():
+    tests = "assert max(3, 1) == 1\n"
+    assert grade("def max(a, b):\n    return min(a, b)\n", "", tests).passed
+    assert suite_for("", tests, "def max(a, b): pass").path == "fast"
+
+
+@pytest.mark.parametrize("tests", [
+    "assert f(2) == 4 and f(3) == 6\n",
+    "assert f(2) != 5\n",
+    "x = 2\nassert f(x) == 4\n",
+    "assert 4 == f(2)\n",
+    "from solution import f\nassert f(2) == 4\n",
+    "import solution\nassert solution.f(2) == 4\n",
+    "for a in range(5):\n    assert f(a) == 2 * a\n",
+    "def test_f():\n    assert f(5) == 10\n",
+    "try:\n    f(None)\n    ok = False\nexcept TypeError:\n    ok = True\nassert ok\n",
+])
+def test_other_shapes_are_graded_correctly(tests):
+    good = "def f(x):\n    return 2 * x\n"
+    bad = "def f(x):\n    return 2 * x + (x in (2, 5))\n"
+    assert grade(good, "", tests).passed, tests
+    if "!=" not in tests and "TypeError" not in tests and "range" not in tests:
+        assert grade(bad, "", tests).outcome is Outcome.ASSERTION_FAILURE, tests
+
+
+def test_referee_path_handles_objects_methods_and_exceptions():
+    tests = """
+from solution import Stack
+s = Stack()
+s.push(1)
+s.push(2)
+assert s.pop() == 2
+assert s.size() == 1
+try:
+    Stack().pop()
+    raise AssertionError("expected IndexError")
+except IndexError:
+    pass
+"""
+    sol = ("class Stack:\n    def __init__(self): self.items = []\n    def push(self, x): self.items.append(x)\n"
+           "    def pop(self): return self.items.pop()\n    def size(self): return len(self.items)\n")
+    g = grade(sol, "", tests)
+    assert g.passed and g.path == "referee", g.detail
+    g = grade(sol.replace("return self.items.pop()", "return self.items[0]"), "", tests)
+    assert g.outcome is Outcome.ASSERTION_FAILURE and "got 1, expected == 2" in g.detail
+
+
+def test_referee_failures_name_the_failing_check():
+    g = grade("def remove_first_last(s, ch):\n    return s\n", "", REFEREE_TESTS)
+    assert g.outcome is Outcome.ASSERTION_FAILURE and g.checks[-1].line == 4
+    g = grade("def remove_first_last(s, ch):\n    raise KeyError(s)\n", "", REFEREE_TESTS)
+    assert g.outcome is Outcome.RUNTIME_ERROR and "raised by the solution" in g.detail
+    g = grade("x = 1\n", "", REFEREE_TESTS)
+    assert g.outcome is Outcome.RUNTIME_ERROR and "ImportError" in g.detail
+
+
+def test_referee_timeouts_are_timeouts():
+    src = "def remove_first_last(s, ch):\n    while True: pass\n"
+    assert grade(src, "", REFEREE_TESTS, limits=FAST).outcome is Outcome.TIMEOUT
+
+
+def test_unusable_tests_raise_test_error():
+    with pytest.raises(InvalidTests, match="do not parse"):
+        compile_tests("", "assert f(1) ==\n")
+    with pytest.raises(InvalidTests, match="no checks"):
+        compile_tests("", "import math\n")
+
+
+def test_oversized_solution_is_an_outcome_not_a_crash():
+    g = grade(b"x = 1\n" + b"#" * (MAX_SOLUTION_BYTES + 1), "", DEMO_TESTS)
+    assert g.outcome is Outcome.OTHER and "limit" in g.detail
+
+
+def test_hundred_megabyte_solution():
+    g = grade(b"#" * (100 << 20), "", DEMO_TESTS)
+    assert g.outcome is Outcome.OTHER and not g.passed

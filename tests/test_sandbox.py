@@ -1,0 +1,185 @@
+import os
+import signal
+import time
+
+import pytest
+
+from conftest import sandbox_processes, sandbox_tmp
+from glyph.sandbox import Limits, Sandbox
+
+
+def run(sb, source: str, exprs=(), limits=Limits()):
+    r = sb.open({"mode": "solution"}, {"source": source.encode(), "setup": b""}, limits)
+    msgs = [r.recv()]
+    for i, e in enumerate(exprs):
+        if msgs[-1] is None:
+            break
+        r.send({"op": "eval", "id": i, "expr": e})
+        msgs.append(r.recv())
+    if r.status is None:
+        r.send({"op": "exit"})
+    status = r.finish()
+    return msgs, status, r
+
+
+def test_a_run_evaluates_and_reports_exit(sandbox):
+    msgs, status, r = run(sandbox, "def f(x):\n    print('seen')\n    return x * 2\n", ["f(21)"])
+    assert msgs[0] == {"ev": "ready"}
+    assert msgs[1]["value"] == {"i": hex(42)}
+    assert status.exit == 0 and not status.timed_out
+    assert r.stdout == b"seen\n"
+
+
+def test_protections_reported_are_really_on(sandbox):
+    prot = sandbox.info.protections
+    if os.geteuid() != 0:
+        pytest.skip("namespaces and uid separation need root here")
+    assert sandbox.info.mode == "namespaces"
+    for name in ("pid_namespace", "network", "filesystem", "uid_separation"):
+        assert prot[name]["on"], name
+    probe = """
+import os, socket
+ok_net = True
+try:
+    socket.create_connection(("127.0.0.1", 22), timeout=0.2)
+except OSError:
+    ok_net = False
+facts = (os.getuid(), os.getpid() != 1 and len([p for p in os.listdir('/proc') if p.isdigit()]),
+         sorted(os.listdir('/')), os.getcwd(), os.listdir('.'), sorted(os.environ), ok_net)
+"""
+    msgs, status, _ = run(sandbox, probe, ["facts"])
+    from glyph.sandbox.runtime import wire
+    uid, nprocs, root, cwd, listing, env, net = wire.decode(msgs[1]["value"])
+    assert uid != 0 and uid != os.getuid()
+    assert nprocs == 1  # only itself: hidepid hides the server, the pid namespace the host
+    import sys
+    python_top = {os.path.realpath(sys.base_prefix).split("/")[1]}
+    assert set(root) <= {"bin", "dev", "etc", "lib", "lib32", "lib64", "libx32", "proc", "sbin", "tmp",
+                         "usr"} | python_top
+    assert "work" not in root and "home" not in root
+    assert cwd.startswith("/tmp/run-") and listing == []
+    assert env == ["HOME", "LANG", "PATH", "TMPDIR"]
+    assert net is False
+
+
+def test_caller_secrets_do_not_reach_the_run(sandbox, monkeypatch):
+    monkeypatch.setenv("GLYPH_FAKE_API_KEY", "sk-secret-123")
+    fresh = Sandbox(pool=0)
+    try:
+        src = ("import os\nseen = repr(dict(os.environ))\nfor p in os.listdir('/proc'):\n"
+               "    for f in ('environ', 'cmdline'):\n"
+               "        try: seen += open(f'/proc/{p}/{f}', 'rb').read().decode('latin-1')\n"
+               "        except OSError: pass\n")
+        msgs, _, _ = run(fresh, src, ["seen"])
+        assert "sk-secret-123" not in str(msgs[1]) and "pytest" not in str(msgs[1])
+    finally:
+        fresh.close()
+
+
+@pytest.mark.parametrize("source,check", [
+    ("while True: pass", lambda s: s.cpu_exceeded and s.timed_out),
+    ("import time\ntime.sleep(30)", lambda s: s.wall_timeout and s.timed_out),
+])
+def test_time_limits(sandbox, source, check):
+    t0 = time.monotonic()
+    msgs, status, _ = run(sandbox, source, limits=Limits(cpu_s=1, wall_s=2))
+    assert msgs == [None] and check(status)
+    assert time.monotonic() - t0 < 5
+
+
+def test_memory_file_size_and_open_file_limits(sandbox):
+    src = """
+errors = []
+try:
+    x = bytearray(2 << 30)
+except MemoryError:
+    errors.append("memory")
+try:
+    with open("big", "wb") as f:
+        f.write(b"x" * (2 << 20))
+except OSError:
+    errors.append("fsize")
+try:
+    fs = [open("/dev/null") for _ in range(100)]
+except OSError:
+    errors.append("nofile")
+"""
+    msgs, status, _ = run(sandbox, src, ["errors"], Limits(memory_bytes=512 << 20, fsize_bytes=1 << 20, nofile=32))
+    from glyph.sandbox.runtime import wire
+    assert wire.decode(msgs[1]["value"]) == ["memory", "fsize", "nofile"]
+
+
+def test_process_limit(sandbox):
+    if not sandbox.info.protections["uid_separation"]["on"]:
+        pytest.skip("the process limit needs a uid per run")
+    src = "import os\nn = 0\ntry:\n    while n < 500:\n        if os.fork() == 0:\n            import time; time.sleep(30)\n        n += 1\nexcept OSError:\n    pass\n"
+    msgs, status, _ = run(sandbox, src, ["n"], Limits(nproc=8))
+    assert msgs[1]["value"] == {"i": hex(7)}
+    assert status.swept == 7
+    assert sandbox_processes(sandbox) == []
+
+
+def test_output_is_capped_and_invalid_utf8_tolerated(sandbox):
+    src = "import os, sys\nos.write(1, b'\\xff\\xfe' * 10)\nfor _ in range(50): sys.stdout.write('y' * (1 << 20))\n"
+    msgs, status, r = run(sandbox, src, limits=Limits(output_bytes=1000))
+    assert len(r.stdout) == 1000 and r.stdout.startswith(b"\xff\xfe")
+    assert r.output_truncated("stdout") == 20 + 50 * (1 << 20) - 1000
+
+
+def test_nothing_survives_and_no_file_is_left(sandbox):
+    src = """
+import os, subprocess, time
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        time.sleep(600)
+    os._exit(0)
+subprocess.Popen(["sleep", "600"])
+open("left.txt", "w").write("x")
+os.makedirs("a/b/c")
+"""
+    msgs, status, _ = run(sandbox, src)
+    assert status.swept >= 2
+    assert sandbox_processes(sandbox) == []
+    assert sandbox_tmp(sandbox) == []
+
+
+def test_pool_workers_are_the_only_processes_left():
+    sb = Sandbox(pool=2)
+    try:
+        for _ in range(3):
+            run(sb, "import os, time\nif os.fork() == 0:\n    os.setsid(); time.sleep(600)\n")
+        deadline = time.monotonic() + 5
+        while len(sandbox_processes(sb)) != 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(sandbox_processes(sb)) == 2
+    finally:
+        sb.close()
+
+
+def test_a_killed_server_is_restarted_and_the_run_is_not_a_pass():
+    sb = Sandbox(pool=0)
+    try:
+        sb.protections()
+        r = sb.open({"mode": "solution"}, {"source": b"import time\ntime.sleep(30)", "setup": b""})
+        time.sleep(0.2)
+        os.kill(sb.server_pid(), signal.SIGKILL)
+        assert r.recv() is None
+        status = r.finish()
+        assert status.server_died and status.exit is None
+        msgs, status, _ = run(sb, "x = 1", ["x"])
+        assert msgs[1]["value"] == {"i": "0x1"} and sb.restarts == 1
+    finally:
+        sb.close()
+
+
+def test_bare_mode_still_limits_and_sweeps():
+    sb = Sandbox(mode="bare", pool=0)
+    try:
+        assert sb.protections().mode == "bare"
+        msgs, status, _ = run(sb, "import os, time\nif os.fork() == 0:\n    os.setsid(); time.sleep(600)\n"
+                                  "while True: pass", limits=Limits(cpu_s=1))
+        assert status.cpu_exceeded and status.swept == 1
+        assert sandbox_processes(sb) == []
+    finally:
+        sb.close()
