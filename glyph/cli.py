@@ -73,9 +73,10 @@ def grade(
         except (OSError, UnicodeDecodeError) as exc:
             fail(f"{tests}: cannot read the tests: {exc}")
         setup, filename = "", str(tests)
+    from glyph.sandbox import SandboxUnavailable
     try:
         result = run_grade(source, setup, program, filename=filename)
-    except InvalidTests as exc:
+    except (InvalidTests, SandboxUnavailable) as exc:
         fail(str(exc))
     if as_json:
         print(json.dumps(result.to_json(), indent=2))

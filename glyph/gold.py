@@ -14,7 +14,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from glyph.grading import Grade, grade
+from glyph.grading import Grade, InvalidTests, grade
+from glyph.outcomes import Outcome
 from glyph.tasks import mbpp
 
 
@@ -25,8 +26,11 @@ def check_gold(path=None, jobs: int | None = None, progress: bool = True) -> dic
 
     def one(item) -> tuple[str, str, Grade]:
         kind, t = item
-        return kind, t.id, grade(t.code, t.test_setup_code, t.tests(kind == "challenge"),
-                                 filename=f"<{t.id} {kind}>")
+        try:
+            return kind, t.id, grade(t.code, t.test_setup_code, t.tests(kind == "challenge"),
+                                     filename=f"<{t.id} {kind}>")
+        except InvalidTests as exc:  # a broken task is a finding of this check, not a crash
+            return kind, t.id, Grade(Outcome.OTHER, [], 0.0, f"invalid tests: {exc}")
 
     report = {k: {"counts": collections.Counter(), "failures": [], "seconds": 0.0, "n": 0}
               for k in ("tests", "challenge")}

@@ -143,3 +143,12 @@ def test_oversized_solution_is_an_outcome_not_a_crash():
 def test_hundred_megabyte_solution():
     g = grade(b"#" * (100 << 20), "", DEMO_TESTS)
     assert g.outcome is Outcome.OTHER and not g.passed
+
+
+def test_concurrent_gradings_from_threads():
+    from concurrent.futures import ThreadPoolExecutor
+    wrong = "def remove_first_last(s, ch):\n    return s\n"
+    jobs = [DEMO_SOLUTION if i % 2 else wrong for i in range(32)]
+    with ThreadPoolExecutor(8) as pool:
+        grades = list(pool.map(lambda src: grade(src, "", DEMO_TESTS), jobs))
+    assert [g.passed for g in grades] == [bool(i % 2) for i in range(32)]

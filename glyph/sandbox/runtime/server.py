@@ -165,7 +165,7 @@ def isolate(opts: dict) -> tuple[dict, str]:
         os.chmod(runs_dir, 0o755)
     prot["uid_separation"] = {"on": os.geteuid() == 0 and prot["filesystem"]["on"],
                               "how": "each run has its own uid: it cannot signal, trace or read "
-                                     "the server, the supervisor or another run"}
+                                     "the server or another run"}
     prot["rlimits"] = {"on": True, "how": "address space, CPU time, processes, file size, open files"}
     prot["wall_clock"] = {"on": True, "how": "the server kills the run at its deadline"}
     prot["no_survivors"] = {"on": True, "how": "after each run the server kills every process of "
