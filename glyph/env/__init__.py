@@ -1,0 +1,1 @@
+"""glyph-mbpp: the verifiers environment (program, taskset, harness, env)."""

@@ -1,0 +1,238 @@
+"""The agent program: the study's protocol, run inside the rollout's runtime.
+
+Stdlib only (``urllib`` for the model endpoint): it is shipped into the
+runtime with ``glyph/outcomes.py`` and ``glyph/protocol.py`` beside it, so
+the grammar exists once. It reads its configuration from ``.glyph/config.json``
+(or ``$GLYPH_CONFIG``) and the rollout secret from ``$GLYPH_ROLLOUT_SECRET``
+(or the file named by ``$GLYPH_SECRET_FILE``), never from argv.
+
+The loop: ask the model for a turn, parse it (``protocol.parse_turn``), run
+its one tool call in the workspace, answer with a RESULT, until FINAL, a
+protocol error, budget exhaustion or an endpoint failure. ``python_test`` is
+answered by a tester: the trusted sandbox service on the local runtime
+(``tester.kind = "service"``), or the shipped stdlib runner where the
+container is the isolation (``"local"``). Arm B's prediction turns and every
+candidate are recorded. The trace goes to ``.glyph/trace.json``; it is
+untrusted: the environment re-grades every claim in it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+import sys
+import time
+import urllib.error
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from glyph import protocol  # noqa: E402
+from glyph.outcomes import Outcome  # noqa: E402
+
+TRACE = os.path.join(".glyph", "trace.json")
+REPLY_CAP = 64 * 1024  # characters of a model reply kept; a longer one is cut and recorded
+
+
+def sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()
+
+
+class EndpointError(RuntimeError):
+    pass
+
+
+def chat(endpoint: dict, messages: list[dict], timeout: float, secret: str) -> str:
+    """One chat completion from an OpenAI-compatible endpoint (the rollout's
+    interception endpoint, authorized by the rollout secret)."""
+    body = {"model": endpoint["model"], "messages": messages, **endpoint.get("sampling", {})}
+    headers = {"Content-Type": "application/json"}
+    if secret:
+        headers["Authorization"] = f"Bearer {secret}"
+    url = endpoint["base_url"].rstrip("/") + "/chat/completions"
+    req = urllib.request.Request(url, json.dumps(body).encode(), headers)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            data = json.loads(resp.read(16 << 20))
+    except urllib.error.HTTPError as exc:
+        raise EndpointError(f"endpoint answered HTTP {exc.code}") from None
+    except (urllib.error.URLError, socket.timeout, TimeoutError, ConnectionError) as exc:
+        raise EndpointError(f"endpoint unreachable or too slow: {exc}") from None
+    except ValueError:
+        raise EndpointError("endpoint answered with something that is not JSON") from None
+    try:
+        content = data["choices"][0]["message"]["content"]
+    except (KeyError, IndexError, TypeError):
+        raise EndpointError("endpoint answer has no choices[0].message.content") from None
+    if not isinstance(content, str):
+        raise EndpointError("the model's reply is not text")
+    return content
+
+
+class Tester:
+    """Runs the visible tests on a candidate and returns its outcome class."""
+
+    def __init__(self, spec: dict, secret: str, timeout: float) -> None:
+        self.spec, self.secret, self.timeout = spec, secret, timeout
+
+    def __call__(self, source: str, shadow: bool) -> str:
+        if self.spec["kind"] == "service":
+            body = json.dumps({"secret": self.secret, "source": source, "shadow": shadow}).encode()
+            req = urllib.request.Request(self.spec["url"], body, {"Content-Type": "application/json"})
+            try:
+                with urllib.request.urlopen(req, timeout=self.timeout + 30) as resp:
+                    outcome = json.loads(resp.read(1 << 16))["outcome"]
+            except (urllib.error.URLError, socket.timeout, TimeoutError, ValueError, KeyError) as exc:
+                raise RuntimeError(f"the test service failed: {exc}") from None
+        else:
+            from glyph.env import runner
+            outcome = runner.run_tests(source, self.spec["setup"], self.spec["tests"], self.timeout)
+        if outcome not in Outcome.__members__:
+            raise RuntimeError(f"the tester answered {outcome!r}")
+        return outcome
+
+
+def read_secret() -> str:
+    if os.environ.get("GLYPH_ROLLOUT_SECRET"):
+        return os.environ["GLYPH_ROLLOUT_SECRET"]
+    path = os.environ.get("GLYPH_SECRET_FILE")
+    if path:
+        with open(path) as f:
+            return f.read().strip()
+    return ""
+
+
+def _workspace_path(path: str) -> str | None:
+    """The path inside the workspace, or None if it points outside."""
+    root = os.path.realpath(".")
+    full = os.path.realpath(os.path.join(root, path))
+    return full if full.startswith(root + os.sep) and ".glyph" not in os.path.relpath(full, root).split(os.sep) else None
+
+
+def run(cfg: dict, secret: str) -> dict:
+    arm = cfg["arm"]
+    budget = int(cfg["max_tool_calls"])
+    test_cost = int(cfg.get("test_cost", 1))
+    revise_feedback = cfg.get("revise_feedback", "none")
+    tester = Tester(cfg["tester"], secret, float(cfg.get("tool_timeout", 10)))
+    messages = [dict(m) for m in cfg["messages"]]
+    trace = {"arm": arm, "candidates": [], "tests": [], "calls": [], "end": None, "error": None,
+             "final": False, "budget_left": budget, "turns": 0}
+    seen: set[str] = set()
+    expect_prediction = False
+    pending_feedback = None
+    t0 = time.monotonic()
+    while True:
+        try:
+            reply = chat(cfg["endpoint"], messages, float(cfg.get("model_timeout", 120)), secret)
+        except EndpointError as exc:
+            trace["end"], trace["error"] = "endpoint_error", str(exc)
+            break
+        if len(reply) > REPLY_CAP:
+            trace["reply_truncated"] = len(reply)
+            reply = reply[:REPLY_CAP]
+        context = [dict(m) for m in messages]
+        messages.append({"role": "assistant", "content": reply})
+        trace["turns"] += 1
+        try:
+            turn = protocol.parse_turn(reply, expect_prediction=expect_prediction, seen_ids=frozenset(seen))
+        except protocol.ProtocolError as exc:
+            trace["end"], trace["error"] = "protocol_error", str(exc)
+            break
+        if turn.final:
+            trace["end"], trace["final"] = "final", True
+            break
+        call = turn.call
+        cost = test_cost if call.tool == "python_test" else 1
+        if cost > budget:
+            trace["end"], trace["error"] = "budget_exhausted", f"{call.tool} costs {cost}, {budget} left"
+            break
+        seen.add(call.id)
+        if turn.prediction is not None:
+            cand = trace["candidates"][-1]
+            cand.update(sampled_label=turn.prediction, decision=turn.decision, context=context,
+                        prediction_turn=reply, prediction_call=call.id)
+            if turn.decision == "REVISE":
+                try:
+                    cand["verified_label"] = tester(cand["source"], shadow=True)
+                except RuntimeError as exc:
+                    trace["end"], trace["error"] = "tester_error", str(exc)
+                    break
+                cand["shadow"] = True
+                if revise_feedback == "outcome":
+                    pending_feedback = f"(shadow test of the revised candidate: {cand['verified_label']})"
+        budget -= cost
+        try:
+            status, body = execute(call, tester, trace)
+        except RuntimeError as exc:
+            trace["end"], trace["error"] = "tester_error", str(exc)
+            break
+        if pending_feedback:
+            body = (body + "\n" if body else "") + pending_feedback
+            pending_feedback = None
+        trace["calls"].append({"id": call.id, "tool": call.tool, "status": status})
+        messages.append({"role": "user", "content": protocol.result_message(call, status, body, budget)})
+        expect_prediction = arm == "b" and call.tool == "apply_patch" and status == "ok"
+    trace["budget_left"] = budget
+    trace["messages"] = messages
+    trace["seconds"] = time.monotonic() - t0
+    return trace
+
+
+def execute(call: protocol.Call, tester: Tester, trace: dict) -> tuple[str, str]:
+    if call.tool == "python_test":
+        path = protocol.SOLUTION_FILE
+        source = _read(path) or ""
+        outcome = tester(source, shadow=False)
+        trace["tests"].append({"call": call.id, "sha256": sha256(source), "outcome": outcome})
+        if trace["candidates"] and trace["candidates"][-1]["sha256"] == sha256(source):
+            cand = trace["candidates"][-1]
+            cand.setdefault("verified_label", outcome)
+            cand.setdefault("shadow", False)
+        return outcome, ""
+    full = _workspace_path(call.args["path"])
+    if full is None:
+        return "error: the path is outside the project", ""
+    if call.tool == "read_file":
+        text = _read(full)
+        return ("ok", text) if text is not None else (f"error: no such file {call.args['path']!r}", "")
+    text = _read(full)
+    if text is None:
+        return f"error: no such file {call.args['path']!r}", ""
+    try:
+        new = protocol.apply_patch(text, call.args["find"], call.args["replace"])
+    except ValueError as exc:
+        return f"error: {exc}", ""
+    with open(full, "w", encoding="utf-8", errors="surrogateescape", newline="") as f:
+        f.write(new)
+    if os.path.relpath(full) == protocol.SOLUTION_FILE:
+        trace["candidates"].append({"index": len(trace["candidates"]), "call": call.id, "source": new,
+                                    "sha256": sha256(new)})
+    return "ok", ""
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8", errors="surrogateescape", newline="") as f:
+            return f.read()
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+        return None
+
+
+def main() -> int:
+    cfg_path = os.environ.get("GLYPH_CONFIG", os.path.join(".glyph", "config.json"))
+    with open(cfg_path) as f:
+        cfg = json.load(f)
+    trace = run(cfg, read_secret())
+    os.makedirs(".glyph", exist_ok=True)
+    tmp = TRACE + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(trace, f)
+    os.replace(tmp, TRACE)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

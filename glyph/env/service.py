@@ -1,0 +1,92 @@
+"""The trusted test service the agent program calls for ``python_test`` on
+the local runtime: HTTP on 127.0.0.1 only, one per process.
+
+A rollout registers its secret with its visible tests; the program posts
+``{"secret", "source", "shadow"}`` and gets ``{"outcome"}``, graded by
+glyph's grader in glyph's sandbox (the candidate never runs in the
+program's process or the workspace). The service keeps its own log of what
+it graded per rollout, which finalize compares with the trace's claims.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from glyph.env.verify import sha256
+from glyph.grading import grade
+from glyph.sandbox import Limits
+
+MAX_BODY = 16 << 20
+
+
+class _Rollout:
+    def __init__(self, setup: str, tests: str, limits: Limits) -> None:
+        self.setup, self.tests, self.limits = setup, tests, limits
+        self.log: list[dict] = []
+        self.lock = threading.Lock()
+
+
+class TestService:
+    def __init__(self) -> None:
+        self.rollouts: dict[str, _Rollout] = {}
+        service = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args) -> None:  # quiet
+                pass
+
+            def do_POST(self) -> None:  # noqa: N802
+                length = int(self.headers.get("Content-Length") or 0)
+                if self.path != "/test" or not 0 < length <= MAX_BODY:
+                    return self._send(400, {"error": "POST /test with a JSON body"})
+                try:
+                    req = json.loads(self.rfile.read(length))
+                    rollout = service.rollouts[req["secret"]]
+                    source, shadow = str(req["source"]), bool(req.get("shadow"))
+                except (ValueError, KeyError, TypeError):
+                    return self._send(403, {"error": "unknown rollout or malformed request"})
+                outcome = grade(source, rollout.setup, rollout.tests, limits=rollout.limits).outcome.value
+                with rollout.lock:
+                    rollout.log.append({"sha256": sha256(source), "outcome": outcome, "shadow": shadow})
+                self._send(200, {"outcome": outcome})
+
+            def _send(self, code: int, body: dict) -> None:
+                data = json.dumps(body).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, name="glyph-test-service", daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/test"
+
+    def register(self, secret: str, setup: str, tests: list[str], limits: Limits) -> None:
+        self.rollouts[secret] = _Rollout(setup, "\n".join(tests), limits)
+
+    def unregister(self, secret: str) -> list[dict]:
+        rollout = self.rollouts.pop(secret, None)
+        return list(rollout.log) if rollout else []
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+_service: TestService | None = None
+_lock = threading.Lock()
+
+
+def get_service() -> TestService:
+    global _service
+    with _lock:
+        if _service is None:
+            _service = TestService()
+        return _service

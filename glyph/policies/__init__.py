@@ -1,0 +1,1 @@
+"""Reference policies and a local OpenAI-compatible server that plays them."""
