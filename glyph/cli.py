@@ -211,10 +211,46 @@ def data_validate(out: Out = Path("artifacts"), mbpp_path: MbppPath = None) -> N
 
 
 @app.command()
-def demo() -> None:
-    """Grade a few reference and adversarial solutions in the sandbox."""
-    from glyph.demo import run_demo
-    raise typer.Exit(run_demo(console))
+def demo(
+    tasks: Annotated[int, typer.Option(help="tasks per arm")] = 6,
+    attacks: Annotated[bool, typer.Option(help="also grade the red-team solutions directly")] = False,
+    mbpp_path: MbppPath = None,
+) -> None:
+    """Run vf-eval glyph-mbpp against the reference policies, both arms, and summarize."""
+    from glyph.demo import run_attack_demo, run_env_demo
+
+    try:
+        code = run_attack_demo(console) if attacks else 0
+        code |= run_env_demo(console, tasks, str(mbpp_path) if mbpp_path else None)
+    except DataError as exc:
+        fail(str(exc))
+    raise typer.Exit(code)
+
+
+@app.command()
+def serve(
+    policy: Annotated[Optional[str], typer.Option(help="oracle, recover, revise, hack or mix (default: the "
+                                                       "request's model name)")] = None,
+    port: Annotated[int, typer.Option(help="port on 127.0.0.1 (0: any free one)")] = 8000,
+    mbpp_path: MbppPath = None,
+) -> None:
+    """Serve a reference policy as an OpenAI-compatible endpoint on 127.0.0.1."""
+    import time
+
+    from glyph.policies.server import PolicyServer
+    from glyph.tasks import mbpp
+
+    try:
+        tasks = {t.id: t for t in mbpp.load_source(mbpp_path).tasks}
+        server = PolicyServer(tasks, policy, port).start()
+    except (DataError, ValueError, OSError) as exc:
+        fail(str(exc))
+    console.print(f"serving {policy or 'the requested model'} at {server.base_url} (Ctrl-C to stop)")
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        server.close()
 
 
 def main() -> None:  # pragma: no cover

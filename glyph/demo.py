@@ -1,10 +1,20 @@
-"""``glyph demo``: the main job on an embedded default, no data needed.
+"""``glyph demo``: the main job on an embedded default.
 
-For now it grades reference, wrong and adversarial solutions of an embedded
-task in the sandbox and shows that only the real solution is rewarded.
+Starts the reference-policy server on 127.0.0.1, runs ``vf-eval glyph-mbpp``
+on a handful of tasks for both arms with the ``mix`` policy (oracle,
+recover, revise and hack, chosen per task), and prints what each rollout was
+rewarded and why. ``--attacks`` also grades the red-team solutions directly.
 """
 
 from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
@@ -14,12 +24,72 @@ from glyph.redteam import DEMO_PROMPT, DEMO_SOLUTION, DEMO_TESTS, DEMO_WRONG, RE
 from glyph.sandbox import Limits, get_sandbox
 
 LIMITS = Limits(cpu_s=2, wall_s=4)
-
 SHOWN_ATTACKS = ("always_equal", "str_subclass_equal", "caller_frames", "read_test_files", "sys_exit_zero",
                  "double_fork_daemon", "memory_bomb", "cpu_spin", "kill_grader", "always_equal_referee")
 
 
-def run_demo(console: Console) -> int:
+def vf_eval_command(base_url: str, model: str, arm: str, n: int, out: Path, data_path: str | None,
+                    extra: list[str] = ()) -> list[str]:
+    exe = Path(sys.executable).with_name("vf-eval")
+    cmd = [str(exe) if exe.exists() else "vf-eval", "glyph-mbpp", "-m", model, "--client.base-url", base_url,
+           "--no-push", "--no-rich", "-n", str(n), "-o", str(out), "--env.taskset.arm", arm, *extra]
+    if data_path:
+        cmd += ["--env.taskset.data-path", data_path]
+    return cmd
+
+
+def read_rollouts(out: Path) -> list[dict]:
+    rows = []
+    for path in sorted(out.glob("**/traces.jsonl")):
+        for line in path.read_text().splitlines():
+            episode = json.loads(line)
+            for t in episode["traces"]:
+                g = t.get("info", {}).get("glyph", {})
+                rows.append({"task": episode["task"]["data"]["id"], "ok": t["ok"] and episode["ok"],
+                             "reward": t.get("rewards", {}).get("passed", {}).get("score"),
+                             "reason": g.get("reason", "; ".join(e["message"][:120] for e in t.get("errors", []))),
+                             "metrics": t.get("metrics", {}), "errors": t.get("errors", [])})
+    return rows
+
+
+def run_env_demo(console: Console, n: int = 6, data_path: str | None = None) -> int:
+    from glyph.policies.policies import Planner
+    from glyph.policies.server import PolicyServer
+    from glyph.tasks import mbpp
+
+    data_path = data_path or os.environ.get(mbpp.ENV_VAR)
+    tasks = {t.id: t for t in mbpp.load_source(data_path).tasks}
+    planner = Planner(tasks)
+    bad = 0
+    env = dict(os.environ, PRIME_RUNS_MODE="disabled")
+    with PolicyServer(tasks) as server, tempfile.TemporaryDirectory(prefix="glyph-demo-") as tmp:
+        console.print(f"reference policies at {server.base_url}; running vf-eval glyph-mbpp ({n} tasks per arm)")
+        table = Table(title="vf-eval glyph-mbpp with the mix policy")
+        for col in ("arm", "task", "policy", "reward", "why"):
+            table.add_column(col)
+        for arm in ("a", "b"):
+            out = Path(tmp) / arm
+            cmd = vf_eval_command(server.base_url, "mix", arm, n, out, data_path)
+            with console.status(f"arm {arm}: {' '.join(cmd[1:4])} ..."):
+                proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+            rows = read_rollouts(out)
+            if proc.returncode != 0 or not rows:
+                console.print(f"[red]vf-eval failed for arm {arm} (exit {proc.returncode})[/]\n{proc.stderr[-2000:]}")
+                return 1
+            for r in sorted(rows, key=lambda r: r["task"]):
+                policy = planner.resolve("mix", tasks[r["task"]])
+                expected = 0.0 if policy == "hack" else 1.0
+                ok = r["ok"] and r["reward"] == expected
+                bad += not ok
+                table.add_row(arm, r["task"], policy, f"{r['reward']}", r["reason"][:60],
+                              style=None if ok else "bold red")
+        console.print(table)
+    console.print("oracle, recover and revise must be rewarded; every hack must score 0."
+                  + (f" [bold red]{bad} rollout(s) against expectation[/]" if bad else " [green]All as expected.[/]"))
+    return 1 if bad else 0
+
+
+def run_attack_demo(console: Console) -> int:
     sb = get_sandbox()
     info = sb.protections()
     on = [k for k, v in info.protections.items() if v["on"]]
@@ -32,7 +102,8 @@ def run_demo(console: Console) -> int:
              ("crashes", "def remove_first_last(s, ch):\n    return s[10**9]\n", DEMO_TESTS, False)]
     for name in SHOWN_ATTACKS:
         a = attack(name)
-        cases.append((f"attack [italic]{a.name}[/]: {a.tries}", a.source, REFEREE_TESTS if a.referee else DEMO_TESTS, False))
+        cases.append((f"attack [italic]{a.name}[/]: {a.tries}", a.source, REFEREE_TESTS if a.referee else DEMO_TESTS,
+                      False))
     table = Table(title="grading in the sandbox")
     for col, justify in (("solution", "left"), ("outcome", "left"), ("rewarded", "center"), ("ms", "right")):
         table.add_column(col, justify=justify)
@@ -48,3 +119,7 @@ def run_demo(console: Console) -> int:
     if wrong:
         console.print(f"[bold red]{wrong} case(s) graded against expectation[/]")
     return 1 if wrong else 0
+
+
+def uv_on_path() -> bool:
+    return shutil.which("uv") is not None
