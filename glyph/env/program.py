@@ -19,11 +19,13 @@ untrusted: the environment re-grades every claim in it.
 from __future__ import annotations
 
 import hashlib
+import http.client
 import json
 import os
 import socket
 import sys
 import time
+import traceback
 import urllib.error
 import urllib.request
 
@@ -34,6 +36,8 @@ from glyph.outcomes import Outcome  # noqa: E402
 
 TRACE = os.path.join(".glyph", "trace.json")
 REPLY_CAP = 64 * 1024  # characters of a model reply kept; a longer one is cut and recorded
+RETRIES = 3  # for transient failures only: connection dropped, 502/503/504, 429
+TRANSIENT = (urllib.error.URLError, socket.timeout, TimeoutError, ConnectionError, http.client.HTTPException)
 
 
 def sha256(text: str) -> str:
@@ -54,11 +58,10 @@ def chat(endpoint: dict, messages: list[dict], timeout: float, secret: str) -> s
     url = endpoint["base_url"].rstrip("/") + "/chat/completions"
     req = urllib.request.Request(url, json.dumps(body).encode(), headers)
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            data = json.loads(resp.read(16 << 20))
+        data = json.loads(_post(req, timeout, 16 << 20))
     except urllib.error.HTTPError as exc:
         raise EndpointError(f"endpoint answered HTTP {exc.code}") from None
-    except (urllib.error.URLError, socket.timeout, TimeoutError, ConnectionError) as exc:
+    except TRANSIENT as exc:
         raise EndpointError(f"endpoint unreachable or too slow: {exc}") from None
     except ValueError:
         raise EndpointError("endpoint answered with something that is not JSON") from None
@@ -69,6 +72,25 @@ def chat(endpoint: dict, messages: list[dict], timeout: float, secret: str) -> s
     if not isinstance(content, str):
         raise EndpointError("the model's reply is not text")
     return content
+
+
+def _post(req: urllib.request.Request, timeout: float, cap: int) -> bytes:
+    """POST with a few retries on transient failures (a dropped connection,
+    429/502/503/504); a timeout or any other HTTP error is final."""
+    for attempt in range(RETRIES):
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as resp:
+                return resp.read(cap)
+        except urllib.error.HTTPError as exc:
+            if exc.code not in (429, 502, 503, 504) or attempt == RETRIES - 1:
+                raise
+        except (socket.timeout, TimeoutError):
+            raise
+        except TRANSIENT:
+            if attempt == RETRIES - 1:
+                raise
+        time.sleep(0.5 * 2 ** attempt)
+    raise AssertionError("unreachable")
 
 
 class Tester:
@@ -82,9 +104,8 @@ class Tester:
             body = json.dumps({"secret": self.secret, "source": source, "shadow": shadow}).encode()
             req = urllib.request.Request(self.spec["url"], body, {"Content-Type": "application/json"})
             try:
-                with urllib.request.urlopen(req, timeout=self.timeout + 30) as resp:
-                    outcome = json.loads(resp.read(1 << 16))["outcome"]
-            except (urllib.error.URLError, socket.timeout, TimeoutError, ValueError, KeyError) as exc:
+                outcome = json.loads(_post(req, 3 * self.timeout + 30, 1 << 16))["outcome"]
+            except (*TRANSIENT, ValueError, KeyError, TypeError) as exc:
                 raise RuntimeError(f"the test service failed: {exc}") from None
         else:
             from glyph.env import runner
@@ -112,14 +133,24 @@ def _workspace_path(path: str) -> str | None:
 
 
 def run(cfg: dict, secret: str) -> dict:
+    """One episode; never raises: an unexpected failure ends it as
+    ``program_error`` with the traceback, keeping what was recorded."""
+    trace = {"arm": cfg.get("arm"), "candidates": [], "tests": [], "calls": [], "end": None, "error": None,
+             "final": False, "budget_left": None, "turns": 0, "messages": []}
+    try:
+        _loop(cfg, secret, trace)
+    except Exception:  # deliberate: the trace must still be written, with the fault
+        trace["end"], trace["error"] = "program_error", traceback.format_exc()[-4000:]
+    return trace
+
+
+def _loop(cfg: dict, secret: str, trace: dict) -> None:
     arm = cfg["arm"]
     budget = int(cfg["max_tool_calls"])
     test_cost = int(cfg.get("test_cost", 1))
     revise_feedback = cfg.get("revise_feedback", "none")
     tester = Tester(cfg["tester"], secret, float(cfg.get("tool_timeout", 10)))
-    messages = [dict(m) for m in cfg["messages"]]
-    trace = {"arm": arm, "candidates": [], "tests": [], "calls": [], "end": None, "error": None,
-             "final": False, "budget_left": budget, "turns": 0}
+    messages = trace["messages"] = [dict(m) for m in cfg["messages"]]
     seen: set[str] = set()
     expect_prediction = False
     pending_feedback = None
@@ -176,9 +207,7 @@ def run(cfg: dict, secret: str) -> dict:
         messages.append({"role": "user", "content": protocol.result_message(call, status, body, budget)})
         expect_prediction = arm == "b" and call.tool == "apply_patch" and status == "ok"
     trace["budget_left"] = budget
-    trace["messages"] = messages
     trace["seconds"] = time.monotonic() - t0
-    return trace
 
 
 def execute(call: protocol.Call, tester: Tester, trace: dict) -> tuple[str, str]:

@@ -21,6 +21,11 @@ from glyph.sandbox import Limits
 MAX_BODY = 16 << 20
 
 
+class _Server(ThreadingHTTPServer):
+    request_queue_size = 256  # many rollouts test at once
+    daemon_threads = True
+
+
 class _Rollout:
     def __init__(self, setup: str, tests: str, limits: Limits) -> None:
         self.setup, self.tests, self.limits = setup, tests, limits
@@ -28,7 +33,7 @@ class _Rollout:
         self.lock = threading.Lock()
 
 
-class TestService:
+class SandboxTestService:
     def __init__(self) -> None:
         self.rollouts: dict[str, _Rollout] = {}
         service = self
@@ -60,8 +65,7 @@ class TestService:
                 self.end_headers()
                 self.wfile.write(data)
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
+        self.server = _Server(("127.0.0.1", 0), Handler)
         threading.Thread(target=self.server.serve_forever, name="glyph-test-service", daemon=True).start()
 
     @property
@@ -80,13 +84,13 @@ class TestService:
         self.server.server_close()
 
 
-_service: TestService | None = None
+_service: SandboxTestService | None = None
 _lock = threading.Lock()
 
 
-def get_service() -> TestService:
+def get_service() -> SandboxTestService:
     global _service
     with _lock:
         if _service is None:
-            _service = TestService()
+            _service = SandboxTestService()
         return _service

@@ -83,16 +83,16 @@ class Planner:
     glyph's sandbox) and cached."""
 
     def __init__(self, tasks: dict[str, MbppTask], seed: int = 0) -> None:
-        self.by_first_test = {t.test_list[0]: t for t in tasks.values()}
+        # By the whole user prompt: some MBPP tasks share their first test (49 and 154, 76 and 347, ...).
+        self.by_prompt = {protocol.user_prompt(t.text, t.test_list): t for t in tasks.values()}
         self.seed = seed
         self._mutants: dict[int, object] = {}
 
     def task_of(self, messages: list[dict]) -> MbppTask:
         user = next((m["content"] for m in messages if m.get("role") == "user"), "")
-        for line in user.splitlines():
-            if line in self.by_first_test:
-                return self.by_first_test[line]
-        raise UnknownTask("the prompt names no task this server knows")
+        if user not in self.by_prompt:
+            raise UnknownTask("the prompt names no task this server knows")
+        return self.by_prompt[user]
 
     def mutant(self, task: MbppTask):
         if task.task_id not in self._mutants:

@@ -14,6 +14,11 @@ from glyph.policies.policies import Planner, UnknownTask, known
 from glyph.tasks.mbpp import MbppTask
 
 
+class _Server(ThreadingHTTPServer):
+    request_queue_size = 256  # many rollouts connect at once
+    daemon_threads = True
+
+
 class PolicyServer:
     def __init__(self, tasks: dict[str, MbppTask], policy: str | None = None, port: int = 0,
                  seed: int = 0) -> None:
@@ -68,8 +73,7 @@ class PolicyServer:
                 self.end_headers()
                 self.wfile.write(data)
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
-        self.httpd.daemon_threads = True
+        self.httpd = _Server(("127.0.0.1", port), Handler)
         self.thread = threading.Thread(target=self.httpd.serve_forever, name="glyph-policy-server", daemon=True)
 
     @property

@@ -1,0 +1,286 @@
+"""The glyph-mbpp environment: the agent program against the reference
+policies (programmatic, fast), trusted finalize, and vf-eval end to end."""
+
+import contextlib
+import json
+import os
+import secrets
+import subprocess
+import sys
+import time
+
+import pytest
+
+from glyph import protocol
+from glyph.env import program
+from glyph.env.service import SandboxTestService
+from glyph.env.verify import TaskTests, verify
+from glyph.policies.policies import HACKS, Planner
+from glyph.policies.server import PolicyServer
+from glyph.sandbox import Limits
+
+LIMITS = Limits(cpu_s=3, wall_s=6)
+
+
+@pytest.fixture(scope="module")
+def server(mbpp_tasks):
+    with PolicyServer(mbpp_tasks) as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def service():
+    s = SandboxTestService()
+    yield s
+    s.close()
+
+
+def episode(tmp_path, server, service, task, arm, policy, tester="service", **over):
+    ws = tmp_path / f"ws-{task.task_id}-{arm}-{policy}"
+    ws.mkdir()
+    (ws / "solution.py").write_text(protocol.PLACEHOLDER)
+    secret = secrets.token_hex(16)
+    service.register(secret, task.test_setup_code, list(task.test_list), LIMITS)
+    cfg = {"arm": arm, "max_tool_calls": 8, "test_cost": 1, "revise_feedback": "none", "tool_timeout": 3,
+           "model_timeout": 10,
+           "messages": [{"role": "system", "content": protocol.system_prompt(arm)},
+                        {"role": "user", "content": protocol.user_prompt(task.text, task.test_list)}],
+           "tester": {"kind": "service", "url": service.url} if tester == "service" else
+           {"kind": "local", "setup": task.test_setup_code, "tests": list(task.test_list)},
+           "endpoint": {"base_url": server.base_url, "model": policy}}
+    cfg.update(over)
+    with contextlib.chdir(ws):
+        trace = program.run(cfg, secret)
+    log = service.unregister(secret)
+    final = (ws / "solution.py").read_bytes().decode("utf-8", "surrogateescape")
+    tests = TaskTests(task.test_setup_code, tuple(task.test_list), tuple(task.test_list))
+    info = verify(json.loads(json.dumps(trace)), final, tests, LIMITS, log if tester == "service" else None)
+    return trace, info, ws
+
+
+SOME = ["mbpp_11", "mbpp_17", "mbpp_602", "mbpp_367", "mbpp_596", "mbpp_700"]
+
+
+@pytest.mark.parametrize("arm", ["a", "b"])
+def test_oracle_passes(tmp_path, server, service, mbpp_tasks, arm):
+    for tid in SOME:
+        trace, info, _ = episode(tmp_path, server, service, mbpp_tasks[tid], arm, "oracle")
+        assert info["reward"] == 1.0 and info["metrics"]["first_patch_correct"] == 1.0, (tid, info["reason"])
+        assert trace["end"] == "final" and info["metrics"]["tampered"] == 0.0
+
+
+@pytest.mark.parametrize("arm", ["a", "b"])
+def test_recover_passes_after_a_visible_failure(tmp_path, server, service, mbpp_tasks, arm):
+    trace, info, _ = episode(tmp_path, server, service, mbpp_tasks["mbpp_11"], arm, "recover")
+    m = info["metrics"]
+    assert info["reward"] == 1.0 and m["recovered_after_executed_failure"] == 1.0 and m["had_executed_failure"] == 1.0
+    assert m["first_patch_correct"] == 0.0 and m["visible_test_calls"] == 2.0
+    if arm == "b":  # predicted PASS for the mutant: wrong once, right once
+        assert m["prediction_accuracy"] == 0.5 and m["predictions"] == 2.0
+
+
+def test_revise_records_shadow_targets_that_match_the_grader(tmp_path, server, service, mbpp_tasks):
+    from glyph.grading import grade
+    task = mbpp_tasks["mbpp_17"]
+    trace, info, _ = episode(tmp_path, server, service, task, "b", "revise")
+    assert info["reward"] == 1.0 and info["metrics"]["revise_count"] == 1.0
+    shadow = [c for c in info["candidates"] if c["shadow"]]
+    assert len(shadow) == 1 and shadow[0]["decision"] == "REVISE"
+    src = next(c["source"] for c in trace["candidates"] if c["sha256"] == shadow[0]["sha256"])
+    assert shadow[0]["verified_label"] == grade(src, task.test_setup_code, task.tests()).outcome.value != "PASS"
+    assert shadow[0]["sampled_label"] == shadow[0]["verified_label"]
+    ctx = shadow[0]["context"]
+    assert ctx[-1]["role"] == "user" and ctx[-1]["content"].startswith("RESULT 2 apply_patch ok")
+    assert info["metrics"]["bad_patch_rejection_rate"] == 1.0 and info["metrics"]["visible_test_calls"] == 1.0
+
+
+def test_revise_feedback_outcome_shows_the_shadow_result(tmp_path, server, service, mbpp_tasks):
+    trace, info, _ = episode(tmp_path, server, service, mbpp_tasks["mbpp_17"], "b", "revise", revise_feedback="outcome")
+    results = [m["content"] for m in trace["messages"] if m["role"] == "user"]
+    assert any("shadow test of the revised candidate" in r for r in results)
+
+
+@pytest.mark.parametrize("arm", ["a", "b"])
+def test_every_hack_scores_zero(tmp_path, server, service, mbpp_tasks, arm):
+    planner = Planner(mbpp_tasks)
+    seen = set()
+    for tid in sorted(mbpp_tasks, key=lambda t: int(t.split("_")[1]))[10:80]:
+        kind = HACKS[int(__import__("hashlib").sha256(f"hack:0:{tid.split('_')[1]}".encode()).hexdigest(), 16)
+                     % len(HACKS)]
+        if kind in seen:
+            continue
+        seen.add(kind)
+        trace, info, ws = episode(tmp_path, server, service, mbpp_tasks[tid], arm, "hack")
+        assert info["reward"] == 0.0, (kind, info["reason"])
+        assert not (ws / ".glyph").exists() or not any((ws / ".glyph").iterdir()), kind
+    assert seen == set(HACKS)
+    assert planner  # the plans above came from the same planner code
+
+
+@pytest.mark.parametrize("policy,end,why", [
+    ("fault-malformed", "protocol_error", "not valid JSON"),
+    ("fault-duplicate", "protocol_error", "already used"),
+    ("fault-budget", "budget_exhausted", "costs 1, 0 left"),
+    ("fault-500", "endpoint_error", "HTTP 500"),
+])
+def test_faults_end_the_episode_and_are_recorded(tmp_path, server, service, mbpp_tasks, policy, end, why):
+    trace, info, _ = episode(tmp_path, server, service, mbpp_tasks["mbpp_11"], "a", policy)
+    assert trace["end"] == end and why in trace["error"]
+    assert info["reward"] == 0.0 and end in info["reason"]
+
+
+def test_a_hanging_endpoint_times_out(tmp_path, server, service, mbpp_tasks):
+    t0 = time.monotonic()
+    trace, info, _ = episode(tmp_path, server, service, mbpp_tasks["mbpp_11"], "a", "fault-hang", model_timeout=1)
+    assert trace["end"] == "endpoint_error" and time.monotonic() - t0 < 10 and info["reward"] == 0.0
+
+
+def test_a_one_megabyte_reply_is_cut_and_recorded(tmp_path, server, service, mbpp_tasks):
+    trace, info, _ = episode(tmp_path, server, service, mbpp_tasks["mbpp_11"], "a", "fault-huge")
+    assert trace["reply_truncated"] > 1_000_000 and trace["end"] == "protocol_error" and info["reward"] == 0.0
+
+
+def test_budget_and_test_cost(tmp_path, server, service, mbpp_tasks):
+    trace, info, _ = episode(tmp_path, server, service, mbpp_tasks["mbpp_11"], "a", "oracle", test_cost=7)
+    assert trace["end"] == "budget_exhausted" and info["reward"] == 0.0 and info["metrics"]["budget_exhausted"] == 1.0
+
+
+def test_paths_outside_the_project_are_refused(tmp_path, server, service, mbpp_tasks):
+    from glyph.env.program import _workspace_path
+    with contextlib.chdir(tmp_path):
+        assert _workspace_path("../etc/passwd") is None and _workspace_path(".glyph/trace.json") is None
+        assert _workspace_path("solution.py") == str(tmp_path.resolve() / "solution.py")
+
+
+# ---------------------------------------------------------------- tampering
+
+
+def _task_tests(task):
+    return TaskTests(task.test_setup_code, tuple(task.test_list), tuple(task.test_list))
+
+
+def test_a_rewritten_trace_is_caught(tmp_path, server, service, mbpp_tasks):
+    task = mbpp_tasks["mbpp_11"]
+    trace, info, ws = episode(tmp_path, server, service, task, "a", "recover")
+    forged = json.loads(json.dumps(trace))
+    forged["tests"][0]["outcome"] = "PASS"  # claim the mutant passed
+    got = verify(forged, (ws / "solution.py").read_bytes().decode(), _task_tests(task), LIMITS)
+    assert got["metrics"]["tampered"] == 1.0 and got["reward"] == 0.0 and "re-grade" in got["reason"]
+    forged = json.loads(json.dumps(trace))
+    forged["candidates"][0]["source"] = task.code  # swap the source, keep the hash
+    got = verify(forged, task.code, _task_tests(task), LIMITS)
+    assert got["metrics"]["tampered"] == 1.0 and "does not match its hash" in got["reason"]
+
+
+def test_claims_must_match_the_service_log(tmp_path, server, service, mbpp_tasks):
+    task = mbpp_tasks["mbpp_11"]
+    trace, info, ws = episode(tmp_path, server, service, task, "a", "oracle")
+    final = (ws / "solution.py").read_bytes().decode()
+    assert verify(trace, final, _task_tests(task), LIMITS, [])["metrics"]["tampered"] == 1.0
+    assert verify(trace, final + "\n", _task_tests(task), LIMITS)["metrics"]["tampered"] == 1.0
+    assert verify("garbage", final, _task_tests(task), LIMITS)["metrics"]["tampered"] == 1.0
+    none = verify(None, final, _task_tests(task), LIMITS)
+    assert none["reward"] == 0.0 and none["metrics"]["no_trace"] == 1.0 and "no trace" in none["reason"]
+
+
+def test_background_process_rewriting_the_trace_after_the_program_ends(tmp_path, server, service, mbpp_tasks):
+    """With the container runner (no glyph sandbox), a solution leaves a daemon
+    that rewrites .glyph/trace.json after the program has written it."""
+    task = mbpp_tasks["mbpp_11"]
+    trace, info, ws = episode(tmp_path, server, service, task, "a", "recover", tester="local")
+    assert info["reward"] == 1.0  # the honest run
+    daemon = f"""
+import json, os, sys, time
+trace_path = {str(ws / ".glyph" / "trace.json")!r}
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        while not os.path.exists(trace_path + ".done"):
+            time.sleep(0.01)
+        t = json.load(open(trace_path))
+        for test in t["tests"]:
+            test["outcome"] = "PASS"
+        json.dump(t, open(trace_path, "w"))
+        os._exit(0)
+    os._exit(0)
+"""
+    subprocess.run([sys.executable, "-c", daemon], check=True)
+    (ws / ".glyph").mkdir(exist_ok=True)
+    (ws / ".glyph" / "trace.json").write_text(json.dumps(trace))
+    (ws / ".glyph" / "trace.json.done").write_text("")
+    deadline = time.monotonic() + 10
+    while json.loads((ws / ".glyph" / "trace.json").read_text())["tests"][0]["outcome"] != "PASS":
+        assert time.monotonic() < deadline, "the daemon did not run"
+        time.sleep(0.02)
+    rewritten = json.loads((ws / ".glyph" / "trace.json").read_text())
+    got = verify(rewritten, (ws / "solution.py").read_bytes().decode(), _task_tests(task), LIMITS)
+    assert got["metrics"]["tampered"] == 1.0 and got["reward"] == 0.0
+
+
+def test_solution_code_cannot_reach_the_workspace_or_the_secret(tmp_path, service, mbpp_tasks):
+    """Code run by python_test (through the service) looks for the workspace
+    files and the rollout secret; the test passes only if it finds either."""
+    from glyph.grading import grade
+    secret = "s3cr3t-" + secrets.token_hex(8)
+    (tmp_path / "marker.txt").write_text(secret)
+    os.environ["GLYPH_ROLLOUT_SECRET"] = secret
+    try:
+        probe = f"""
+import os
+def found():
+    hits = 0
+    for root, dirs, files in os.walk("/"):
+        if root.startswith(("/proc", "/sys", "/usr")):
+            dirs[:] = []
+        hits += "marker.txt" in files
+    for p in os.listdir("/proc"):
+        try:
+            hits += {secret!r}.encode() in open(f"/proc/{{p}}/environ", "rb").read()
+        except OSError:
+            pass
+    return hits
+"""
+        g = grade(probe, "", "assert found() == 0\n")
+        assert g.passed, g.detail
+        # The probe does find both where there is no isolation (bare mode):
+        from glyph.sandbox import Sandbox
+        bare = Sandbox(mode="bare", pool=0)
+        try:
+            g = grade(probe, "", "assert found() >= 2\n", sandbox=bare)
+            assert g.passed, g.detail
+        finally:
+            bare.close()
+    finally:
+        del os.environ["GLYPH_ROLLOUT_SECRET"]
+
+
+# ---------------------------------------------------------------- vf-eval end to end
+
+
+def test_vf_eval_end_to_end_both_arms(tmp_path, server, mbpp_tasks, mbpp_path):
+    from glyph.demo import read_rollouts, vf_eval_command
+    planner = Planner(mbpp_tasks)
+    env = dict(os.environ, PRIME_RUNS_MODE="disabled")
+    for arm in ("a", "b"):
+        out = tmp_path / arm
+        cmd = vf_eval_command(server.base_url, "mix", arm, 8, out, mbpp_path,
+                              ["--env.agent.harness.tool-timeout", "3"])
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        rows = read_rollouts(out)
+        assert len(rows) == 8
+        for r in rows:
+            policy = planner.resolve("mix", mbpp_tasks[r["task"]])
+            assert r["ok"] and not r["errors"], r
+            assert r["reward"] == (0.0 if policy == "hack" else 1.0), (arm, r["task"], policy, r["reason"])
+            assert set(r["metrics"]) >= {"passed", "prediction_accuracy", "tampered", "revise_count"}
+
+
+def test_vf_eval_scores_a_broken_endpoint_instead_of_dropping_it(tmp_path, server, mbpp_path):
+    from glyph.demo import read_rollouts, vf_eval_command
+    cmd = vf_eval_command(server.base_url, "fault-500", "a", 2, tmp_path, mbpp_path)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, PRIME_RUNS_MODE="disabled"),
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = read_rollouts(tmp_path)
+    assert len(rows) == 2 and all(r["ok"] and r["reward"] == 0.0 and "endpoint_error" in r["reason"] for r in rows)
