@@ -63,10 +63,19 @@ def test_sandbox_info_json():
     assert set(d["protections"]) >= {"pid_namespace", "network", "filesystem", "uid_separation", "rlimits"}
 
 
-def test_demo_grades_as_expected():
-    r = runner.invoke(app, ["demo"])
+def test_demo_runs_vf_eval_for_both_arms(mbpp_path):
+    r = runner.invoke(app, ["demo", "--tasks", "4", "--mbpp-path", mbpp_path])
     assert r.exit_code == 0, r.output
-    assert "always_equal" in r.stdout
+    assert "against expectation" not in r.stdout and "mbpp_14" in r.stdout
+
+
+def test_attack_demo_grades_as_expected():
+    from rich.console import Console
+
+    from glyph.demo import run_attack_demo
+    console = Console(record=True, width=200)
+    assert run_attack_demo(console) == 0
+    assert "always_equal" in console.export_text()
 
 
 def test_check_gold_all_pass(mbpp_path):

@@ -52,7 +52,8 @@ PRELOAD = (
 ).split()
 
 UID_BASE = 1_610_612_736  # 0x60000000: far above any uid a system hands out
-UID_SPAN = 65536
+UID_SPAN = 65536  # uids one server cycles through
+UID_BLOCKS = 8192  # each server picks a random block, so servers alive at once rarely share a uid
 
 PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
@@ -247,6 +248,8 @@ class Server:
         self.runs: dict[int, ActiveRun] = {}  # by pid
         self.idle: dict[int, IdleWorker] = {}  # by pid, oldest first
         self.seq = 0
+        import secrets
+        self.uid_base = UID_BASE + secrets.randbelow(UID_BLOCKS) * UID_SPAN
 
     def loop(self) -> None:
         while True:
@@ -284,7 +287,7 @@ class Server:
 
     def prefork(self) -> IdleWorker:
         self.seq += 1
-        uid = UID_BASE + self.seq % UID_SPAN if self.uid_separation else None
+        uid = self.uid_base + self.seq % UID_SPAN if self.uid_separation else None
         rundir = f"{self.runs_dir}/run-{self.seq}"
         os.mkdir(rundir, 0o700)
         if self.private_mounts:  # a size-capped filesystem of its own, dropped whole afterwards
