@@ -39,6 +39,7 @@ def episode(tmp_path, server, service, task, arm, policy, tester="service", **ov
     ws = tmp_path / f"ws-{task.task_id}-{arm}-{policy}"
     ws.mkdir()
     (ws / "solution.py").write_text(protocol.PLACEHOLDER)
+    (ws / "canary.txt").write_text("untouched")
     secret = secrets.token_hex(16)
     service.register(secret, task.test_setup_code, list(task.test_list), LIMITS)
     cfg = {"arm": arm, "max_tool_calls": 8, "test_cost": 1, "revise_feedback": "none", "tool_timeout": 3,
@@ -112,7 +113,10 @@ def test_every_hack_scores_zero(tmp_path, server, service, mbpp_tasks, arm):
         seen.add(kind)
         trace, info, ws = episode(tmp_path, server, service, mbpp_tasks[tid], arm, "hack")
         assert info["reward"] == 0.0, (kind, info["reason"])
-        assert not (ws / ".glyph").exists() or not any((ws / ".glyph").iterdir()), kind
+        assert sorted(p.name for p in ws.iterdir()) == ["canary.txt", "solution.py"], kind
+        assert (ws / "canary.txt").read_text() == "untouched", kind
+        last = trace["candidates"][-1]["source"] if trace["candidates"] else protocol.PLACEHOLDER
+        assert (ws / "solution.py").read_bytes().decode() == last, kind
     assert seen == set(HACKS)
     assert planner  # the plans above came from the same planner code
 
@@ -284,3 +288,14 @@ def test_vf_eval_scores_a_broken_endpoint_instead_of_dropping_it(tmp_path, serve
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = read_rollouts(tmp_path)
     assert len(rows) == 2 and all(r["ok"] and r["reward"] == 0.0 and "endpoint_error" in r["reason"] for r in rows)
+
+
+def test_vf_eval_scores_a_timed_out_rollout(tmp_path, server, mbpp_path):
+    from glyph.demo import read_rollouts, vf_eval_command
+    cmd = vf_eval_command(server.base_url, "fault-hang", "b", 1, tmp_path, mbpp_path,
+                          ["--env.agent.timeout.rollout", "3"])
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, PRIME_RUNS_MODE="disabled"),
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = read_rollouts(tmp_path)
+    assert len(rows) == 1 and rows[0]["reward"] == 0.0 and "timed out" in rows[0]["reason"], rows
