@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -120,6 +119,3 @@ def run_attack_demo(console: Console) -> int:
         console.print(f"[bold red]{wrong} case(s) graded against expectation[/]")
     return 1 if wrong else 0
 
-
-def uv_on_path() -> bool:
-    return shutil.which("uv") is not None

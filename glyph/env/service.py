@@ -10,20 +10,14 @@ it graded per rollout, which finalize compares with the trace's claims.
 
 from __future__ import annotations
 
-import json
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from glyph.env.verify import sha256
 from glyph.grading import grade
+from glyph.localhttp import JsonHandler, LocalServer
 from glyph.sandbox import Limits
 
 MAX_BODY = 16 << 20
-
-
-class _Server(ThreadingHTTPServer):
-    request_queue_size = 256  # many rollouts test at once
-    daemon_threads = True
 
 
 class _Rollout:
@@ -38,39 +32,27 @@ class SandboxTestService:
         self.rollouts: dict[str, _Rollout] = {}
         service = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args) -> None:  # quiet
-                pass
-
+        class Handler(JsonHandler):
             def do_POST(self) -> None:  # noqa: N802
-                length = int(self.headers.get("Content-Length") or 0)
-                if self.path != "/test" or not 0 < length <= MAX_BODY:
-                    return self._send(400, {"error": "POST /test with a JSON body"})
                 try:
-                    req = json.loads(self.rfile.read(length))
+                    if self.path != "/test":
+                        raise KeyError(self.path)
+                    req = self.read_json(MAX_BODY)
                     rollout = service.rollouts[req["secret"]]
                     source, shadow = str(req["source"]), bool(req.get("shadow"))
                 except (ValueError, KeyError, TypeError):
-                    return self._send(403, {"error": "unknown rollout or malformed request"})
+                    return self.send_json(403, {"error": "unknown rollout or malformed request"})
                 outcome = grade(source, rollout.setup, rollout.tests, limits=rollout.limits).outcome.value
                 with rollout.lock:
                     rollout.log.append({"sha256": sha256(source), "outcome": outcome, "shadow": shadow})
-                self._send(200, {"outcome": outcome})
+                self.send_json(200, {"outcome": outcome})
 
-            def _send(self, code: int, body: dict) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        self.server = _Server(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, name="glyph-test-service", daemon=True).start()
+        self.server = LocalServer(Handler)
+        self.server.start("glyph-test-service")
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/test"
+        return f"http://127.0.0.1:{self.server.port}/test"
 
     def register(self, secret: str, setup: str, tests: list[str], limits: Limits) -> None:
         self.rollouts[secret] = _Rollout(setup, "\n".join(tests), limits)
@@ -80,8 +62,7 @@ class SandboxTestService:
         return list(rollout.log) if rollout else []
 
     def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.server.close()
 
 
 _service: SandboxTestService | None = None

@@ -5,18 +5,11 @@ plays a reference policy (``glyph.policies.policies``). The policy is the
 
 from __future__ import annotations
 
-import json
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from glyph.policies.policies import Planner, UnknownTask, known
+from glyph.localhttp import JsonHandler, LocalServer
+from glyph.policies.policies import POLICIES, Planner, UnknownTask, known
 from glyph.tasks.mbpp import MbppTask
-
-
-class _Server(ThreadingHTTPServer):
-    request_queue_size = 256  # many rollouts connect at once
-    daemon_threads = True
 
 
 class PolicyServer:
@@ -29,35 +22,29 @@ class PolicyServer:
         self.requests = 0
         server = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args) -> None:
-                pass
-
+        class Handler(JsonHandler):
             def do_GET(self) -> None:  # noqa: N802
-                self._send(200, {"object": "list", "data": [{"id": p, "object": "model"} for p in
-                                                             ("oracle", "recover", "revise", "hack", "mix")]})
+                self.send_json(200, {"object": "list", "data": [{"id": p, "object": "model"} for p in POLICIES]})
 
             def do_POST(self) -> None:  # noqa: N802
                 server.requests += 1
                 try:
-                    body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+                    body = self.read_json(64 << 20)
                     messages = body["messages"]
                     policy = server.policy or str(body.get("model", ""))
                 except (ValueError, KeyError, TypeError):
-                    return self._send(400, {"error": {"message": "malformed request"}})
+                    return self.send_json(400, {"error": {"message": "malformed request"}})
                 if not known(policy):
-                    return self._send(404, {"error": {"message": f"unknown policy {policy!r}"}})
+                    return self.send_json(404, {"error": {"message": f"unknown policy {policy!r}"}})
                 if policy == "fault-500":
-                    return self._send(500, {"error": {"message": "injected failure"}})
+                    return self.send_json(500, {"error": {"message": "injected failure"}})
                 if policy == "fault-hang":
                     time.sleep(3600)
                 try:
                     content = server.planner.reply(policy, messages)
                 except UnknownTask as exc:
-                    return self._send(404, {"error": {"message": str(exc)}})
-                self._send(200, {
+                    return self.send_json(404, {"error": {"message": str(exc)}})
+                self.send_json(200, {
                     "id": f"glyph-{server.requests}", "object": "chat.completion", "created": int(time.time()),
                     "model": policy,
                     "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
@@ -65,28 +52,18 @@ class PolicyServer:
                     "usage": {"prompt_tokens": 0, "completion_tokens": len(content) // 4,
                               "total_tokens": len(content) // 4}})
 
-            def _send(self, code: int, body: dict) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        self.httpd = _Server(("127.0.0.1", port), Handler)
-        self.thread = threading.Thread(target=self.httpd.serve_forever, name="glyph-policy-server", daemon=True)
+        self.httpd = LocalServer(Handler, port)
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        return f"http://127.0.0.1:{self.httpd.port}/v1"
 
     def start(self) -> "PolicyServer":
-        self.thread.start()
+        self.httpd.start("glyph-policy-server")
         return self
 
     def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self.httpd.close()
 
     def __enter__(self) -> "PolicyServer":
         return self.start()
