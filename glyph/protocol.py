@@ -20,7 +20,7 @@ where ``status`` is ``ok`` or ``error: <why>`` for read_file/apply_patch,
 and the outcome class (``PASS``, ``ASSERTION_FAILURE``, ...) for
 python_test: never an assertion diff.
 
-Arm B: the turn right after a successful ``apply_patch`` must carry
+Arm B: the turn right after a successful ``apply_patch`` of the solution must carry
 
     <PREDICTION>OUTCOME</PREDICTION>
     <DECISION>KEEP|REVISE</DECISION>

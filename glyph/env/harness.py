@@ -14,6 +14,7 @@ from glyph import protocol
 from glyph.sandbox import Limits
 
 GLYPH = Path(__file__).resolve().parent.parent
+PROGRAM_DIR = ".glyph/program"  # under .glyph: the agent's tools refuse every path there
 # What the program needs beside it in the runtime: the grammar and outcomes exist once.
 SHIPPED = {
     "program.py": GLYPH / "env" / "program.py",
@@ -57,11 +58,11 @@ class GlyphHarness(vf.Harness[GlyphHarnessConfig]):
                   "model_timeout": cfg.model_timeout, "messages": messages, "tester": tester,
                   "endpoint": {"base_url": endpoint, "model": ctx.model}}
         for target, source in SHIPPED.items():
-            await runtime.write(target, source.read_bytes())
+            await runtime.write(f"{PROGRAM_DIR}/{target}", source.read_bytes())
         await runtime.write(protocol.SOLUTION_FILE, protocol.PLACEHOLDER.encode())
         await runtime.write(".glyph/config.json", json.dumps(config).encode())
         try:
-            res = await runtime.run_program(["python3", "-I", "program.py"],
+            res = await runtime.run_program(["python3", "-I", f"{PROGRAM_DIR}/program.py"],
                                             {"GLYPH_ROLLOUT_SECRET": secret, "GLYPH_CONFIG": ".glyph/config.json"})
         finally:
             if local:

@@ -205,7 +205,8 @@ def _loop(cfg: dict, secret: str, trace: dict) -> None:
             pending_feedback = None
         trace["calls"].append({"id": call.id, "tool": call.tool, "status": status})
         messages.append({"role": "user", "content": protocol.result_message(call, status, body, budget)})
-        expect_prediction = arm == "b" and call.tool == "apply_patch" and status == "ok"
+        new_candidate = bool(trace["candidates"]) and trace["candidates"][-1]["call"] == call.id
+        expect_prediction = arm == "b" and new_candidate
     trace["budget_left"] = budget
     trace["seconds"] = time.monotonic() - t0
 
@@ -236,7 +237,7 @@ def execute(call: protocol.Call, tester: Tester, trace: dict) -> tuple[str, str]
         return f"error: {exc}", ""
     with open(full, "w", encoding="utf-8", errors="surrogateescape", newline="") as f:
         f.write(new)
-    if os.path.relpath(full) == protocol.SOLUTION_FILE:
+    if os.path.relpath(full) == protocol.SOLUTION_FILE:  # each patched solution is a candidate
         trace["candidates"].append({"index": len(trace["candidates"]), "call": call.id, "source": new,
                                     "sha256": sha256(new)})
     return "ok", ""
