@@ -401,6 +401,8 @@ class Server:
         process with SIGKILL pending cannot complete a fork, so repeated
         sweeps converge; zombies are reaped."""
         me = os.getpid()
+        if self._only_workers_below(me):
+            return 0
         killed: set[int] = set()
         for _ in range(10_000):
             targets = self._leftovers(me, uid)
@@ -411,6 +413,18 @@ class Server:
                 killed.add(pid)
             time.sleep(0.0005)
         raise RuntimeError("could not kill the processes a run left behind")
+
+    def _only_workers_below(self, me: int) -> bool:
+        """The fast path: every process a run starts descends from this
+        server (re-parenting goes to the nearest living subreaper, and this
+        server is pid 1 or a subreaper), so if each child of ours is a known
+        worker, nothing was left behind. False when unsure."""
+        try:
+            with open(f"/proc/{me}/task/{me}/children") as f:
+                children = {int(p) for p in f.read().split()}
+        except OSError:  # a kernel without CONFIG_PROC_CHILDREN: do the full scan
+            return False
+        return all(p in self.runs or p in self.idle for p in children)
 
     def _leftovers(self, me: int, uid: int | None) -> list[int]:
         children: dict[int, list[int]] = {}
