@@ -183,3 +183,16 @@ def test_bare_mode_still_limits_and_sweeps():
         assert sandbox_processes(sb) == []
     finally:
         sb.close()
+
+
+def test_a_large_request_to_a_run_that_stops_reading_is_bounded(sandbox):
+    """The run never reads its requests and floods its results: sending a
+    request far larger than a pipe buffer must not hang the client."""
+    src = "import os, threading\nthreading.Thread(target=lambda: [os.write(1, b'x' * 65536) for _ in iter(int, 1)]).start()\n" \
+          "import time\ntime.sleep(30)\n"
+    r = sandbox.open({"mode": "solution"}, {"source": src.encode(), "setup": b""}, Limits(wall_s=2, cpu_s=2))
+    t0 = time.monotonic()
+    sent = r.send({"op": "eval", "id": 0, "expr": "'" + "y" * (4 << 20) + "'"})
+    status = r.finish(kill=True)
+    assert time.monotonic() - t0 < 10 and (not sent or status.timed_out or status.killed)
+    assert sandbox_processes(sandbox) == []

@@ -83,6 +83,8 @@ class Run:
         self.limits = limits
         self.deadline = time.monotonic() + limits.wall_s + GRACE_S
         self.req_w = req_w
+        if req_w is not None:  # a full pipe must not block us: send() keeps reading output meanwhile
+            os.set_blocking(req_w, False)
         self.ctl = ctl
         self.sel = selectors.DefaultSelector()
         self.bufs: dict[str, bytearray] = {"result": bytearray(), "stdout": bytearray(), "stderr": bytearray()}
