@@ -53,7 +53,7 @@ PRELOAD = (
 
 UID_BASE = 1_610_612_736  # 0x60000000: far above any uid a system hands out
 UID_SPAN = 65536  # uids one server cycles through
-UID_BLOCKS = 8192  # each server picks a random block, so servers alive at once rarely share a uid
+UID_BLOCKS = 32768  # each server picks a random block (uids stay below 0xE0000000), so servers alive at once rarely share a uid
 
 PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
