@@ -299,3 +299,23 @@ def test_vf_eval_scores_a_timed_out_rollout(tmp_path, server, mbpp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = read_rollouts(tmp_path)
     assert len(rows) == 1 and rows[0]["reward"] == 0.0 and "timed out" in rows[0]["reason"], rows
+
+
+def test_the_trace_is_saved_after_every_turn(tmp_path, server, service, mbpp_tasks):
+    saved = []
+    task = mbpp_tasks["mbpp_11"]
+    secret = secrets.token_hex(8)
+    service.register(secret, task.test_setup_code, list(task.test_list), LIMITS)
+    (tmp_path / "solution.py").write_text(protocol.PLACEHOLDER)
+    cfg = {"arm": "b", "max_tool_calls": 8, "tool_timeout": 3, "tester": {"kind": "service", "url": service.url},
+           "messages": [{"role": "system", "content": protocol.system_prompt("b")},
+                        {"role": "user", "content": protocol.user_prompt(task.text, task.test_list)}],
+           "endpoint": {"base_url": server.base_url, "model": "oracle"}}
+    with contextlib.chdir(tmp_path):
+        program.run(cfg, secret, save=lambda t: saved.append(json.loads(json.dumps(t))))
+    service.unregister(secret)
+    assert [t["turns"] for t in saved] == [1, 2, 3]
+    partial = verify(saved[1], protocol.PLACEHOLDER, _task_tests(task), LIMITS)  # killed after the patch
+    assert partial["reward"] == 0.0 and partial["metrics"]["tampered"] == 1.0  # solution.py differs from the patch
+    partial = verify(saved[1], saved[1]["candidates"][-1]["source"], _task_tests(task), LIMITS)
+    assert partial["reward"] == 0.0 and partial["metrics"]["tampered"] == 0.0 and "did not finish" in partial["reason"]

@@ -132,19 +132,21 @@ def _workspace_path(path: str) -> str | None:
     return full if full.startswith(root + os.sep) and ".glyph" not in os.path.relpath(full, root).split(os.sep) else None
 
 
-def run(cfg: dict, secret: str) -> dict:
+def run(cfg: dict, secret: str, save=None) -> dict:
     """One episode; never raises: an unexpected failure ends it as
-    ``program_error`` with the traceback, keeping what was recorded."""
+    ``program_error`` with the traceback, keeping what was recorded.
+    ``save(trace)`` is called after every turn, so a program killed at the
+    rollout's timeout still leaves what it did."""
     trace = {"arm": cfg.get("arm"), "candidates": [], "tests": [], "calls": [], "end": None, "error": None,
              "final": False, "budget_left": None, "turns": 0, "messages": []}
     try:
-        _loop(cfg, secret, trace)
+        _loop(cfg, secret, trace, save or (lambda t: None))
     except Exception:  # deliberate: the trace must still be written, with the fault
         trace["end"], trace["error"] = "program_error", traceback.format_exc()[-4000:]
     return trace
 
 
-def _loop(cfg: dict, secret: str, trace: dict) -> None:
+def _loop(cfg: dict, secret: str, trace: dict, save) -> None:
     arm = cfg["arm"]
     budget = int(cfg["max_tool_calls"])
     test_cost = int(cfg.get("test_cost", 1))
@@ -207,6 +209,8 @@ def _loop(cfg: dict, secret: str, trace: dict) -> None:
         messages.append({"role": "user", "content": protocol.result_message(call, status, body, budget)})
         new_candidate = bool(trace["candidates"]) and trace["candidates"][-1]["call"] == call.id
         expect_prediction = arm == "b" and new_candidate
+        trace["budget_left"] = budget
+        save(trace)
     trace["budget_left"] = budget
     trace["seconds"] = time.monotonic() - t0
 
@@ -251,16 +255,19 @@ def _read(path: str) -> str | None:
         return None
 
 
-def main() -> int:
-    cfg_path = os.environ.get("GLYPH_CONFIG", os.path.join(".glyph", "config.json"))
-    with open(cfg_path) as f:
-        cfg = json.load(f)
-    trace = run(cfg, read_secret())
+def save_trace(trace: dict) -> None:
     os.makedirs(".glyph", exist_ok=True)
     tmp = TRACE + ".tmp"
     with open(tmp, "w") as f:
         json.dump(trace, f)
     os.replace(tmp, TRACE)
+
+
+def main() -> int:
+    cfg_path = os.environ.get("GLYPH_CONFIG", os.path.join(".glyph", "config.json"))
+    with open(cfg_path) as f:
+        cfg = json.load(f)
+    save_trace(run(cfg, read_secret(), save=save_trace))
     return 0
 
 

@@ -121,6 +121,8 @@ def verify(trace: object, final_source: str | None, tests: TaskTests, limits: Li
             claimed = [(t.get("sha256"), t.get("outcome"), False) for t in test_calls]
             claimed_shadow = sorted((c["sha256"], c.get("verified_label"), True) for c in candidates if c.get("shadow"))
             logged = [(e["sha256"], e["outcome"], e["shadow"]) for e in service_log]
+            if trace.get("end") == "tester_error" and logged:
+                logged = logged[:-1]  # graded, but the answer never reached the program
             if [e for e in logged if not e[2]] != claimed or sorted(e for e in logged if e[2]) != claimed_shadow:
                 tamper.append("the trace's tests differ from what the test service graded")
         last = candidates[-1]["source"] if candidates else PLACEHOLDER
@@ -161,6 +163,7 @@ def verify(trace: object, final_source: str | None, tests: TaskTests, limits: Li
     if not out["reason"]:
         out["reason"] = ("passed" if passed else
                          "tampered: " + "; ".join(tamper[:3]) if tamper else
+                         "the program did not finish (killed, or the rollout timed out)" if end is None else
                          f"ended by {end}: {trace.get('error')}" if not is_final else
                          "no visible test passed" if Outcome.PASS.value not in visible else
                          f"the final solution gets {final_outcome} on the hidden tests")
