@@ -29,7 +29,8 @@ import traceback
 import urllib.error
 import urllib.request
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+if not __package__:  # run as the shipped script: glyph/ lies beside it
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from glyph import protocol  # noqa: E402
 from glyph.outcomes import Outcome  # noqa: E402
@@ -125,9 +126,9 @@ def read_secret() -> str:
     return ""
 
 
-def _workspace_path(path: str) -> str | None:
-    """The path inside the workspace, or None if it points outside."""
-    root = os.path.realpath(".")
+def _workspace_path(path: str, root: str = ".") -> str | None:
+    """The path inside the workspace, or None if it points outside (or into .glyph)."""
+    root = os.path.realpath(root)
     full = os.path.realpath(os.path.join(root, path))
     return full if full.startswith(root + os.sep) and ".glyph" not in os.path.relpath(full, root).split(os.sep) else None
 
@@ -215,10 +216,12 @@ def _loop(cfg: dict, secret: str, trace: dict, save) -> None:
     trace["seconds"] = time.monotonic() - t0
 
 
-def execute(call: protocol.Call, tester: Tester, trace: dict) -> tuple[str, str]:
+def execute(call: protocol.Call, tester, trace: dict, root: str = ".") -> tuple[str, str]:
+    """Run one tool call in the workspace at ``root``; return (status, body).
+    ``tester(source, shadow)`` gives an outcome class. Records tests and
+    candidates in ``trace``. The SFT replay runs its traces through this too."""
     if call.tool == "python_test":
-        path = protocol.SOLUTION_FILE
-        source = _read(path) or ""
+        source = _read(os.path.join(root, protocol.SOLUTION_FILE)) or ""
         outcome = tester(source, shadow=False)
         trace["tests"].append({"call": call.id, "sha256": sha256(source), "outcome": outcome})
         if trace["candidates"] and trace["candidates"][-1]["sha256"] == sha256(source):
@@ -226,7 +229,7 @@ def execute(call: protocol.Call, tester: Tester, trace: dict) -> tuple[str, str]
             cand.setdefault("verified_label", outcome)
             cand.setdefault("shadow", False)
         return outcome, ""
-    full = _workspace_path(call.args["path"])
+    full = _workspace_path(call.args["path"], root)
     if full is None:
         return "error: the path is outside the project", ""
     if call.tool == "read_file":
@@ -241,7 +244,7 @@ def execute(call: protocol.Call, tester: Tester, trace: dict) -> tuple[str, str]
         return f"error: {exc}", ""
     with open(full, "w", encoding="utf-8", errors="surrogateescape", newline="") as f:
         f.write(new)
-    if os.path.relpath(full) == protocol.SOLUTION_FILE:  # each patched solution is a candidate
+    if os.path.relpath(full, os.path.realpath(root)) == protocol.SOLUTION_FILE:  # each patched solution is a candidate
         trace["candidates"].append({"index": len(trace["candidates"]), "call": call.id, "source": new,
                                     "sha256": sha256(new)})
     return "ok", ""

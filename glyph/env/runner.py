@@ -19,9 +19,7 @@ import subprocess
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-
-from glyph.outcomes import outcome_of_exception  # noqa: E402
+from glyph.outcomes import outcome_of_exception
 
 _CHILD = r"""
 import json, os, sys

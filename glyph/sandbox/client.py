@@ -156,8 +156,7 @@ class Run:
         while self.status is None and self._pump(self.deadline):
             pass
         if self.status is None:
-            self.status = RunStatus(server_died=True)
-            self.sandbox._server_failed(self.server)
+            self._server_gone()
         self._drain()
         self._close()
         return self.status
@@ -234,8 +233,11 @@ class Run:
             return
         self.sel.unregister(self.ctl)
         if self.status is None:  # gone without a report: the server died
-            self.status = RunStatus(server_died=True)
-            self.sandbox._server_failed(self.server)
+            self._server_gone()
+
+    def _server_gone(self) -> None:
+        self.status = RunStatus(server_died=True)
+        self.sandbox._server_failed(self.server)
 
     def _drain(self) -> None:
         end = time.monotonic() + 1.0

@@ -22,7 +22,9 @@ names the first step whose recorded result differs.
 from __future__ import annotations
 
 import io
+import os
 import random
+import tempfile
 import tokenize
 from dataclasses import dataclass
 
@@ -206,15 +208,30 @@ def build_sft(tasks: list[MbppTask], seed: int = 42, tokenizer=None, max_tokens:
 
 
 def replay(trace: dict, task: MbppTask) -> list[str]:
-    """Re-run a trace: parse each assistant turn with the protocol, apply its
-    patches, grade its tests (and shadow tests) in the sandbox, and compare
-    every recorded RESULT. Returns the mismatches (empty when it replays)."""
+    """Re-run a trace: parse each assistant turn with the protocol, run its
+    call through the agent program's own tool code in a scratch workspace,
+    grade its tests (and shadow tests) in the sandbox, and compare every
+    recorded RESULT. Returns the mismatches (empty when it replays)."""
+    with tempfile.TemporaryDirectory(prefix="glyph-replay-") as root:
+        return _replay(trace, task, root)
+
+
+def _replay(trace: dict, task: MbppTask, root: str) -> list[str]:
+    from glyph.env.program import execute
+
     msgs = trace["messages"]
     problems = []
-    files = {protocol.SOLUTION_FILE: protocol.PLACEHOLDER}
+    solution = os.path.join(root, protocol.SOLUTION_FILE)
+    with open(solution, "w", newline="") as f:
+        f.write(protocol.PLACEHOLDER)
     shadow = {s["call"]: s["outcome"] for s in trace.get("shadow", [])}
+    record: dict = {"candidates": [], "tests": []}
     seen: set[str] = set()
     expect_prediction = False
+
+    def tester(source: str, shadow: bool) -> str:
+        return grade(source, task.test_setup_code, task.tests(), limits=LIMITS).outcome.value
+
     if [m["role"] for m in msgs[:2]] != ["system", "user"]:
         return ["a trace starts with the system and user messages"]
     for i in range(2, len(msgs), 2):
@@ -230,28 +247,15 @@ def replay(trace: dict, task: MbppTask) -> list[str]:
         call = turn.call
         seen.add(call.id)
         if turn.decision == "REVISE":
-            got = grade(files[protocol.SOLUTION_FILE], task.test_setup_code, task.tests(), limits=LIMITS).outcome
-            if shadow.get(call.id) != got.value:
-                problems.append(f"{where}: shadow test recorded {shadow.get(call.id)}, grader says {got.value}")
-        status, body = _execute(call, files, task)
+            with open(solution, newline="") as f:
+                got = tester(f.read(), shadow=True)
+            if shadow.get(call.id) != got:
+                problems.append(f"{where}: shadow test recorded {shadow.get(call.id)}, grader says {got}")
+        status, body = execute(call, tester, record, root)
         recorded = msgs[i + 1]["content"] if i + 1 < len(msgs) else ""
         want = result_message(call, status, body)
         if not recorded.startswith(want):
             problems.append(f"{where}: recorded {recorded.splitlines()[0]!r}, replay gives {want.splitlines()[0]!r}")
-        expect_prediction = trace["arm"] == "b" and call.tool == "apply_patch" and status == "ok"
+        made_candidate = bool(record["candidates"]) and record["candidates"][-1]["call"] == call.id
+        expect_prediction = trace["arm"] == "b" and made_candidate
     return problems + [f"task {task.task_id} arm {trace['arm']}: no FINAL at the end"]
-
-
-def _execute(call: Call, files: dict[str, str], task: MbppTask) -> tuple[str, str]:
-    path = call.args.get("path")
-    if call.tool == "python_test":
-        return grade(files[protocol.SOLUTION_FILE], task.test_setup_code, task.tests(), limits=LIMITS).outcome.value, ""
-    if path not in files:
-        return f"error: no such file {path!r}", ""
-    if call.tool == "read_file":
-        return "ok", files[path]
-    try:
-        files[path] = protocol.apply_patch(files[path], call.args["find"], call.args["replace"])
-    except ValueError as exc:
-        return f"error: {exc}", ""
-    return "ok", ""

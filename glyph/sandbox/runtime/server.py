@@ -25,9 +25,11 @@ Stdlib only.
 from __future__ import annotations
 
 import ctypes
+import gc
 import json
 import os
 import resource
+import secrets
 import select
 import shutil
 import signal
@@ -222,7 +224,6 @@ def main() -> None:
     sock = socket.socket(fileno=ctl_fd)
     sock.send(wire.dumps({"ev": "hello", "pid": os.getpid(), "protections": prot}))
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    import gc
     gc.collect()
     gc.freeze()  # forked workers' collections then leave the server's objects (and their pages) alone
     Server(sock, prot, runs_dir, opts).loop()
@@ -248,7 +249,6 @@ class Server:
         self.runs: dict[int, ActiveRun] = {}  # by pid
         self.idle: dict[int, IdleWorker] = {}  # by pid, oldest first
         self.seq = 0
-        import secrets
         self.uid_base = UID_BASE + secrets.randbelow(UID_BLOCKS) * UID_SPAN
 
     def loop(self) -> None:
