@@ -112,6 +112,23 @@ def load_tokenizer(name_or_path: str | None = None):
     return tok
 
 
+def offline_tokenizer_dir() -> Path:
+    """A directory holding the ``qwen3-offline`` tokenizer (built once, cached),
+    for code that loads tokenizers by path: verifiers' train client and
+    PRIME-RL take it as the renderer model (``renderer_model_name``)."""
+    source = _offline_tokenizer_json()
+    out = source.with_suffix("")  # qwen3-tokenizer-<digest>-v<N>/
+    if not (out / "tokenizer.json").is_file():
+        tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+        load_tokenizer().save_pretrained(str(tmp))
+        try:
+            tmp.replace(out)
+        except OSError:  # another process saved it first
+            import shutil
+            shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
 def check_parity(messages: list[dict], tokenizer, add_generation_prompt: bool = False) -> None:
     """Raise ``AssertionError`` unless the jinja template (through
     ``apply_chat_template``) and ``render_messages`` give the same text and ids."""

@@ -1,25 +1,67 @@
-"""``glyph serve``: an OpenAI-compatible chat endpoint on 127.0.0.1 that
-plays a reference policy (``glyph.policies.policies``). The policy is the
-``--policy`` given at start, or else the request's ``model`` field (so
-``vf-eval -m oracle`` picks it)."""
+"""``glyph serve``: a reference policy (``glyph.policies.policies``) behind the
+two endpoints a policy is called through, on 127.0.0.1 only:
+
+* ``POST /v1/chat/completions`` (OpenAI-compatible; ``vf-eval`` / ``eval``
+  with the default eval client);
+* ``POST /inference/v1/generate``, the token-in/token-out endpoint PRIME-RL's
+  inference server (vLLM) exposes and verifiers' train client calls
+  (``--client.type train``): prompt token ids in, completion token ids and
+  their logprobs out. The prompt is decoded with the served tokenizer, its
+  ChatML turns are parsed back into messages, and the policy's reply is
+  encoded with the same tokenizer and closed with ``<|im_end|>``. So a
+  rollout's trace nodes carry token ids, a sampled mask and logprobs exactly
+  as in a PRIME-RL rollout. The logprobs are a deterministic function of
+  (position, token), not a model's: they only have to be well-formed.
+
+The policy is the ``--policy`` given at start, or else the request's
+``model`` field (so ``vf-eval -m oracle`` picks it).
+"""
 
 from __future__ import annotations
 
+import hashlib
+import threading
 import time
 
 from glyph.localhttp import JsonHandler, LocalServer
 from glyph.policies.policies import POLICIES, Planner, UnknownTask, known
 from glyph.tasks.mbpp import MbppTask
 
+IM_START, IM_END = "<|im_start|>", "<|im_end|>"
+EMPTY_THINK = "<think>\n\n</think>\n\n"  # Qwen3's assistant scaffold with thinking off
+
+
+def parse_chatml(text: str) -> list[dict]:
+    """The messages of a ChatML prompt ending in an open assistant turn
+    (Qwen3's scaffold: an empty think block opens every assistant turn)."""
+    messages = []
+    for chunk in text.split(IM_START)[1:]:
+        head, _, rest = chunk.partition("\n")
+        content, closed, _ = rest.partition(IM_END)
+        if not closed:  # the generation prompt
+            break
+        if head == "assistant":
+            content = content.removeprefix(EMPTY_THINK)
+        messages.append({"role": head, "content": content})
+    return messages
+
+
+def fake_logprob(position: int, token: int) -> float:
+    """A well-formed, deterministic sampling logprob in [-2, 0)."""
+    h = hashlib.blake2b(f"{position}:{token}".encode(), digest_size=4).digest()
+    return -(1 + int.from_bytes(h, "big") % 2000) / 1000
+
 
 class PolicyServer:
     def __init__(self, tasks: dict[str, MbppTask], policy: str | None = None, port: int = 0,
-                 seed: int = 0) -> None:
+                 seed: int = 0, tokenizer: object | str | None = None) -> None:
         if policy is not None and not known(policy):
             raise ValueError(f"unknown policy {policy!r}")
         self.planner = Planner(tasks, seed)
         self.policy = policy
         self.requests = 0
+        self._tokenizer = tokenizer
+        self._tokenizer_lock = threading.Lock()
         server = self
 
         class Handler(JsonHandler):
@@ -28,10 +70,11 @@ class PolicyServer:
 
             def do_POST(self) -> None:  # noqa: N802
                 server.requests += 1
+                tokens = self.path.rstrip("/").endswith("/inference/v1/generate")
                 try:
                     body = self.read_json(64 << 20)
-                    messages = body["messages"]
                     policy = server.policy or str(body.get("model", ""))
+                    messages = server.prompt_messages(body["token_ids"]) if tokens else body["messages"]
                 except (ValueError, KeyError, TypeError):
                     return self.send_json(400, {"error": {"message": "malformed request"}})
                 if not known(policy):
@@ -44,6 +87,9 @@ class PolicyServer:
                     content = server.planner.reply(policy, messages)
                 except UnknownTask as exc:
                     return self.send_json(404, {"error": {"message": str(exc)}})
+                if tokens:
+                    return self.send_json(200, server.generate(content, body.get("sampling_params") or {},
+                                                               len(body["token_ids"])))
                 self.send_json(200, {
                     "id": f"glyph-{server.requests}", "object": "chat.completion", "created": int(time.time()),
                     "model": policy,
@@ -53,6 +99,34 @@ class PolicyServer:
                               "total_tokens": len(content) // 4}})
 
         self.httpd = LocalServer(Handler, port)
+
+    @property
+    def tokenizer(self):
+        with self._tokenizer_lock:
+            if self._tokenizer is None or isinstance(self._tokenizer, str):
+                from glyph.render import load_tokenizer
+                self._tokenizer = load_tokenizer(self._tokenizer)
+            return self._tokenizer
+
+    def prompt_messages(self, token_ids: list[int]) -> list[dict]:
+        if not isinstance(token_ids, list) or not all(isinstance(t, int) for t in token_ids):
+            raise TypeError("token_ids must be a list of ints")
+        return parse_chatml(self.tokenizer.decode(token_ids, skip_special_tokens=False))
+
+    def generate(self, content: str, sampling: dict, prompt_len: int) -> dict:
+        """The ``/inference/v1/generate`` answer for one reply: its ids end with
+        ``<|im_end|>`` unless ``max_tokens`` cut it (``finish_reason`` length)."""
+        tok = self.tokenizer
+        ids = list(tok.encode(content, add_special_tokens=False)) + [tok.convert_tokens_to_ids(IM_END)]
+        finish = "stop"
+        max_tokens = sampling.get("max_tokens")
+        if isinstance(max_tokens, int) and len(ids) > max_tokens:
+            ids, finish = ids[:max_tokens], "length"
+        return {"request_id": f"glyph-{self.requests}",
+                "choices": [{"index": 0, "token_ids": ids, "finish_reason": finish,
+                             "logprobs": {"content": [{"token": f"token_id:{t}",
+                                                       "logprob": fake_logprob(prompt_len + i, t)}
+                                                      for i, t in enumerate(ids)]}}]}
 
     @property
     def base_url(self) -> str:
