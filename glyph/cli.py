@@ -18,8 +18,10 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="glyph: sandboxed grading, the glyph-mbpp environment, PREDICT and the flywheel.")
 sandbox_app = typer.Typer(no_args_is_help=True, help="The sandbox that runs model-written code.")
 data_app = typer.Typer(no_args_is_help=True, help="Task data.")
+prime_rl_app = typer.Typer(no_args_is_help=True, help="PRIME-RL at glyph's pin, and glyph's patches to it.")
 app.add_typer(sandbox_app, name="sandbox")
 app.add_typer(data_app, name="data")
+app.add_typer(prime_rl_app, name="prime-rl")
 
 console = Console()
 err = Console(stderr=True)
@@ -251,6 +253,39 @@ def serve(
             time.sleep(3600)
     except KeyboardInterrupt:
         server.close()
+
+
+@prime_rl_app.command("check")
+def prime_rl_check(
+    path: Annotated[Path, typer.Argument(help="a PRIME-RL checkout (or source tree)")],
+    apply: Annotated[bool, typer.Option("--apply", help="apply the patches not yet applied")] = False,
+) -> None:
+    """Whether a PRIME-RL checkout is at glyph's pin and glyph's patches apply (exit 0 when ready)."""
+    from glyph.predict import pin
+
+    try:
+        report = pin.apply_patches(path) if apply else pin.check(path)
+    except (pin.PatchError, FileNotFoundError) as exc:
+        fail(str(exc))
+    if report.commit is not None:
+        where = f"commit {report.commit}" + ("" if report.at_pin else f" (the pin is {pin.PRIME_RL_COMMIT})")
+    else:
+        where = "no git metadata; " + ("its patched files match the pin's" if report.files_at_pin
+                                       else "its files differ from the pin's")
+    console.print(f"PRIME-RL at {report.root}: {where}", highlight=False)
+    table = Table("patch", "state")
+    for state in report.patches:
+        table.add_row(state.name, state.state + (f": {state.detail}" if state.detail else ""))
+    console.print(table)
+    if not report.at_pin:
+        err.print(f"[yellow]warning:[/yellow] glyph is tested against PRIME-RL {pin.PRIME_RL_COMMIT} only")
+    if not report.ok:
+        raise typer.Exit(1)
+    if not report.applied:
+        console.print("the patches apply: run again with --apply")
+        raise typer.Exit(1)
+    console.print(f"ready: `\\[orchestrator.algo] type = \"predict\"` once glyph is installed into PRIME-RL's "
+                  f"environment (its verifiers must stay {pin.VERIFIERS_VERSION})", highlight=False)
 
 
 def main() -> None:  # pragma: no cover
