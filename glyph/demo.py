@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from rich.table import Table
 from glyph.grading import grade
 from glyph.redteam import DEMO_PROMPT, DEMO_SOLUTION, DEMO_TESTS, DEMO_WRONG, REFEREE_TESTS, attack
 from glyph.sandbox import Limits, get_sandbox
+from glyph.vfcompat import eval_command
 
 LIMITS = Limits(cpu_s=2, wall_s=4)
 SHOWN_ATTACKS = ("always_equal", "str_subclass_equal", "caller_frames", "read_test_files", "sys_exit_zero",
@@ -29,9 +29,10 @@ SHOWN_ATTACKS = ("always_equal", "str_subclass_equal", "caller_frames", "read_te
 
 def vf_eval_command(base_url: str, model: str, arm: str, n: int, out: Path, data_path: str | None,
                     extra: list[str] = ()) -> list[str]:
-    exe = Path(sys.executable).with_name("vf-eval")
-    cmd = [str(exe) if exe.exists() else "vf-eval", "glyph-mbpp", "-m", model, "--client.base-url", base_url,
-           "--no-push", "--no-rich", "-n", str(n), "-o", str(out), "--env.taskset.arm", arm, *extra]
+    """The v1 eval CLI (``vf-eval``; ``eval`` at PRIME-RL's verifiers pin) on glyph-mbpp, in this
+    interpreter's environment."""
+    cmd = eval_command("glyph-mbpp", "-m", model, "--client.base-url", base_url, "--no-push", "--no-rich",
+                       "-n", str(n), "-o", str(out), "--env.taskset.arm", arm, *extra)
     if data_path:
         cmd += ["--env.taskset.data-path", data_path]
     return cmd
@@ -44,7 +45,7 @@ def read_rollouts(out: Path) -> list[dict]:
             episode = json.loads(line)
             for t in episode["traces"]:
                 g = t.get("info", {}).get("glyph", {})
-                rows.append({"task": episode["task"]["data"]["id"], "ok": t["ok"] and episode["ok"],
+                rows.append({"task": episode["task"]["data"]["name"], "ok": t["ok"] and episode["ok"],
                              "reward": t.get("rewards", {}).get("passed", {}).get("score"),
                              "reason": g.get("reason", "; ".join(e["message"][:120] for e in t.get("errors", []))),
                              "metrics": t.get("metrics", {}), "errors": t.get("errors", [])})

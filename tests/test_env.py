@@ -221,41 +221,50 @@ if os.fork() == 0:
     assert got["metrics"]["tampered"] == 1.0 and got["reward"] == 0.0
 
 
-def test_solution_code_cannot_reach_the_workspace_or_the_secret(tmp_path, service, mbpp_tasks):
-    """Code run by python_test (through the service) looks for the workspace
-    files and the rollout secret; the test passes only if it finds either."""
+def test_solution_code_cannot_reach_the_workspace_or_the_secret(tmp_path):
+    """Code graded in the sandbox (as python_test's is) looks for a workspace
+    file and for the rollout secret in the environment of a live process (as
+    the agent program's is while python_test runs): it finds neither. In bare
+    mode (no isolation) the same probe finds each, so the probe itself works."""
     from glyph.grading import grade
+    from glyph.sandbox import Sandbox
     secret = "s3cr3t-" + secrets.token_hex(8)
-    (tmp_path / "marker.txt").write_text(secret)
-    os.environ["GLYPH_ROLLOUT_SECRET"] = secret
-    try:
-        probe = f"""
+    marker = tmp_path / f"marker-{secrets.token_hex(8)}.txt"  # no other file has this name
+    marker.write_text("workspace")
+    probe = f"""
 import os
 def found():
-    hits = 0
+    marker = secret = False
     for root, dirs, files in os.walk("/"):
         if root.startswith(("/proc", "/sys", "/usr")):
             dirs[:] = []
-        hits += "marker.txt" in files
+        marker = marker or {marker.name!r} in files
     for p in os.listdir("/proc"):
         try:
-            hits += {secret!r}.encode() in open(f"/proc/{{p}}/environ", "rb").read()
+            secret = secret or {secret!r}.encode() in open(f"/proc/{{p}}/environ", "rb").read()
         except OSError:
             pass
-    return hits
+    return {{"marker": marker, "secret": secret}}
 """
-        g = grade(probe, "", "assert found() == 0\n")
+    holder = subprocess.Popen(["sleep", "600"], env=dict(os.environ, GLYPH_ROLLOUT_SECRET=secret),
+                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 10
+        while secret.encode() not in open(f"/proc/{holder.pid}/environ", "rb").read():  # empty until exec'd
+            assert time.monotonic() < deadline, "the secret holder did not start"
+            time.sleep(0.01)
+        g = grade(probe, "", "assert found() == {'marker': False, 'secret': False}\n")
         assert g.passed, g.detail
-        # The probe does find both where there is no isolation (bare mode):
-        from glyph.sandbox import Sandbox
         bare = Sandbox(mode="bare", pool=0)
         try:
-            g = grade(probe, "", "assert found() >= 2\n", sandbox=bare)
+            g = grade(probe, "", "assert found() == {'marker': True, 'secret': True}\n", sandbox=bare)
             assert g.passed, g.detail
         finally:
             bare.close()
     finally:
-        del os.environ["GLYPH_ROLLOUT_SECRET"]
+        holder.kill()
+        holder.wait()
+        marker.unlink()
 
 
 # ---------------------------------------------------------------- vf-eval end to end
@@ -281,24 +290,46 @@ def test_vf_eval_end_to_end_both_arms(tmp_path, server, mbpp_tasks, mbpp_path):
 
 
 def test_vf_eval_scores_a_broken_endpoint_instead_of_dropping_it(tmp_path, server, mbpp_path):
+    """0.4.0: the program ends with endpoint_error and is scored 0. At PRIME-RL's
+    verifiers pin the failed model call fails the rollout: recorded, unscored
+    (``glyph.vfcompat``)."""
     from glyph.demo import read_rollouts, vf_eval_command
+    from glyph.vfcompat import failures_are_scored
     cmd = vf_eval_command(server.base_url, "fault-500", "a", 2, tmp_path, mbpp_path)
     proc = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, PRIME_RUNS_MODE="disabled"),
                           timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = read_rollouts(tmp_path)
-    assert len(rows) == 2 and all(r["ok"] and r["reward"] == 0.0 and "endpoint_error" in r["reason"] for r in rows)
+    assert len(rows) == 2, rows
+    if failures_are_scored():
+        assert all(r["ok"] and r["reward"] == 0.0 and "endpoint_error" in r["reason"] for r in rows), rows
+    else:
+        assert all(not r["ok"] and r["reward"] is None and [e["status_code"] for e in r["errors"]] == [500]
+                   for r in rows), rows
 
 
-def test_vf_eval_scores_a_timed_out_rollout(tmp_path, server, mbpp_path):
+def test_vf_eval_records_a_timed_out_rollout(tmp_path, server, mbpp_path):
+    """0.4.0 finalizes a timed-out rollout, and glyph scores it 0 with the
+    reason; at PRIME-RL's verifiers pin it stays an errored, unscored trace
+    (``glyph.vfcompat``). Either way it is recorded, and never rewarded."""
+    import verifiers.v1 as vf
+
     from glyph.demo import read_rollouts, vf_eval_command
+    from glyph.vfcompat import AGENT_TIMEOUT_PREFIX, failures_are_scored, timed_out
     cmd = vf_eval_command(server.base_url, "fault-hang", "b", 1, tmp_path, mbpp_path,
                           ["--env.agent.timeout.rollout", "3"])
     proc = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, PRIME_RUNS_MODE="disabled"),
                           timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = read_rollouts(tmp_path)
-    assert len(rows) == 1 and rows[0]["reward"] == 0.0 and "timed out" in rows[0]["reason"], rows
+    assert len(rows) == 1, rows
+    if failures_are_scored():
+        assert rows[0]["ok"] and rows[0]["reward"] == 0.0 and "timed out" in rows[0]["reason"], rows
+    else:
+        assert not rows[0]["ok"] and rows[0]["reward"] is None, rows
+        assert rows[0]["reason"].startswith(AGENT_TIMEOUT_PREFIX), rows
+    [path] = tmp_path.glob("**/traces.jsonl")
+    assert timed_out(vf.Trace.model_validate(json.loads(path.read_text())["traces"][0]))
 
 
 def test_the_trace_is_saved_after_every_turn(tmp_path, server, service, mbpp_tasks):

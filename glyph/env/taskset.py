@@ -13,6 +13,7 @@ from glyph.env.verify import METRICS, TaskTests, verify
 from glyph.protocol import SOLUTION_FILE
 from glyph.sandbox import Limits
 from glyph.tasks import mbpp
+from glyph.vfcompat import timed_out
 
 TRACE_FILE = ".glyph/trace.json"
 MAX_TRACE_BYTES = 32 << 20
@@ -50,7 +51,7 @@ class GlyphTask(vf.Task[GlyphData]):
         except Exception as exc:  # deliberate: record the fault, score 0
             info = {"reward": 0.0, "reason": f"finalize failed: {type(exc).__name__}: {exc}",
                     "metrics": {m: 0.0 for m in METRICS}, "candidates": []}
-        if trace.is_timeout:
+        if timed_out(trace):
             info["reason"] = "the rollout timed out; " + info["reason"]
         trace.info["glyph"] = info
 

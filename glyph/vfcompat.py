@@ -1,0 +1,85 @@
+"""Every difference between the two verifiers versions glyph runs under, in
+one place: 0.4.0 from PyPI, and 0.3.1.dev62 (commit a60a606, what PRIME-RL
+pins). Nothing else in glyph asks which version is installed. Paths are in
+the installed ``verifiers`` package; line numbers are 0.4.0's unless a60a606
+is named.
+
+1. The v1 eval CLI's console script is ``vf-eval`` in 0.4.0
+   (``verifiers-0.4.0.dist-info/entry_points.txt``) but ``eval`` at a60a606,
+   where ``vf-eval`` is the legacy CLI (``verifiers.legacy.scripts.eval``).
+   Both versions ship the same entry point, ``verifiers.v1.cli.eval.main:main``,
+   which reads ``sys.argv[1:]`` (``v1/cli/eval/main.py:38-39``; a60a606
+   ``:39-40``) and has no ``__main__`` guard, so ``python -m`` on it would
+   import and exit; :func:`eval_command` calls it with ``-c`` instead.
+2. A stage deadline's expiry: 0.4.0 sets ``Trace.is_timeout``
+   (``v1/trace.py:428``, by ``record_timeout`` at ``:735-740``, which
+   ``v1/rollout.py:211-215`` calls for the setup, agent, finalize and scoring
+   deadlines at ``:435, 506, 602, 618``) and, being a stop rather than a
+   failure, still finalizes and scores the rollout. a60a606 has no such field:
+   each expiry is a failure recorded in ``trace.errors`` by
+   ``Trace.record_error`` (a60a606 ``v1/trace.py:585-600``). The agent
+   deadline records ``HarnessError("agent timeout: rollout exceeded its
+   {agent:g}s budget")`` (a60a606 ``v1/rollout.py:388-398``); the others pass
+   a ``TimeoutError`` through ``boundary`` (a60a606 ``v1/errors.py:86-97``),
+   which records ``"<what> timed out"`` for the boundaries the deadlines wrap
+   (a60a606 ``v1/rollout.py:238, 243, 474, 484``). :func:`timed_out` reads
+   either.
+3. A model call that fails at the interception server (an HTTP 500 from the
+   endpoint, say) is stashed on the session in both (``v1/interception/
+   server.py:864-867``; a60a606 ``:612-615``). In 0.4.0 a harness that then
+   completes cleanly handled it (``v1/rollout.py:529-532``): glyph's program
+   ends with ``endpoint_error`` and finalize scores it 0. At a60a606 the
+   rollout fails with it after the harness returns, however the harness
+   ended (a60a606 ``v1/rollout.py:418-420``).
+4. ``TaskData.id`` exists in 0.4.0 (``v1/task.py:86``) and not at a60a606
+   (``v1/task.py:80-118``), whose model drops the keyword. glyph sets
+   ``name`` to the same MBPP id, and readers of saved traces
+   (``glyph.demo.read_rollouts``) read ``name``, present in both.
+
+Not bridged (2. and 3.): at a60a606 a failed rollout skips finalize and
+scoring (``v1/rollout.py:472``, ``if not self._failed and self._opened``), so
+a timed-out rollout and one whose endpoint failed are errored, unscored
+traces there (``ok`` false, no ``passed`` reward, the cause in
+``trace.errors``; PRIME-RL counts them as errored instead of training on a
+0), where 0.4.0 finalizes them and glyph scores them 0 with the reason. The
+a60a606 ``RolloutTimeouts`` and ``TimeoutConfig`` have no setting that makes
+a deadline a stop, nothing lets a harness mark a failed model call handled,
+and a Task runs no code after a skipped finalize, so glyph cannot change this
+from the environment. :func:`failures_are_scored` says which applies.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+EVAL_MAIN = "verifiers.v1.cli.eval.main"
+AGENT_TIMEOUT_PREFIX = "agent timeout:"
+STAGE_TIMEOUTS = frozenset(f"{what} timed out" for what in ("task setup", "harness setup", "task finalize",
+                                                            "scoring"))
+
+
+def eval_command(*args: str) -> list[str]:
+    """The argv that runs the installed verifiers' v1 eval CLI (``vf-eval`` in
+    0.4.0, ``eval`` at a60a606) with ``args``, in this interpreter's
+    environment."""
+    return [sys.executable, "-c", f"from {EVAL_MAIN} import main; main()", *args]
+
+
+def timed_out(trace: Any) -> bool:
+    """Whether a setup, agent, finalize or scoring deadline ended ``trace`` (a
+    ``vf.Trace``; at a60a606 only once the rollout has ended, since the expiry
+    is recorded as its last error, and earlier attempts' errors do not count)."""
+    if "is_timeout" in type(trace).model_fields:
+        return bool(trace.is_timeout)
+    last = trace.errors[-1].message if trace.errors and not trace.ok else ""
+    return last.startswith(AGENT_TIMEOUT_PREFIX) or last in STAGE_TIMEOUTS
+
+
+def failures_are_scored() -> bool:
+    """Whether a rollout whose agent deadline expired, or whose model call
+    failed while the program went on, is finalized and scored (0.4.0) rather
+    than left an errored, unscored trace (a60a606). ``Trace.is_timeout`` marks
+    the 0.4.0 line."""
+    from verifiers.v1 import Trace
+    return "is_timeout" in Trace.model_fields
