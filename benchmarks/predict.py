@@ -26,7 +26,6 @@ import argparse
 import random
 import statistics
 import time
-from dataclasses import dataclass, field
 
 from rich.console import Console
 from rich.table import Table
@@ -34,73 +33,58 @@ from rich.table import Table
 from glyph import protocol
 from glyph.outcomes import Outcome
 from glyph.predict.annotate import TokenBytes, annotate
+from glyph.predict.layout import GENERATION_PROMPT as GEN, layout
 from glyph.render import load_tokenizer
 
-GEN = "<|im_start|>assistant\n<think>\n\n</think>\n\n"
 TARGET_TOKENS = 4096
 PREDICTIONS = 4
 
 
-@dataclass
-class Node:
-    parent: int | None
-    message: dict
-    sampled: bool = False
-    token_ids: list = field(default_factory=list)
-    mask: list = field(default_factory=list)
-    loss_weights: dict | None = None
-
-
-def graft(sampled, token_ids, text, ce):
-    return Node(sampled.parent, {"role": "assistant", "content": text}, False, token_ids,
-                [False] * len(token_ids), {"ce": ce})
-
-
 def rollout(tok, rng: random.Random, wrong: int) -> tuple[list[tuple[str, str]], list[dict]]:
-    """An Arm B conversation of ~TARGET_TOKENS tokens with PREDICTIONS predictions, ``wrong`` of them wrong."""
+    """An Arm B conversation of ~TARGET_TOKENS tokens with PREDICTIONS predictions, ``wrong`` wrong."""
     lines = [f"    value_{i} = compute(items[{i}], {rng.randint(0, 999)})  # step {i}" for i in range(125)]
     source = "def solve(items):\n" + "\n".join(lines) + "\n    return value_0\n"
-    turns = [("system", protocol.system_prompt("b")), ("user", "Write solve(items). Your code must pass these tests:\n\n"
-                                                              "assert solve([1, 2]) == 3")]
+    turns = [
+        ("system", protocol.system_prompt("b")),
+        ("user", "Write solve(items). Your code must pass these tests:\n\nassert solve([1, 2]) == 3"),
+    ]
     call_id = iter(range(1, 100))
-    turns.append(("assistant", "Let me look at the file.\n" + protocol.Call(str(next(call_id)), "read_file",
-                                                                           {"path": "solution.py"}).line()))
+    turns.append(
+        (
+            "assistant",
+            "Let me look at the file.\n"
+            + protocol.Call(str(next(call_id)), "read_file", {"path": "solution.py"}).line(),
+        )
+    )
     turns.append(("user", protocol.result_message(protocol.Call("1", "read_file", {}), "ok", source, 7)))
     labels = [o.value for o in Outcome]
     wrong_at = set(rng.sample(range(PREDICTIONS), wrong))  # early and late predictions alike
     cands = []
     for k in range(PREDICTIONS):
-        patch = protocol.Call(str(next(call_id)), "apply_patch",
-                              {"path": "solution.py", "find": f"value_{k} =", "replace": f"value_{k} = 1 +"})
+        patch = protocol.Call(
+            str(next(call_id)),
+            "apply_patch",
+            {"path": "solution.py", "find": f"value_{k} =", "replace": f"value_{k} = 1 +"},
+        )
         turns.append(("assistant", f"Fix step {k}.\n{patch.line()}"))
         turns.append(("user", protocol.result_message(patch, "ok", "", 6 - k)))
         sampled = rng.choice(labels)
         verified = rng.choice([x for x in labels if x != sampled]) if k in wrong_at else sampled
         test = protocol.Call(str(next(call_id)), "python_test", {})
         turn = f"Checking.\n<PREDICTION>{sampled}</PREDICTION>\n<DECISION>KEEP</DECISION>\n{test.line()}"
-        cands.append({"index": k, "sampled_label": sampled, "verified_label": verified,
-                      "context": [{"role": r, "content": c} for r, c in turns], "prediction_turn": turn})
+        cands.append(
+            {
+                "index": k,
+                "sampled_label": sampled,
+                "verified_label": verified,
+                "context": [{"role": r, "content": c} for r, c in turns],
+                "prediction_turn": turn,
+            }
+        )
         turns.append(("assistant", turn))
         turns.append(("user", protocol.result_message(test, verified, "", 5 - k)))
     turns.append(("assistant", "FINAL: done."))
     return turns, cands
-
-
-def graph(tok, turns) -> list[Node]:
-    im_end = tok.convert_tokens_to_ids("<|im_end|>")
-    nodes = []
-    for i, (role, content) in enumerate(turns):
-        parent = i - 1 if i else None
-        if role == "assistant":
-            gen = tok.encode(GEN, add_special_tokens=False)
-            comp = tok.encode(content, add_special_tokens=False) + [im_end]
-            nodes.append(Node(parent, {"role": role, "content": content}, True, gen + comp,
-                              [False] * len(gen) + [True] * len(comp)))
-        else:
-            lead = "\n" if i and turns[i - 1][0] == "assistant" else ""
-            ids = tok.encode(f"{lead}<|im_start|>{role}\n{content}<|im_end|>\n", add_special_tokens=False)
-            nodes.append(Node(parent, {"role": role, "content": content}, False, ids, [False] * len(ids)))
-    return nodes
 
 
 def study_extra(tok, cands) -> int:
@@ -132,28 +116,36 @@ def main() -> None:
         rollouts = [rollout(tok, rng, wrong) for _ in range(args.rollouts)]
         tokens = study = ours = 0
         for turns, cands in rollouts:
-            nodes = graph(tok, turns)
+            nodes = layout(tok, turns)
             tokens += sum(len(n.token_ids) for n in nodes)
             study += study_extra(tok, cands)
-            out = annotate(nodes, cands, tb, encode, alpha=0.1, max_tokens=8192, new_node=graft)
+            out = annotate(nodes, cands, tb, encode, alpha=0.1, max_tokens=8192)
             assert out.unlocated == 0 and out.grafted == wrong, out
             ours += out.graft_tokens
-        fresh = [graph(tok, rollouts[i % len(rollouts)][0]) for i in range(args.repeats)]
+        fresh = [layout(tok, rollouts[i % len(rollouts)][0]) for i in range(args.repeats)]
         times = []
         for i, nodes in enumerate(fresh):
             cands = rollouts[i % len(rollouts)][1]
             t0 = time.perf_counter()
-            annotate(nodes, cands, tb, encode, alpha=0.1, max_tokens=8192, new_node=graft)
+            annotate(nodes, cands, tb, encode, alpha=0.1, max_tokens=8192)
             times.append((time.perf_counter() - t0) * 1000)
         times.sort()
         share = wrong / PREDICTIONS
-        table.add_row(f"{share:.0%}", f"{tokens / len(rollouts):.0f}", f"{study / tokens:.3f}",
-                      f"{ours / tokens:.3f}", f"{ours / study:.3f}", f"{statistics.median(times):.3f}",
-                      f"{times[int(0.95 * (len(times) - 1))]:.3f}")
+        table.add_row(
+            f"{share:.0%}",
+            f"{tokens / len(rollouts):.0f}",
+            f"{study / tokens:.3f}",
+            f"{ours / tokens:.3f}",
+            f"{ours / study:.3f}",
+            f"{statistics.median(times):.3f}",
+            f"{times[int(0.95 * (len(times) - 1))]:.3f}",
+        )
         if wrong == PREDICTIONS // 2:
             at_half = study / ours
     console.print(table)
-    console.print("glyph's extra tokens are the study's x the wrong share when glyph / study equals the wrong share.")
+    console.print(
+        "glyph's extra tokens are the study's x the wrong share when glyph / study equals the wrong share."
+    )
     print(f"ratio={at_half:.2f}")
 
 

@@ -34,9 +34,24 @@ VERIFIERS_WHEEL = "verifiers-0.3.1.dev62-py3-none-any.whl"
 PRIME_RL_TARBALL = "prime-rl-559b447.tar.gz"
 PIN_VERIFIERS_VERSION = "0.3.1.dev62"
 # What PRIME-RL's orchestrator, configs and loss import on CPU (versions from its pyproject).
-PRIME_RL_PACKAGES = ("msgspec", "numpy", "wandb", "jaxtyping", "beartype", "setproctitle", "loguru",
-                     "pyzmq", "orjson", "tenacity", "aiolimiter", "pandas", "pybase64", "transformers",
-                     "prime-pydantic-config", "renderers")
+PRIME_RL_PACKAGES = (
+    "msgspec",
+    "numpy",
+    "wandb",
+    "jaxtyping",
+    "beartype",
+    "setproctitle",
+    "loguru",
+    "pyzmq",
+    "orjson",
+    "tenacity",
+    "aiolimiter",
+    "pandas",
+    "pybase64",
+    "transformers",
+    "prime-pydantic-config",
+    "renderers",
+)
 TEST_PACKAGES = ("pytest>=8", "pytest-timeout>=2.3", "pytest-asyncio>=0.23", "psutil")
 
 
@@ -51,8 +66,11 @@ def vendor_dir() -> Path | None:
 def _prime_rl_requirements(tarball: Path) -> list[str]:
     """PRIME-RL's own requirement strings for the packages we install."""
     with tarfile.open(tarball) as tar:
-        member = next(m for m in tar.getmembers() if m.name.rstrip("/").endswith("pyproject.toml")
-                      and m.name.count("/") <= 1)
+        member = next(
+            m
+            for m in tar.getmembers()
+            if m.name.rstrip("/").endswith("pyproject.toml") and m.name.count("/") <= 1
+        )
         deps = tomllib.loads(tar.extractfile(member).read().decode())["project"]["dependencies"]
     wanted = {}
     for dep in deps:
@@ -70,10 +88,15 @@ def torch_requirement() -> str:
     tag = f"cp{sys.version_info.major}{sys.version_info.minor}"
     dirs = ["/opt/wheels"]
     try:
-        out = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True,
-                             timeout=30).stdout
-        dirs += [d for line in out.splitlines() if "find-links" in line
-                 for d in line.split("=", 1)[1].strip("'\" ").split()]
+        out = subprocess.run(
+            [sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True, timeout=30
+        ).stdout
+        dirs += [
+            d
+            for line in out.splitlines()
+            if "find-links" in line
+            for d in line.split("=", 1)[1].strip("'\" ").split()
+        ]
     except (OSError, subprocess.SubprocessError):
         pass
     for d in dirs:
@@ -96,11 +119,19 @@ def _cache_root() -> Path:
 
 
 def venv_spec(vendor: Path) -> dict:
-    return {"python": sys.version.split()[0], "wheel": hashlib.sha256((vendor / VERIFIERS_WHEEL).read_bytes()).hexdigest(),
-            "prime_rl": _prime_rl_requirements(vendor / PRIME_RL_TARBALL), "torch": torch_requirement(),
-            "tests": TEST_PACKAGES, "repo": str(REPO), "bytecode": True,
-            "glyph": hashlib.sha256((REPO / "pyproject.toml").read_bytes()
-                                    + (REPO / "environments/glyph_mbpp/pyproject.toml").read_bytes()).hexdigest()}
+    return {
+        "python": sys.version.split()[0],
+        "wheel": hashlib.sha256((vendor / VERIFIERS_WHEEL).read_bytes()).hexdigest(),
+        "prime_rl": _prime_rl_requirements(vendor / PRIME_RL_TARBALL),
+        "torch": torch_requirement(),
+        "tests": TEST_PACKAGES,
+        "repo": str(REPO),
+        "bytecode": True,
+        "glyph": hashlib.sha256(
+            (REPO / "pyproject.toml").read_bytes()
+            + (REPO / "environments/glyph_mbpp/pyproject.toml").read_bytes()
+        ).hexdigest(),
+    }
 
 
 def build_venv(vendor: Path, log=print) -> Path:
@@ -125,10 +156,14 @@ def build_venv(vendor: Path, log=print) -> Path:
         # otherwise recompile transformers and verifiers, seconds each.
         pip = ("pip", "install", "--quiet", "--compile-bytecode", "--python", str(python))
         run(*pip, str(vendor / VERIFIERS_WHEEL), spec["torch"], *spec["prime_rl"], *TEST_PACKAGES)
-        # glyph goes in the way a PRIME-RL user installs it: into the env that already has the pin's verifiers.
+        # glyph goes in as a PRIME-RL user installs it: into the env that already has the pin's verifiers.
         run(*pip, "-e", str(REPO), "-e", str(REPO / "environments" / "glyph_mbpp"))
-        version = subprocess.run([str(python), "-c", "import importlib.metadata as m; print(m.version('verifiers'))"],
-                                 capture_output=True, text=True, check=True).stdout.strip()
+        version = subprocess.run(
+            [str(python), "-c", "import importlib.metadata as m; print(m.version('verifiers'))"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
         if version != PIN_VERIFIERS_VERSION:
             raise RuntimeError(f"installing glyph replaced the pin's verifiers: {version}")
         (venv / ".complete").write_text(json.dumps(spec, indent=1))
@@ -144,9 +179,12 @@ def unpack_prime_rl(vendor: Path, dest: Path, patch: bool = True) -> Path:
     root = entries[0] if len(entries) == 1 and entries[0].is_dir() and not (dest / "src").exists() else dest
     if patch:
         from glyph.predict import pin
+
         pin.apply_patches(root)
     return root
 
 
 def pythonpath(prime_rl_root: Path) -> str:
-    return os.pathsep.join([str(prime_rl_root / "src"), str(prime_rl_root / "packages" / "prime-rl-configs" / "src")])
+    return os.pathsep.join(
+        [str(prime_rl_root / "src"), str(prime_rl_root / "packages" / "prime-rl-configs" / "src")]
+    )

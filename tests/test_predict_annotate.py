@@ -4,35 +4,19 @@ same code runs on real eval traces inside PRIME-RL in tests/pin/."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
-
 import pytest
 
 from glyph.outcomes import Outcome
-from glyph.predict.annotate import (PredictionNotFound, TokenBytes, annotate, find_node, graft_tokens, locate)
+from glyph.predict.annotate import PredictionNotFound, TokenBytes, annotate, find_node, graft_tokens, locate
+from glyph.predict.layout import layout
 
-GEN = "<|im_start|>assistant\n<think>\n\n</think>\n\n"
 ALPHA = 0.1
-
-
-@dataclass
-class Node:
-    parent: int | None
-    message: dict
-    sampled: bool = False
-    token_ids: list = field(default_factory=list)
-    mask: list = field(default_factory=list)
-    loss_weights: dict | None = None
-
-
-def graft(sampled, token_ids, text, ce):
-    return Node(sampled.parent, {"role": "assistant", "content": text}, False, token_ids, [False] * len(token_ids),
-                {"ce": ce})
 
 
 @pytest.fixture(scope="module")
 def tok():
     from glyph.render import load_tokenizer
+
     return load_tokenizer()
 
 
@@ -45,43 +29,38 @@ def enc(tok):
     return lambda text: tok.encode(text, add_special_tokens=False)
 
 
-def build(tok, turns: list[tuple[str, str]], sampled_ids: dict[int, list[int]] | None = None) -> list[Node]:
-    """A linear graph: prompt nodes (scaffold + content) and sampled assistant
-    nodes (generation scaffold, mask False, then the completion, mask True)."""
-    nodes: list[Node] = []
-    im_end = tok.convert_tokens_to_ids("<|im_end|>")
-    for i, (role, content) in enumerate(turns):
-        parent = i - 1 if i else None
-        if role == "assistant":
-            gen = tok.encode(GEN, add_special_tokens=False)
-            comp = (sampled_ids or {}).get(i) or tok.encode(content, add_special_tokens=False) + [im_end]
-            nodes.append(Node(parent, {"role": role, "content": content}, True, gen + comp,
-                              [False] * len(gen) + [True] * len(comp)))
-        else:
-            lead = "\n" if i and turns[i - 1][0] == "assistant" else ""
-            ids = tok.encode(f"{lead}<|im_start|>{role}\n{content}<|im_end|>\n"[:None if i + 1 < len(turns) else None],
-                             add_special_tokens=False)
-            nodes.append(Node(parent, {"role": role, "content": content}, False, ids, [False] * len(ids)))
-    return nodes
-
-
 def conversation(label: str, decision: str = "KEEP", spacing: str = "") -> list[tuple[str, str]]:
     call = 'CALL {"id": "3", "tool": "python_test", "args": {}}'
-    return [("system", "You fix a Python function."), ("user", "Write f. Your code must pass these tests."),
-            ("assistant", 'Let me look.\nCALL {"id": "1", "tool": "read_file", "args": {"path": "solution.py"}}'),
-            ("user", "RESULT 1 read_file ok\n# TODO\nbudget: 7 tool calls left"),
-            ("assistant", 'CALL {"id": "2", "tool": "apply_patch", "args": {"path": "solution.py", "find": "x", '
-                          '"replace": "y"}}'),
-            ("user", "RESULT 2 apply_patch ok\nbudget: 6 tool calls left"),
-            ("assistant", f"Looks right.\n<PREDICTION>{spacing}{label}{spacing}</PREDICTION>\n"
-                          f"<DECISION>{decision}</DECISION>\n{call}"),
-            ("user", "RESULT 3 python_test PASS\nbudget: 5 tool calls left"),
-            ("assistant", "FINAL: done.")]
+    return [
+        ("system", "You fix a Python function."),
+        ("user", "Write f. Your code must pass these tests."),
+        ("assistant", 'Let me look.\nCALL {"id": "1", "tool": "read_file", "args": {"path": "solution.py"}}'),
+        ("user", "RESULT 1 read_file ok\n# TODO\nbudget: 7 tool calls left"),
+        (
+            "assistant",
+            'CALL {"id": "2", "tool": "apply_patch", "args": {"path": "solution.py", "find": "x", '
+            '"replace": "y"}}',
+        ),
+        ("user", "RESULT 2 apply_patch ok\nbudget: 6 tool calls left"),
+        (
+            "assistant",
+            f"Looks right.\n<PREDICTION>{spacing}{label}{spacing}</PREDICTION>\n"
+            f"<DECISION>{decision}</DECISION>\n{call}",
+        ),
+        ("user", "RESULT 3 python_test PASS\nbudget: 5 tool calls left"),
+        ("assistant", "FINAL: done."),
+    ]
 
 
 def candidate(turns, sampled: str, verified: str, at: int = 6) -> dict:
-    return {"index": 0, "sampled_label": sampled, "verified_label": verified, "decision": "KEEP",
-            "context": [{"role": r, "content": c} for r, c in turns[:at]], "prediction_turn": turns[at][1]}
+    return {
+        "index": 0,
+        "sampled_label": sampled,
+        "verified_label": verified,
+        "decision": "KEEP",
+        "context": [{"role": r, "content": c} for r, c in turns[:at]],
+        "prediction_turn": turns[at][1],
+    }
 
 
 def span_bytes(tb, node, start, end) -> bytes:
@@ -91,10 +70,10 @@ def span_bytes(tb, node, start, end) -> bytes:
 @pytest.mark.parametrize("label", [o.value for o in Outcome])
 def test_the_span_starts_at_the_token_holding_the_tags_gt(tok, tb, label):
     turns = conversation(label)
-    nodes = build(tok, turns)
+    nodes = layout(tok, turns)
     loc = locate(nodes, find_node(nodes, candidate(turns, label, label)["context"], turns[6][1]), tb, label)
     data = span_bytes(tb, nodes[6], loc.start, loc.end)
-    assert data.startswith(b">") and data.rstrip(b"<>/") .endswith(label.encode()[-1:])
+    assert data.startswith(b">") and data.rstrip(b"<>/").endswith(label.encode()[-1:])
     assert label.encode() in data
     before = span_bytes(tb, nodes[6], loc.first_sampled, loc.start)
     assert before.endswith(b"<PREDICTION"), before  # nothing of the label before the span
@@ -106,7 +85,7 @@ def test_qwen3_bpe_hazard_the_gt_token_is_the_first_label_decision(tok, tb):
     firsts = {}
     for label in ("PASS", "RUNTIME_ERROR", "ASSERTION_FAILURE"):
         turns = conversation(label)
-        nodes = build(tok, turns)
+        nodes = layout(tok, turns)
         loc = locate(nodes, 6, tb, label)
         firsts[label] = tb(nodes[6].token_ids[loc.start])
     assert firsts == {"PASS": b">P", "RUNTIME_ERROR": b">R", "ASSERTION_FAILURE": b">"}
@@ -114,16 +93,16 @@ def test_qwen3_bpe_hazard_the_gt_token_is_the_first_label_decision(tok, tb):
 
 def test_correct_prediction_trains_ce_in_place_and_no_rl_on_the_label(tok, tb):
     turns = conversation("PASS")
-    nodes = build(tok, turns)
+    nodes = layout(tok, turns)
     n = len(nodes)
-    out = annotate(nodes, [candidate(turns, "PASS", "PASS")], tb, enc(tok), alpha=ALPHA, new_node=graft)
+    out = annotate(nodes, [candidate(turns, "PASS", "PASS")], tb, enc(tok), alpha=ALPHA)
     assert (out.labels, out.in_place, out.grafted, out.unlocated) == (1, 1, 0, 0)
     assert len(nodes) == n
     loc = locate(nodes, 6, tb, "PASS")
     node = nodes[6]
     ce, rl = node.loss_weights["ce"], node.loss_weights["rl"]
     assert [i for i, w in enumerate(ce) if w] == list(range(loc.start, loc.end))
-    assert all(w == ALPHA for w in ce[loc.start:loc.end])
+    assert all(w == ALPHA for w in ce[loc.start : loc.end])
     for i, (m, w) in enumerate(zip(node.mask, rl)):
         assert w == (0.0 if (not m or loc.start <= i < loc.end) else 1.0)
     for other in (2, 4, 8):  # every other sampled node: rl 1.0 on every sampled token, no ce
@@ -132,31 +111,40 @@ def test_correct_prediction_trains_ce_in_place_and_no_rl_on_the_label(tok, tb):
         assert nodes[prompt].loss_weights is None
 
 
-@pytest.mark.parametrize("sampled,verified", [("PASS", "RUNTIME_ERROR"), ("PASS", "ASSERTION_FAILURE"),
-                                               ("ASSERTION_FAILURE", "PASS"), ("RUNTIME_ERROR", "SYNTAX_ERROR")])
+@pytest.mark.parametrize(
+    "sampled,verified",
+    [
+        ("PASS", "RUNTIME_ERROR"),
+        ("PASS", "ASSERTION_FAILURE"),
+        ("ASSERTION_FAILURE", "PASS"),
+        ("RUNTIME_ERROR", "SYNTAX_ERROR"),
+    ],
+)
 def test_wrong_prediction_grafts_a_ce_only_node_at_the_same_prefix(tok, tb, sampled, verified):
     turns = conversation(sampled)
-    nodes = build(tok, turns)
-    out = annotate(nodes, [candidate(turns, sampled, verified)], tb, enc(tok), alpha=ALPHA, new_node=graft)
+    nodes = layout(tok, turns)
+    out = annotate(nodes, [candidate(turns, sampled, verified)], tb, enc(tok), alpha=ALPHA)
     assert (out.in_place, out.grafted) == (0, 1) and len(nodes) == 10
     g, node = nodes[-1], nodes[6]
     loc = locate(nodes, 6, tb, sampled)
     assert g.parent == node.parent and not any(g.mask)
-    assert g.token_ids[:loc.start] == node.token_ids[:loc.start]  # the policy's own tokens up to the span
+    assert g.token_ids[: loc.start] == node.token_ids[: loc.start]  # the policy's own tokens up to the span
     path = [t for i in range(6) for t in nodes[i].token_ids] + g.token_ids
     text = tok.decode(path, skip_special_tokens=False)
     assert text.endswith(f"<PREDICTION>{verified}</PREDICTION>")
-    assert text.startswith(tok.decode([t for i in range(6) for t in nodes[i].token_ids], skip_special_tokens=False))
+    assert text.startswith(
+        tok.decode([t for i in range(6) for t in nodes[i].token_ids], skip_special_tokens=False)
+    )
     ce = g.loss_weights["ce"]
     on = [i for i, w in enumerate(ce) if w]
     assert on == list(range(on[0], on[-1] + 1)) and all(ce[i] == ALPHA for i in on)
     held = b"".join(tb(g.token_ids[i]) for i in on)
     assert held.startswith(b">") and verified.encode() in held and b"</" not in held.replace(b"</P", b"")
     # canonical: the continuation is how the tokenizer encodes the corrected turn
-    corrected = tok.decode(g.token_ids[loc.first_sampled:], skip_special_tokens=False)
-    assert g.token_ids[loc.first_sampled:] == tok.encode(corrected, add_special_tokens=False)
+    corrected = tok.decode(g.token_ids[loc.first_sampled :], skip_special_tokens=False)
+    assert g.token_ids[loc.first_sampled :] == tok.encode(corrected, add_special_tokens=False)
     # the sampled node keeps rl 0 on its label and gets no ce
-    assert "ce" not in node.loss_weights and not any(node.loss_weights["rl"][loc.start:loc.end])
+    assert "ce" not in node.loss_weights and not any(node.loss_weights["rl"][loc.start : loc.end])
     assert g.message["content"] == corrected
 
 
@@ -165,9 +153,13 @@ def test_a_non_canonical_sampled_tokenization_still_grafts_canonically(tok, tb):
     turns = conversation("PASS")
     text = turns[6][1]
     head, tail = text.split("<PREDICTION>")
-    odd = enc(tok)(head + "<PREDICTION") + [tok.convert_tokens_to_ids(c) for c in ">PASS"] + enc(tok)(tail.removeprefix("PASS"))
+    odd = (
+        enc(tok)(head + "<PREDICTION")
+        + [tok.convert_tokens_to_ids(c) for c in ">PASS"]
+        + enc(tok)(tail.removeprefix("PASS"))
+    )
     odd.append(tok.convert_tokens_to_ids("<|im_end|>"))
-    nodes = build(tok, turns, {6: odd})
+    nodes = layout(tok, turns, {6: odd})
     loc = locate(nodes, 6, tb, "PASS")
     assert loc.end - loc.start == 5
     keep, cont, (a, b) = graft_tokens(loc, "RUNTIME_ERROR", tb, enc(tok))
@@ -178,7 +170,7 @@ def test_a_non_canonical_sampled_tokenization_still_grafts_canonically(tok, tb):
 
 def test_whitespace_inside_the_tags_is_outside_the_label_span(tok, tb):
     turns = conversation("TIMEOUT", spacing=" ")
-    nodes = build(tok, turns)
+    nodes = layout(tok, turns)
     loc = locate(nodes, 6, tb, "TIMEOUT")
     held = span_bytes(tb, nodes[6], loc.start, loc.end)
     assert held.startswith(b">") and held.strip().endswith(b"TIMEOUT")
@@ -186,12 +178,12 @@ def test_whitespace_inside_the_tags_is_outside_the_label_span(tok, tb):
 
 def test_predictions_that_cannot_be_located_are_counted_and_the_rest_trained(tok, tb):
     turns = conversation("PASS")
-    nodes = build(tok, turns)
+    nodes = layout(tok, turns)
     good = candidate(turns, "PASS", "PASS")
     wrong_context = dict(good, context=good["context"][:-1])
     wrong_label = dict(good, sampled_label="TIMEOUT")
     no_verified = dict(good, verified_label=None)
-    out = annotate(nodes, [wrong_context, wrong_label, no_verified, good], tb, enc(tok), alpha=ALPHA, new_node=graft)
+    out = annotate(nodes, [wrong_context, wrong_label, no_verified, good], tb, enc(tok), alpha=ALPHA)
     assert (out.labels, out.unlocated, out.in_place) == (4, 3, 1)
     assert "context" in out.errors[0] and "TIMEOUT" in out.errors[1] and "verified" in out.errors[2]
     with pytest.raises(PredictionNotFound):
@@ -201,24 +193,31 @@ def test_predictions_that_cannot_be_located_are_counted_and_the_rest_trained(tok
 
 def test_a_graft_longer_than_max_tokens_is_dropped_not_truncated(tok, tb):
     turns = conversation("PASS")
-    nodes = build(tok, turns)
+    nodes = layout(tok, turns)
     before = sum(len(n.token_ids) for n in nodes[:6])
     loc = locate(nodes, 6, tb, "PASS")
     keep, cont, _ = graft_tokens(loc, "ASSERTION_FAILURE", tb, enc(tok))
     length = before + keep + len(cont)
-    out = annotate(nodes, [candidate(turns, "PASS", "ASSERTION_FAILURE")], tb, enc(tok), alpha=ALPHA, new_node=graft,
-                   max_tokens=length - 1)
+    out = annotate(
+        nodes,
+        [candidate(turns, "PASS", "ASSERTION_FAILURE")],
+        tb,
+        enc(tok),
+        alpha=ALPHA,
+        max_tokens=length - 1,
+    )
     assert (out.grafted, out.graft_too_long, len(nodes)) == (0, 1, 9)
-    assert not any(nodes[6].loss_weights["rl"][loc.start:loc.end])  # still held out of RL
-    nodes = build(tok, turns)
-    out = annotate(nodes, [candidate(turns, "PASS", "ASSERTION_FAILURE")], tb, enc(tok), alpha=ALPHA, new_node=graft,
-                   max_tokens=length)
+    assert not any(nodes[6].loss_weights["rl"][loc.start : loc.end])  # still held out of RL
+    nodes = layout(tok, turns)
+    out = annotate(
+        nodes, [candidate(turns, "PASS", "ASSERTION_FAILURE")], tb, enc(tok), alpha=ALPHA, max_tokens=length
+    )
     assert (out.grafted, out.graft_too_long, out.graft_tokens) == (1, 0, length)
 
 
 def test_an_in_place_label_past_max_tokens_is_counted(tok, tb):
     turns = conversation("PASS")
-    nodes = build(tok, turns)
+    nodes = layout(tok, turns)
     out = annotate(nodes, [candidate(turns, "PASS", "PASS")], tb, enc(tok), alpha=ALPHA, max_tokens=50)
     assert out.in_place == 1 and out.past_limit == 1
 
@@ -246,20 +245,26 @@ def test_default_graft_node_builds_a_sibling_of_the_same_model_type():
         logprobs: list[float] = []
         loss_weights: dict[str, list[float]] | None = None
 
-    s = MNode(parent=3, message=Msg(content="x"), sampled=True, token_ids=[1, 2], mask=[False, True], logprobs=[-1.0])
+    s = MNode(
+        parent=3,
+        message=Msg(content="x"),
+        sampled=True,
+        token_ids=[1, 2],
+        mask=[False, True],
+        logprobs=[-1.0],
+    )
     g = default_graft_node(s, [1, 5, 6], "y", [0.0, 0.0, 0.1])
     assert isinstance(g, MNode) and g.parent == 3 and g.message.content == "y" and s.message.content == "x"
     assert g.mask == [False] * 3 and g.loss_weights == {"ce": [0.0, 0.0, 0.1]} and not g.sampled
-    assert replace  # dataclasses.replace stays importable for the helpers above
 
 
 def test_a_sampled_label_without_a_verified_record_is_still_held_out_of_rl(tok, tb):
     """A rollout that lost its record (or a turn the protocol rejected) still sampled label
     tokens: they never earn RL credit, and nothing trains them with CE."""
     turns = conversation("PASS")
-    nodes = build(tok, turns)
-    out = annotate(nodes, [], tb, enc(tok), alpha=ALPHA, new_node=graft)
+    nodes = layout(tok, turns)
+    out = annotate(nodes, [], tb, enc(tok), alpha=ALPHA)
     loc = locate(nodes, 6, tb)
     assert (out.labels, out.unverified, out.in_place, out.grafted) == (0, 1, 0, 0)
-    assert not any(nodes[6].loss_weights["rl"][loc.start:loc.end]) and "ce" not in nodes[6].loss_weights
+    assert not any(nodes[6].loss_weights["rl"][loc.start : loc.end]) and "ce" not in nodes[6].loss_weights
     assert sum(nodes[6].loss_weights["rl"]) == sum(nodes[6].mask) - (loc.end - loc.start)

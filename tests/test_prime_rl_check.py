@@ -11,11 +11,15 @@ import pytest
 import pinstack
 
 VENDOR = pinstack.vendor_dir()
-pytestmark = pytest.mark.skipif(VENDOR is None, reason="PRIME-RL's source at the pin is not in ../shared/vendor")
+pytestmark = pytest.mark.skipif(
+    VENDOR is None, reason="PRIME-RL's source at the pin is not in ../shared/vendor"
+)
 
 
 def glyph(*args):
-    return subprocess.run([sys.executable, "-m", "glyph.cli", *args], capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "glyph.cli", *args], capture_output=True, text=True, timeout=120
+    )
 
 
 @pytest.fixture
@@ -48,8 +52,13 @@ def test_a_tree_that_moved_on_is_refused(tree):
 
 
 def test_a_git_checkout_at_another_commit_is_flagged(tree):
-    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@t", "PATH": "/usr/bin:/bin"}
+    env = {
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+        "PATH": "/usr/bin:/bin",
+    }
     for cmd in (["git", "init", "-q"], ["git", "add", "-A"], ["git", "commit", "-qm", "x"]):
         subprocess.run(cmd, cwd=tree, check=True, env=env)
     proc = glyph("prime-rl", "check", str(tree))

@@ -38,6 +38,7 @@ What it guarantees, for each Arm B prediction the environment verified
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -61,7 +62,11 @@ class NotByteLevel(ValueError):
 @lru_cache(maxsize=1)
 def _byte_decoder() -> dict[str, int]:
     """The inverse of GPT-2's bytes-to-unicode map that byte-level BPE vocabularies use."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    bs = (
+        list(range(ord("!"), ord("~") + 1))
+        + list(range(ord("¡"), ord("¬") + 1))
+        + list(range(ord("®"), ord("ÿ") + 1))
+    )
     cs = bs[:]
     n = 0
     for b in range(256):
@@ -166,11 +171,15 @@ def find_node(nodes: Sequence[Any], context: Sequence[dict], turn: str) -> int:
             continue
         before = [nodes[j].message for j in _path(nodes, i)[:-1]]
         if len(before) == len(context) and all(
-                _role(a) == _role(b) and _content(a) == _content(b) for a, b in zip(before, context)):
+            _role(a) == _role(b) and _content(a) == _content(b) for a, b in zip(before, context)
+        ):
             hits.append(i)
     if len(hits) != 1:
-        raise PredictionNotFound(f"{len(hits)} sampled nodes hold this prediction turn at its recorded context"
-                                 if hits else "no sampled node holds this prediction turn at its recorded context")
+        raise PredictionNotFound(
+            f"{len(hits)} sampled nodes hold this prediction turn at its recorded context"
+            if hits
+            else "no sampled node holds this prediction turn at its recorded context"
+        )
     return hits[0]
 
 
@@ -198,13 +207,15 @@ def locate(nodes: Sequence[Any], index: int, token_bytes: TokenBytes, expected: 
     if len(found) != 1:
         raise PredictionNotFound(f"node {index}: {len(found)} <PREDICTION> tags in its sampled tokens")
     if expected is not None and found[0].label != expected:
-        raise PredictionNotFound(f"node {index}: the tokens hold {found[0].label}, the verified record says "
-                                 f"{expected}")
+        raise PredictionNotFound(
+            f"node {index}: the tokens hold {found[0].label}, the verified record says {expected}"
+        )
     return found[0]
 
 
-def graft_tokens(loc: Located, verified: str, token_bytes: TokenBytes,
-                 encode: Callable[[str], list[int]]) -> tuple[int, list[int], tuple[int, int]]:
+def graft_tokens(
+    loc: Located, verified: str, token_bytes: TokenBytes, encode: Callable[[str], list[int]]
+) -> tuple[int, list[int], tuple[int, int]]:
     """The corrected continuation at the prediction: ``(keep, continuation,
     (label_start, label_end))``: keep the node's first ``keep`` token ids
     (the policy's own), then ``continuation``, whose tokens
@@ -213,7 +224,7 @@ def graft_tokens(loc: Located, verified: str, token_bytes: TokenBytes,
     corrected turn from the last token boundary, at or before the span,
     that the policy's and the canonical tokenization share (normally the
     span's start)."""
-    corrected = loc.sampled_bytes[:loc.gt + 1] + verified.encode() + CLOSE.encode()
+    corrected = loc.sampled_bytes[: loc.gt + 1] + verified.encode() + CLOSE.encode()
     try:
         text = corrected.decode("utf-8")
     except UnicodeDecodeError:
@@ -253,17 +264,33 @@ class Annotation:
 
 
 def default_graft_node(sampled: Any, token_ids: list[int], text: str, ce: list[float]) -> Any:
-    """A CE-only sibling of ``sampled``: the same message type carrying the
-    corrected text, no sampled tokens (pydantic models, as verifiers' are)."""
+    """A CE-only sibling of ``sampled``: the same node type (a verifiers
+    pydantic model, or a dataclass) carrying the corrected text and no
+    sampled tokens."""
+    fields = dict(
+        parent=sampled.parent,
+        sampled=False,
+        token_ids=token_ids,
+        mask=[False] * len(token_ids),
+        loss_weights={"ce": ce},
+    )
+    if dataclasses.is_dataclass(sampled):
+        return dataclasses.replace(sampled, message={**sampled.message, "content": text}, **fields)
     return type(sampled).model_construct(
-        parent=sampled.parent, message=sampled.message.model_copy(update={"content": text}), sampled=False,
-        token_ids=token_ids, mask=[False] * len(token_ids), is_content=[], logprobs=[],
-        loss_weights={"ce": ce})
+        message=sampled.message.model_copy(update={"content": text}), is_content=[], logprobs=[], **fields
+    )
 
 
-def annotate(nodes: list[Any], candidates: Sequence[dict], token_bytes: TokenBytes,
-             encode: Callable[[str], list[int]], *, alpha: float, max_tokens: int | None = None,
-             new_node: Callable[..., Any] = default_graft_node) -> Annotation:
+def annotate(
+    nodes: list[Any],
+    candidates: Sequence[dict],
+    token_bytes: TokenBytes,
+    encode: Callable[[str], list[int]],
+    *,
+    alpha: float,
+    max_tokens: int | None = None,
+    new_node: Callable[..., Any] = default_graft_node,
+) -> Annotation:
     """Write PREDICT's ``rl``/``ce`` weights onto ``nodes`` (appending grafts)."""
     if alpha <= 0:
         raise ValueError(f"alpha must be > 0, not {alpha}")
@@ -287,7 +314,7 @@ def annotate(nodes: list[Any], candidates: Sequence[dict], token_bytes: TokenByt
         if OPEN.decode() in (_content(nodes[i].message) or ""):
             try:
                 for loc in spans(nodes, i, token_bytes):
-                    rl[i][loc.start:loc.end] = [0.0] * (loc.end - loc.start)
+                    rl[i][loc.start : loc.end] = [0.0] * (loc.end - loc.start)
                     held.add((i, loc.start))
             except PredictionNotFound as exc:
                 out.errors.append(str(exc))
@@ -303,11 +330,11 @@ def annotate(nodes: list[Any], candidates: Sequence[dict], token_bytes: TokenByt
             index = find_node(nodes[:original], cand.get("context") or [], cand.get("prediction_turn"))
             loc = locate(nodes, index, token_bytes, expected=sampled)
             node = nodes[index]
-            rl[index][loc.start:loc.end] = [0.0] * (loc.end - loc.start)
+            rl[index][loc.start : loc.end] = [0.0] * (loc.end - loc.start)
             trained.add((index, loc.start))
             if sampled == verified:
                 ce = list((node.loss_weights or {}).get("ce") or [0.0] * len(node.token_ids))
-                ce[loc.start:loc.end] = [alpha] * (loc.end - loc.start)
+                ce[loc.start : loc.end] = [alpha] * (loc.end - loc.start)
                 node.loss_weights = {**(node.loss_weights or {}), "ce": ce}
                 out.in_place += 1
                 if max_tokens is not None and tokens_before(index) + loc.end > max_tokens:
@@ -320,8 +347,8 @@ def annotate(nodes: list[Any], candidates: Sequence[dict], token_bytes: TokenByt
                 out.graft_too_long += 1
                 continue
             ce = [0.0] * len(token_ids)
-            ce[keep + a:keep + b] = [alpha] * (b - a)
-            text = b"".join(token_bytes(t) for t in token_ids[loc.first_sampled:]).decode("utf-8")
+            ce[keep + a : keep + b] = [alpha] * (b - a)
+            text = b"".join(token_bytes(t) for t in token_ids[loc.first_sampled :]).decode("utf-8")
             nodes.append(new_node(node, token_ids, text, ce))
             out.grafted += 1
             out.graft_tokens += total

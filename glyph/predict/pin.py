@@ -1,6 +1,10 @@
 """The PRIME-RL pin and glyph's patches to it: what ``glyph prime-rl check``
 reports and ``--apply`` does. Imports nothing from PRIME-RL.
 
+The pins themselves are read from ``configs/versions.toml`` (packaged as
+``glyph/_data/versions.toml``), the one file that records every version the
+study's recipe depends on.
+
 The patches live in ``patches/`` (packaged as ``glyph/_data/patches``) and are
 applied with ``git apply``, which works on a git checkout and on a plain
 source tree alike. A tree with no git metadata is recognised as the pin by
@@ -12,22 +16,38 @@ from __future__ import annotations
 import hashlib
 import os
 import subprocess
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-PRIME_RL_COMMIT = "559b44772e471d1538537b8805cc77f3824a5e64"
-VERIFIERS_COMMIT = "a60a606ecc4d309247edf9ff92c3eabca362781f"
-VERIFIERS_VERSION = "0.3.1.dev62"
+
+def versions_file() -> Path:
+    """``configs/versions.toml`` in a checkout; the copy packaged in the wheel otherwise."""
+    here = Path(__file__).resolve().parent.parent
+    for candidate in (here.parent / "configs" / "versions.toml", here / "_data" / "versions.toml"):
+        if candidate.is_file():
+            return candidate
+    raise FileNotFoundError("glyph's pins (versions.toml) are in neither configs/ nor glyph/_data/")
+
+
+VERSIONS = tomllib.loads(versions_file().read_text())
+PRIME_RL_COMMIT: str = VERSIONS["prime_rl"]["commit"]
+PRIME_RL_TAG: str = VERSIONS["prime_rl"]["tag"]
+VERIFIERS_COMMIT: str = VERSIONS["verifiers"]["commit"]
+VERIFIERS_VERSION: str = VERSIONS["verifiers"]["version"]
 PATCHES = ("prime-rl-algorithm-registry.patch", "prime-rl-ce-only-branches.patch")
 # SHA-256 at the pin of every file the patches change: a tree without .git is at the pin iff these match
 # (before the patches) or the patches reverse-apply.
 PIN_FILES = {
-    "packages/prime-rl-configs/src/prime_rl/configs/algorithm.py":
-        "2419eea0245c3074b76798eb3fd9229c09becf651e24ee5687e12a394ce492e2",
-    "src/prime_rl/orchestrator/algo/__init__.py":
-        "fd36d11f33418543e9685785848d7bb16a2560ae6289370bf31a0b61b4a37e10",
-    "src/prime_rl/orchestrator/trajectories.py":
-        "75818b0b5ed163ecb2500d700a24995329882df8edc22053e657f03b16adb375",
+    "packages/prime-rl-configs/src/prime_rl/configs/algorithm.py": (
+        "2419eea0245c3074b76798eb3fd9229c09becf651e24ee5687e12a394ce492e2"
+    ),
+    "src/prime_rl/orchestrator/algo/__init__.py": (
+        "fd36d11f33418543e9685785848d7bb16a2560ae6289370bf31a0b61b4a37e10"
+    ),
+    "src/prime_rl/orchestrator/trajectories.py": (
+        "75818b0b5ed163ecb2500d700a24995329882df8edc22053e657f03b16adb375"
+    ),
 }
 
 
@@ -41,13 +61,17 @@ def patches_dir() -> Path:
     for candidate in (here.parent / "patches", here / "_data" / "patches"):
         if all((candidate / name).is_file() for name in PATCHES):
             return candidate
-    raise FileNotFoundError(f"glyph's PRIME-RL patches ({', '.join(PATCHES)}) are in neither patches/ nor glyph/_data/")
+    raise FileNotFoundError(
+        f"glyph's PRIME-RL patches ({', '.join(PATCHES)}) are in neither patches/ nor glyph/_data/"
+    )
 
 
 def _git_apply(root: Path, patch: Path, *flags: str) -> subprocess.CompletedProcess:
     # A source tree without .git must not be taken for a subdirectory of an enclosing repository.
     env = dict(os.environ, GIT_CEILING_DIRECTORIES=str(root.parent))
-    return subprocess.run(["git", "apply", *flags, str(patch)], cwd=root, capture_output=True, text=True, env=env)
+    return subprocess.run(
+        ["git", "apply", *flags, str(patch)], cwd=root, capture_output=True, text=True, env=env
+    )
 
 
 @dataclass(frozen=True)
@@ -61,7 +85,9 @@ class PatchState:
 class Report:
     root: Path
     commit: str | None  # None: not a git checkout
-    files_at_pin: bool | None  # for a tree without git: the patched files match the pin's (or the pin's + patches)
+    files_at_pin: (
+        bool | None
+    )  # for a tree without git: the patched files match the pin's (or the pin's + patches)
     patches: tuple[PatchState, ...]
 
     @property
@@ -96,8 +122,11 @@ def check(root: str | Path) -> Report:
             states.append(PatchState(name, "applied"))
             continue
         proc = _git_apply(root, patch, "--check")
-        states.append(PatchState(name, "applies") if proc.returncode == 0
-                      else PatchState(name, "conflicts", proc.stderr.strip().splitlines()[0] if proc.stderr else ""))
+        states.append(
+            PatchState(name, "applies")
+            if proc.returncode == 0
+            else PatchState(name, "conflicts", proc.stderr.strip().splitlines()[0] if proc.stderr else "")
+        )
     files_at_pin = None
     if commit is None:
         pristine = all(_sha(root / rel) == sha for rel, sha in PIN_FILES.items())

@@ -54,8 +54,14 @@ class PredictAlgorithm(GRPOAlgorithm):
     def annotate(self, trace: vf.Trace) -> Annotation:
         assert self.token_bytes is not None, "PredictAlgorithm.setup() must run first"
         candidates = (trace.info.get(INFO_KEY) or {}).get("candidates") or []
-        out = annotate(trace.nodes, candidates, self.token_bytes, self.encode, alpha=self.alpha,
-                       max_tokens=self.max_aux_tokens)
+        out = annotate(
+            trace.nodes,
+            candidates,
+            self.token_bytes,
+            self.encode,
+            alpha=self.alpha,
+            max_tokens=self.max_aux_tokens,
+        )
         trace.metrics.update(out.metrics())
         for error in out.errors:
             get_logger().warning(f"predict: trace {trace.id}: {error}")

@@ -46,12 +46,14 @@ _ALGO = pydantic.TypeAdapter(AlgoConfig)
 @pytest.fixture(scope="module")
 def tokdir() -> Path:
     from glyph.render import offline_tokenizer_dir
+
     return offline_tokenizer_dir()
 
 
 @pytest.fixture(scope="module")
 def tok(tokdir):
     from renderers.base import load_tokenizer
+
     return load_tokenizer(str(tokdir))
 
 
@@ -65,27 +67,59 @@ def runs(tmp_path_factory, tokdir, mbpp_path) -> dict[str, list[str]]:
 
     cache = os.environ.get("GLYPH_EVAL_CACHE")
     if cache and all(any((Path(cache) / p).glob("**/traces.jsonl")) for p in POLICIES):
-        return {p: [line for path in sorted((Path(cache) / p).glob("**/traces.jsonl"))
-                    for line in path.read_text().splitlines()] for p in POLICIES}
+        return {
+            p: [
+                line
+                for path in sorted((Path(cache) / p).glob("**/traces.jsonl"))
+                for line in path.read_text().splitlines()
+            ]
+            for p in POLICIES
+        }
     tasks = {t.id: t for t in mbpp.load_source(mbpp_path).tasks}
     out = tmp_path_factory.mktemp("evals")
     env = dict(os.environ, PRIME_RUNS_MODE="disabled", HF_HUB_OFFLINE="1")
     with PolicyServer(tasks, tokenizer=str(tokdir)) as server:
         procs = {}
         for policy in POLICIES:
-            cmd = eval_command("glyph-mbpp", "-m", policy, "--client.base-url", server.base_url,
-                               "--client.type", "train", "--client.renderer-model-name", str(tokdir),
-                               "--client.renderer.name", "qwen3", "--client.renderer.enable-thinking", "false",
-                               "--no-push", "--no-rich", "-n", str(TASKS), "-o", str(out / policy),
-                               "--env.taskset.arm", "b", "--env.taskset.data-path", mbpp_path,
-                               "--env.agent.harness.tool-timeout", "3")
-            procs[policy] = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+            cmd = eval_command(
+                "glyph-mbpp",
+                "-m",
+                policy,
+                "--client.base-url",
+                server.base_url,
+                "--client.type",
+                "train",
+                "--client.renderer-model-name",
+                str(tokdir),
+                "--client.renderer.name",
+                "qwen3",
+                "--client.renderer.enable-thinking",
+                "false",
+                "--no-push",
+                "--no-rich",
+                "-n",
+                str(TASKS),
+                "-o",
+                str(out / policy),
+                "--env.taskset.arm",
+                "b",
+                "--env.taskset.data-path",
+                mbpp_path,
+                "--env.agent.harness.tool-timeout",
+                "3",
+            )
+            procs[policy] = subprocess.Popen(
+                cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+            )
         runs = {}
         for policy, proc in procs.items():
             stdout, stderr = proc.communicate(timeout=600)
             assert proc.returncode == 0, stderr[-3000:]
-            lines = [line for path in sorted((out / policy).glob("**/traces.jsonl"))
-                     for line in path.read_text().splitlines()]
+            lines = [
+                line
+                for path in sorted((out / policy).glob("**/traces.jsonl"))
+                for line in path.read_text().splitlines()
+            ]
             assert len(lines) == TASKS, (policy, stdout[-2000:])
             runs[policy] = lines
     return runs
@@ -98,9 +132,15 @@ def episodes(runs, policy: str, group: str) -> dict[str, vf.WireEpisode]:
         ep = vf.WireEpisode.model_validate_json(line)
         assert ep.ok and all(t.ok for t in ep.traces), [e.message for t in ep.traces for e in t.errors]
         task = ep.task.data.name
-        out[task] = ep.model_copy(update={
-            "env": vf.EnvInfo(id="glyph-mbpp", name="glyph-mbpp"), "group": vf.GroupInfo(id=f"{task}:{group}"),
-            "run": vf.TrainRunInfo(id="test", work=vf.TrainWorkInfo(step=0, policy=vf.PolicySpan(start=0, end=0)))})
+        out[task] = ep.model_copy(
+            update={
+                "env": vf.EnvInfo(id="glyph-mbpp", name="glyph-mbpp"),
+                "group": vf.GroupInfo(id=f"{task}:{group}"),
+                "run": vf.TrainRunInfo(
+                    id="test", work=vf.TrainWorkInfo(step=0, policy=vf.PolicySpan(start=0, end=0))
+                ),
+            }
+        )
     return out
 
 
@@ -119,12 +159,21 @@ def algorithm(tokdir) -> PredictAlgorithm:
 
 def train_batch(algorithm, groups: list[list[vf.WireEpisode]], group_size: int):
     """The batch PRIME-RL's TrainSink ships for these groups (filter_zero_advantages on)."""
-    env = SimpleNamespace(config=SimpleNamespace(group_size=group_size), algorithm=algorithm,
-                          sampling_args={"temperature": 1.0})
-    config = SimpleNamespace(train=SimpleNamespace(filter_zero_advantages=True), max_off_policy_steps=8, seq_len=4096)
-    sink = TrainSink(config, tokenizer=None, train_envs=SimpleNamespace(get=lambda name: env),
-                     mm_token_type_ids_mapping=None, progress=SimpleNamespace(step=0),
-                     batch_size=sum(len(ep.traces) for g in groups for ep in g), token_batch_size=None)
+    env = SimpleNamespace(
+        config=SimpleNamespace(group_size=group_size), algorithm=algorithm, sampling_args={"temperature": 1.0}
+    )
+    config = SimpleNamespace(
+        train=SimpleNamespace(filter_zero_advantages=True), max_off_policy_steps=8, seq_len=4096
+    )
+    sink = TrainSink(
+        config,
+        tokenizer=None,
+        train_envs=SimpleNamespace(get=lambda name: env),
+        mm_token_type_ids_mapping=None,
+        progress=SimpleNamespace(step=0),
+        batch_size=sum(len(ep.traces) for g in groups for ep in g),
+        token_batch_size=None,
+    )
     batch = None
     for group in groups:
         for ep in group:
@@ -137,6 +186,7 @@ def label_spans(tb: TokenBytes, token_ids: list[int], where: list[bool]) -> list
     """Each <PREDICTION> label in the tokens at ``where`` positions: (first, end, label),
     from the token holding the tag's '>' through the label's last byte."""
     from glyph.predict.annotate import _PREDICTION, _token_at
+
     idx = [i for i, w in enumerate(where) if w]
     spans = []
     runs_, start = [], None
@@ -150,7 +200,9 @@ def label_spans(tb: TokenBytes, token_ids: list[int], where: list[bool]) -> list
         data, starts = tb.offsets(token_ids[a:b])
         for m in _PREDICTION.finditer(data):
             gt = m.start() + len(b"<PREDICTION")
-            spans.append((a + _token_at(starts, gt), a + _token_at(starts, m.end(1) - 1) + 1, m.group(1).decode()))
+            spans.append(
+                (a + _token_at(starts, gt), a + _token_at(starts, m.end(1) - 1) + 1, m.group(1).decode())
+            )
     return spans
 
 
@@ -169,6 +221,7 @@ def test_the_registry_resolves_predict_and_lists_it_among_known_types():
 def test_an_rl_config_with_predict_validates(tmp_path, mbpp_path):
     from prime_rl.configs.rl import RLConfig
     from prime_rl.utils.config import cli
+
     toml = tmp_path / "rl.toml"
     toml.write_text(f"""
 [model]
@@ -261,7 +314,7 @@ def test_predict_through_prime_rls_train_sink(runs, algorithm, tok):
         assert on == list(range(on[0], len(s.token_ids) - len(tok.encode("</PREDICTION>"))))
         assert s.rl_weights is None or not any(s.rl_weights)
         # the same prefix as the sample the policy produced, up to the label span
-        twin = next(m for m in main if m.token_ids[:on[0]] == s.token_ids[:on[0]])
+        twin = next(m for m in main if m.token_ids[: on[0]] == s.token_ids[: on[0]])
         span = next(a for a, _, label in label_spans(tb, twin.token_ids, twin.mask) if a == on[0])
         assert span == on[0]
     loss_equals_reference(samples)
@@ -301,14 +354,33 @@ def loss_equals_reference(samples) -> None:
     gradient w.r.t. the trainer logprobs (logprobs from a tiny random Qwen3 over the real
     vocabulary: the same for both)."""
     from transformers import Qwen3Config, Qwen3ForCausalLM
+
     torch.manual_seed(0)
-    model = Qwen3ForCausalLM(Qwen3Config(vocab_size=151936, hidden_size=32, intermediate_size=64,
-                                         num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
-                                         head_dim=16, max_position_embeddings=4096))
+    model = Qwen3ForCausalLM(
+        Qwen3Config(
+            vocab_size=151936,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            head_dim=16,
+            max_position_embeddings=4096,
+        )
+    )
     model.eval()
-    refs = [ref.Sample(token_ids=s.token_ids, mask=s.mask, inference_logprobs=s.logprobs, advantages=s.advantages,
-                       rl_weights=s.rl_weights, ce_weights=s.ce_weights, temperature=s.temperatures[0])
-            for s in samples]
+    refs = [
+        ref.Sample(
+            token_ids=s.token_ids,
+            mask=s.mask,
+            inference_logprobs=s.logprobs,
+            advantages=s.advantages,
+            rl_weights=s.rl_weights,
+            ce_weights=s.ce_weights,
+            temperature=s.temperatures[0],
+        )
+        for s in samples
+    ]
     with torch.no_grad():
         logps = ref.token_logprobs(model, refs)
     ours = [lp.clone().requires_grad_(True) for lp in logps]
@@ -322,18 +394,27 @@ def loss_equals_reference(samples) -> None:
         if all(v is None for v in values):
             return None
         fill = {"rl_weights": 1.0, "ce_weights": 0.0}[name]
-        return [torch.tensor(v if v is not None else [fill] * len(s.token_ids), dtype=torch.float32)
-                for v, s in zip(values, samples)]
+        return [
+            torch.tensor(v if v is not None else [fill] * len(s.token_ids), dtype=torch.float32)
+            for v, s in zip(values, samples)
+        ]
 
     prime, _ = compute_loss(
         trainer_logprobs=theirs,
         inference_logprobs=[torch.tensor(s.logprobs, dtype=torch.float32) for s in samples],
         ref_logprobs=None,
-        advantages=[torch.tensor(s.advantages or [0.0] * len(s.token_ids), dtype=torch.float32) for s in samples],
+        advantages=[
+            torch.tensor(s.advantages or [0.0] * len(s.token_ids), dtype=torch.float32) for s in samples
+        ],
         loss_mask=[torch.tensor(s.mask, dtype=torch.bool) for s in samples],
-        rl_weights=stream("rl_weights"), ce_weights=stream("ce_weights"), ref_kl_weights=None,
-        rl_loss_fn=setup_rl_loss_fn(DefaultLossConfig()), rl_scale=max(n_rl, 1), ce_scale=max(n_ce, 1),
-        ref_kl_scale=1)
+        rl_weights=stream("rl_weights"),
+        ce_weights=stream("ce_weights"),
+        ref_kl_weights=None,
+        rl_loss_fn=setup_rl_loss_fn(DefaultLossConfig()),
+        rl_scale=max(n_rl, 1),
+        ce_scale=max(n_ce, 1),
+        ref_kl_scale=1,
+    )
     assert n_ce > 0
     torch.testing.assert_close(loss, prime)
     loss.backward()
