@@ -189,7 +189,10 @@ def data_prepare(out: Out = Path("artifacts"), seed: Annotated[int, typer.Option
     notes = m["sft"]["notes"]
     table.add_row("tasks left out (too long)", str(sum(1 for n in notes if n["kept"] is None)))
     table.add_row("tasks passed over for recovery (no failing mutation)", str(sum(1 for n in notes if n["kept"])))
-    table.add_row("longest trace (tokens)", str(m["sft"]["longest_tokens"]))
+    r = m["sft"]["renderer"]
+    for arm, longest in m["sft"]["longest"].items():
+        table.add_row(f"arm {arm} longest trace (tokens, {r['name']} renderer, limit {m['sft']['max_tokens']})",
+                      f"{longest['tokens']} (task {longest['task_id']})")
     console.print(table)
 
 
@@ -208,8 +211,9 @@ def data_validate(out: Out = Path("artifacts"), mbpp_path: MbppPath = None) -> N
         if len(exc.problems) > 50:
             err.print(f"... and {len(exc.problems) - 50} more", soft_wrap=True)
         raise typer.Exit(1)
-    console.print(f"[green]valid:[/] {summary['tasks']} tasks, {summary['traces']} traces replayed, "
-                  f"longest {summary['longest_tokens']} tokens", highlight=False)
+    longest = ", ".join(f"arm {arm} {v['tokens']} (task {v['task_id']})" for arm, v in summary["longest"].items())
+    console.print(f"[green]valid:[/] {summary['tasks']} tasks, {summary['traces']} traces replayed and "
+                  f"measured; longest trace in tokens: {longest}", highlight=False)
 
 
 @app.command()

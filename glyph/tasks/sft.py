@@ -13,8 +13,10 @@ outcome class the grader gave it:
   agent), fixes, predicts PASS, KEEPs, tests.
 
 Arm A and Arm B traces of a task share the candidate and its outcome. Every
-trace ends with ``FINAL:`` and fits ``max_tokens`` under the chat template;
-a task whose trace would not fit is left out and listed. ``replay`` re-runs
+trace ends with ``FINAL:`` and its SFT sample, as PRIME-RL builds it with
+glyph's one renderer (``glyph.render.sft_sample``: Qwen3, thinking off), fits
+``MAX_TOKENS``, the SFT ``seq_len``; a task whose trace would not fit is left
+out and listed. ``replay`` re-runs
 a trace through the protocol parser, the patch semantics and the grader and
 names the first step whose recorded result differs.
 """
@@ -36,7 +38,7 @@ from glyph.sandbox import Limits
 from glyph.tasks.mbpp import MbppTask
 
 RECOVERY_SHARE = 1 / 3
-MAX_TOKENS = 1280
+MAX_TOKENS = 1280  # the SFT seq_len: every token of a trace's sample fits one packed row
 LIMITS = Limits(cpu_s=3, wall_s=6)
 SEARCH_LIMITS = Limits(cpu_s=1, wall_s=2)  # looking for a mutant: a slow one is skipped anyway
 
@@ -160,8 +162,9 @@ def build_traces(task: MbppTask, mutant: Mutant | None, variant: str, budget: in
 
 
 def count_tokens(messages: list[dict], tokenizer) -> int:
-    from glyph.render import render_ids
-    return len(render_ids(messages, tokenizer))
+    """Tokens of the trace's SFT sample (``glyph.render.sft_sample``)."""
+    from glyph.render import sft_sample
+    return len(sft_sample(messages, tokenizer)[0])
 
 
 def build_sft(tasks: list[MbppTask], seed: int = 42, tokenizer=None, max_tokens: int = MAX_TOKENS,

@@ -19,7 +19,7 @@ from glyph.predict.loss import (  # noqa: E402
     token_counts,
     token_logprobs,
 )
-from glyph.render import load_tokenizer, render_messages  # noqa: E402
+from glyph.render import load_tokenizer, render_ids  # noqa: E402
 
 QWEN3_VOCAB = 151936  # Qwen3's embedding rows (the tokenizer's 151669 ids, padded)
 ALPHA = 0.5
@@ -60,8 +60,8 @@ def completion_tokens(tok, text: str, label: str) -> tuple[list[int], list[int]]
 
 
 def prompt_ids(tok, messages) -> list[int]:
-    text = render_messages(messages, add_generation_prompt=True)
-    return list(tok(text, add_special_tokens=False)["input_ids"])
+    """The rollout's prompt as PRIME-RL renders it (Qwen3 renderer, thinking off)."""
+    return render_ids(messages, tok, add_generation_prompt=True)
 
 
 AGENT_PROMPT = [
