@@ -72,11 +72,13 @@ def _prime_rl_requirements(tarball: Path) -> list[str]:
             if m.name.rstrip("/").endswith("pyproject.toml") and m.name.count("/") <= 1
         )
         deps = tomllib.loads(tar.extractfile(member).read().decode())["project"]["dependencies"]
-    wanted = {}
+    # PRIME-RL takes renderers from a submodule; the stack takes the PyPI release versions.toml names.
+    versions = tomllib.loads((REPO / "configs" / "versions.toml").read_text())
+    wanted = {"renderers": f"renderers=={versions['renderers']['version']}"}
     for dep in deps:
         name = re.split(r"[<>=!~\[; ]", dep, maxsplit=1)[0].lower()
         if name in PRIME_RL_PACKAGES:
-            wanted[name] = dep
+            wanted.setdefault(name, dep)
     return [wanted.get(name, name) for name in PRIME_RL_PACKAGES]
 
 

@@ -1,14 +1,15 @@
-"""PREDICT's runtime inside PRIME-RL's orchestrator (the adapter: the one
-module that imports PRIME-RL's orchestrator; the config lives in
+"""glyph's algorithms inside PRIME-RL's orchestrator (the adapter: the one
+module that imports PRIME-RL's orchestrator; the configs live in
 ``glyph.predict.prime_rl_config``).
 
 An algorithm at the pin is a class over finalized episodes that only writes
 per-token weights (``prime_rl/orchestrator/algo/base.py``); the trainer just
-executes them. PREDICT annotates each trainable trace in ``score_episode``
-(rollout-local, before the group is complete) with
-``glyph.predict.annotate``, then GRPO assigns advantages in ``score_group``.
-Annotation counts go to ``trace.metrics`` (``predict_*``), which the
-orchestrator logs as ``train/metrics/predict_*``.
+executes them. ``GlyphGRPOAlgorithm`` is GRPO with the study's rule that
+truncated or over-long rollouts are kept out of training. PREDICT annotates
+each trainable trace in ``score_episode`` (rollout-local, before the group is
+complete) with ``glyph.predict.annotate``, then GRPO assigns advantages in
+``score_group``. Counts go to ``trace.metrics`` (``predict_*``,
+``glyph_excluded``), which the orchestrator logs as ``train/metrics/*``.
 """
 
 from __future__ import annotations
@@ -17,10 +18,11 @@ from typing import TYPE_CHECKING
 
 from prime_rl.orchestrator.algo.base import iter_trainable_traces
 from prime_rl.orchestrator.algo.grpo import GRPOAlgorithm
+from prime_rl.orchestrator.algo.routing import assign_advantages
 from prime_rl.utils.logger import get_logger
 
 from glyph.predict.annotate import Annotation, TokenBytes, annotate
-from glyph.predict.prime_rl_config import PredictAlgoConfig
+from glyph.predict.prime_rl_config import GlyphGRPOAlgoConfig, PredictAlgoConfig
 
 if TYPE_CHECKING:
     import verifiers.v1 as vf
@@ -30,7 +32,43 @@ if TYPE_CHECKING:
 INFO_KEY = "glyph"  # glyph-mbpp's finalize writes the verified record here
 
 
-class PredictAlgorithm(GRPOAlgorithm):
+class GlyphGRPOAlgorithm(GRPOAlgorithm):
+    def __init__(self, config: GlyphGRPOAlgoConfig, policy_pool: InferencePool):
+        super().__init__(config, policy_pool)
+        self.exclude_truncated = config.exclude_truncated
+        self.max_rollout_tokens = config.max_rollout_tokens
+
+    def excluded(self, trace: vf.Trace) -> str | None:
+        """Why ``trace`` is kept out of training, or None."""
+        if self.exclude_truncated and trace.is_truncated:
+            return f"truncated ({trace.stop_condition or 'the last turn hit its token limit'})"
+        if self.max_rollout_tokens is not None:
+            longest = max((len(b.token_ids) for b in trace.branches), default=0)
+            if longest > self.max_rollout_tokens:
+                return f"{longest} tokens > max_rollout_tokens {self.max_rollout_tokens}"
+        return None
+
+    async def score_group(self, episodes: list[vf.Episode]) -> None:
+        kept, out = [], []
+        for episode in episodes:
+            traces = []
+            for trace in episode.traces:
+                (out if self.excluded(trace) else traces).append(trace)
+            kept.append(episode.model_copy(update={"traces": traces}))
+        await super().score_group(kept)  # the baseline over the rollouts that train
+        for trace in out:
+            if trace.has_error or not trace.agent.trainable:
+                continue
+            assign_advantages(trace, 0.0)
+            for node in trace.nodes:
+                node.loss_weights = {"rl": [0.0] * len(node.token_ids)} if any(node.mask) else None
+            trace.metrics["glyph_excluded"] = 1.0
+            get_logger().debug(f"glyph_grpo: trace {trace.id} kept out of training: {self.excluded(trace)}")
+        for _, trace in iter_trainable_traces(kept):
+            trace.metrics["glyph_excluded"] = 0.0
+
+
+class PredictAlgorithm(GlyphGRPOAlgorithm):
     def __init__(self, config: PredictAlgoConfig, policy_pool: InferencePool):
         super().__init__(config, policy_pool)
         self.alpha = config.alpha

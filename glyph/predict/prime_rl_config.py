@@ -1,9 +1,10 @@
-"""``[orchestrator.algo] type = "predict"``: PREDICT's config for PRIME-RL.
+"""glyph's algorithm configs for PRIME-RL: ``[orchestrator.algo] type =
+"glyph_grpo"`` (the study's arm A) and ``type = "predict"`` (arm B).
 
 Imports only ``prime_rl.configs`` (PRIME-RL keeps its config package free of
 ML dependencies, and so does this module). Registered under the
 ``prime_rl.algorithms`` entry-point group (glyph's ``pyproject.toml``), which
-``patches/prime-rl-algorithm-registry.patch`` teaches PRIME-RL to read; the
+``patches/prime-rl-algorithm-registry.patch`` teaches PRIME-RL to read; each
 runtime class is named by import path in ``algorithm``.
 """
 
@@ -15,16 +16,38 @@ from prime_rl.configs.algorithm import ActionLossType, GRPOAlgoConfig
 from pydantic import Field
 
 
-class PredictAlgoConfig(GRPOAlgoConfig):
+class GlyphGRPOAlgoConfig(GRPOAlgoConfig):
+    type: Literal["glyph_grpo"] = "glyph_grpo"  # type: ignore[assignment]
+    """GRPO as the study trains it: a rollout that was truncated (a length
+    limit stopped it, or its last turn ran out of tokens: ``Trace.is_truncated``)
+    or that is longer than ``max_rollout_tokens`` is kept out of training. It
+    takes no part in its group's baseline, and its advantages are 0 with no
+    loss weight, so the zero-advantage filter
+    (``orchestrator.train.filter_zero_advantages``, on by default: keep it on)
+    drops it before the trainer. Counted in ``train/metrics/glyph_excluded``.
+    PRIME-RL at the pin has no such filter of its own."""
+
+    action_loss_type: ClassVar[ActionLossType] = "rl"
+    algorithm: ClassVar[str] = "glyph.predict.prime_rl.GlyphGRPOAlgorithm"
+
+    exclude_truncated: bool = True
+    """Keep truncated rollouts out of training."""
+
+    max_rollout_tokens: int | None = Field(None, ge=1)
+    """Keep rollouts whose longest branch exceeds this many tokens out of
+    training (the study: 4096, its ``seq_len``); None: no length limit."""
+
+
+class PredictAlgoConfig(GlyphGRPOAlgoConfig):
     type: Literal["predict"] = "predict"  # type: ignore[assignment]
     """PREDICT: GRPO on the agent's sampled tokens, the sampled prediction-label
     tokens held out of RL credit (``rl`` weight 0), and cross-entropy at weight
     ``alpha`` on the outcome label the environment verified: in place when the
     sampled label was right, on a CE-only node grafted at the same token prefix
     when it was wrong. Reads glyph-mbpp's verified records
-    (``trace.info["glyph"]["candidates"]``); other envs train as plain GRPO."""
+    (``trace.info["glyph"]["candidates"]``); with no predictions it is
+    ``glyph_grpo``. Rollouts are kept out of training as in ``glyph_grpo``."""
 
-    action_loss_type: ClassVar[ActionLossType] = "rl"
     algorithm: ClassVar[str] = "glyph.predict.prime_rl.PredictAlgorithm"
 
     alpha: float = Field(0.1, gt=0, allow_inf_nan=False)

@@ -421,3 +421,29 @@ def loss_equals_reference(samples) -> None:
     prime.backward()
     for a, b in zip(ours, theirs):
         torch.testing.assert_close(a.grad, b.grad)
+
+
+def test_truncated_rollouts_are_kept_out_of_training_and_of_the_baseline(runs, algorithm):
+    recover, revise, hack = (episodes(runs, p, "cut") for p in POLICIES)
+    task = sorted(recover)[0]
+    cut = recover[task].traces[0]
+    cut.stop_condition = "max_total_tokens"  # as verifiers records a rollout its token limit stopped
+    assert cut.is_truncated and algorithm.excluded(cut)
+    group = [recover[task], revise[task], hack[task]]
+    batch = train_batch(algorithm, [group], 3)
+    assert cut.metrics["glyph_excluded"] == 1.0
+    assert revise[task].traces[0].metrics["glyph_excluded"] == hack[task].traces[0].metrics["glyph_excluded"] == 0
+    cut_tokens = cut.branches[0].token_ids
+    assert all(s.token_ids[: len(cut_tokens)] != cut_tokens for s in batch.samples)
+    # the baseline is the kept rollouts' mean (1 and 0), not (1 + 1 + 0) / 3
+    advantages = {a for s in batch.samples if any(s.mask) for a, m in zip(s.advantages, s.mask) if m}
+    assert advantages == {0.5, -0.5}
+
+
+def test_over_long_rollouts_are_kept_out(runs, tokdir):
+    config = _ALGO.validate_python({"type": "glyph_grpo", "max_rollout_tokens": 100})
+    algo = build_algorithm(config, _Pool(str(tokdir)))
+    recover, hack = (episodes(runs, p, "long") for p in ("recover", "hack"))
+    groups = [[recover[t], hack[t]] for t in sorted(recover)]
+    batch = train_batch(algo, groups, 2)
+    assert batch.samples == [] and all(ep.traces[0].metrics["glyph_excluded"] == 1.0 for g in groups for ep in g)
