@@ -183,6 +183,18 @@ def find_node(nodes: Sequence[Any], context: Sequence[dict], turn: str) -> int:
     return hits[0]
 
 
+def label_spans(token_ids: Sequence[int], token_bytes: TokenBytes) -> list[tuple[int, int, str, int]]:
+    """Every ``<PREDICTION>`` label in ``token_ids``: (first token, end token,
+    label, byte offset of the tag's ``>``); the span runs from the token
+    holding that ``>`` through the token holding the label's last byte."""
+    data, starts = token_bytes.offsets(token_ids)
+    out = []
+    for m in _PREDICTION.finditer(data):
+        gt = m.start() + len(OPEN) - 1
+        out.append((_token_at(starts, gt), _token_at(starts, m.end(1) - 1) + 1, m.group(1).decode(), gt))
+    return out
+
+
 def spans(nodes: Sequence[Any], index: int, token_bytes: TokenBytes) -> list[Located]:
     """Every ``<PREDICTION>`` label in the sampled tokens of node ``index``."""
     node = nodes[index]
@@ -191,14 +203,12 @@ def spans(nodes: Sequence[Any], index: int, token_bytes: TokenBytes) -> list[Loc
     first = next((i for i, m in enumerate(node.mask) if m), None)
     if first is None or not all(node.mask[first:]):
         raise PredictionNotFound(f"node {index}: its sampled tokens are not one suffix of the node")
-    data, starts = token_bytes.offsets(node.token_ids[first:])
-    out = []
-    for m in _PREDICTION.finditer(data):
-        gt = m.start() + len(OPEN) - 1
-        start = _token_at(starts, gt)
-        end = _token_at(starts, m.end(1) - 1) + 1
-        out.append(Located(index, first + start, first + end, m.group(1).decode(), first, data, starts, gt))
-    return out
+    sampled = node.token_ids[first:]
+    data, starts = token_bytes.offsets(sampled)
+    return [
+        Located(index, first + a, first + b, label, first, data, starts, gt)
+        for a, b, label, gt in label_spans(sampled, token_bytes)
+    ]
 
 
 def locate(nodes: Sequence[Any], index: int, token_bytes: TokenBytes, expected: str | None = None) -> Located:

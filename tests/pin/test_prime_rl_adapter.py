@@ -34,6 +34,7 @@ from prime_rl.trainer.rl.loss import compute_loss, setup_rl_loss_fn  # noqa: E40
 
 from glyph.predict import loss as ref  # noqa: E402
 from glyph.predict.annotate import TokenBytes  # noqa: E402
+from glyph.predict.annotate import label_spans as annotate_spans  # noqa: E402
 from glyph.predict.prime_rl import PredictAlgorithm  # noqa: E402
 from glyph.predict.prime_rl_config import PredictAlgoConfig  # noqa: E402
 
@@ -183,27 +184,14 @@ def train_batch(algorithm, groups: list[list[vf.WireEpisode]], group_size: int):
 
 
 def label_spans(tb: TokenBytes, token_ids: list[int], where: list[bool]) -> list[tuple[int, int, str]]:
-    """Each <PREDICTION> label in the tokens at ``where`` positions: (first, end, label),
-    from the token holding the tag's '>' through the label's last byte."""
-    from glyph.predict.annotate import _PREDICTION, _token_at
-
-    idx = [i for i, w in enumerate(where) if w]
-    spans = []
-    runs_, start = [], None
-    for i in idx:  # contiguous runs of positions
-        if start is None or i != runs_[-1][1]:
-            runs_.append([i, i + 1])
-        else:
+    """Each <PREDICTION> label in the tokens at ``where`` positions (contiguous runs): (first, end, label)."""
+    runs_: list[list[int]] = []
+    for i, w in enumerate(where):
+        if w and runs_ and runs_[-1][1] == i:
             runs_[-1][1] = i + 1
-        start = i
-    for a, b in runs_:
-        data, starts = tb.offsets(token_ids[a:b])
-        for m in _PREDICTION.finditer(data):
-            gt = m.start() + len(b"<PREDICTION")
-            spans.append(
-                (a + _token_at(starts, gt), a + _token_at(starts, m.end(1) - 1) + 1, m.group(1).decode())
-            )
-    return spans
+        elif w:
+            runs_.append([i, i + 1])
+    return [(a + s, a + e, label) for a, b in runs_ for s, e, label, _ in annotate_spans(token_ids[a:b], tb)]
 
 
 def test_the_registry_resolves_predict_and_lists_it_among_known_types():
@@ -432,7 +420,11 @@ def test_truncated_rollouts_are_kept_out_of_training_and_of_the_baseline(runs, a
     group = [recover[task], revise[task], hack[task]]
     batch = train_batch(algorithm, [group], 3)
     assert cut.metrics["glyph_excluded"] == 1.0
-    assert revise[task].traces[0].metrics["glyph_excluded"] == hack[task].traces[0].metrics["glyph_excluded"] == 0
+    assert (
+        revise[task].traces[0].metrics["glyph_excluded"]
+        == hack[task].traces[0].metrics["glyph_excluded"]
+        == 0
+    )
     cut_tokens = cut.branches[0].token_ids
     assert all(s.token_ids[: len(cut_tokens)] != cut_tokens for s in batch.samples)
     # the baseline is the kept rollouts' mean (1 and 0), not (1 + 1 + 0) / 3
@@ -446,4 +438,6 @@ def test_over_long_rollouts_are_kept_out(runs, tokdir):
     recover, hack = (episodes(runs, p, "long") for p in ("recover", "hack"))
     groups = [[recover[t], hack[t]] for t in sorted(recover)]
     batch = train_batch(algo, groups, 2)
-    assert batch.samples == [] and all(ep.traces[0].metrics["glyph_excluded"] == 1.0 for g in groups for ep in g)
+    assert batch.samples == [] and all(
+        ep.traces[0].metrics["glyph_excluded"] == 1.0 for g in groups for ep in g
+    )
