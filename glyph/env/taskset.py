@@ -1,5 +1,11 @@
 """The glyph-mbpp taskset and task: rows from ``glyph.tasks.mbpp``, trusted
-finalize (``glyph.env.verify``) and the study's reward and metrics."""
+finalize (``glyph.env.verify``) and the study's reward and metrics.
+
+``hidden`` decides what the reward grades: ``base`` (the study's: the task's
+hidden tests) or ``plus`` (those, then the plus tests ``glyph data plus``
+generated from the reference solution). Wherever a task's plus tests are
+found (``plus_path``) finalize grades both and records each as a metric, so
+one run gives pass@1 on both."""
 
 from __future__ import annotations
 
@@ -9,10 +15,10 @@ from typing import Literal
 
 import verifiers.v1 as vf
 
-from glyph.env.verify import METRICS, TaskTests, verify
+from glyph.env.verify import TaskTests, metric_defaults, verify
 from glyph.protocol import SOLUTION_FILE
 from glyph.sandbox import Limits
-from glyph.tasks import mbpp
+from glyph.tasks import mbpp, plus
 from glyph.vfcompat import timed_out
 
 TRACE_FILE = ".glyph/trace.json"
@@ -28,6 +34,9 @@ class GlyphData(vf.TaskData):
     visible_tests: list[str] = []
     hidden_setup: str = ""
     hidden_tests: list[str] = []
+    plus_tests: list[str] | None = None
+    """Generated plus tests (graded after ``hidden_tests``); None: not available."""
+    hidden: Literal["base", "plus"] = "base"
     reference: str = ""
 
 
@@ -44,13 +53,15 @@ class GlyphTask(vf.Task[GlyphData]):
                 data = json.loads(raw) if raw is not None else None
             except ValueError:
                 data = "unparseable"
-            tests = TaskTests(self.data.hidden_setup, tuple(self.data.visible_tests), tuple(self.data.hidden_tests))
+            d = self.data
+            tests = TaskTests(d.hidden_setup, tuple(d.visible_tests), tuple(d.hidden_tests),
+                              None if d.plus_tests is None else tuple(d.plus_tests), d.hidden)
             service_log = trace.info.get("glyph_service_log")
             info = await asyncio.to_thread(verify, data, final, tests, self.grade_limits, service_log,
                                            trace.info.get("glyph_program"))
         except Exception as exc:  # deliberate: record the fault, score 0
             info = {"reward": 0.0, "reason": f"finalize failed: {type(exc).__name__}: {exc}",
-                    "metrics": {m: 0.0 for m in METRICS}, "candidates": []}
+                    "metrics": metric_defaults(self.data.plus_tests is not None), "candidates": []}
         if timed_out(trace):
             info["reason"] = "the rollout timed out; " + info["reason"]
         trace.info["glyph"] = info
@@ -61,7 +72,7 @@ class GlyphTask(vf.Task[GlyphData]):
 
     @vf.metric
     async def glyph_metrics(self, trace: vf.Trace) -> dict[str, float]:
-        return dict(trace.info.get("glyph", {}).get("metrics") or {m: 0.0 for m in METRICS})
+        return dict(trace.info.get("glyph", {}).get("metrics") or metric_defaults(self.data.plus_tests is not None))
 
 
 async def _read(runtime: vf.Runtime, path: str) -> str | None:
@@ -80,6 +91,11 @@ class GlyphTasksetConfig(vf.TasksetConfig):
     seed: int = 42
     challenge_tests: bool = False
     """Add MBPP's challenge tests to the hidden tests (11 tasks have them)."""
+    hidden: Literal["base", "plus"] = "base"
+    """What the reward grades: base (the study's hidden tests) or plus (those, then the generated plus tests)."""
+    plus_path: str | None = None
+    """The folder of plus tests (`glyph data plus`); default $GLYPH_PLUS_PATH, else artifacts/plus
+    when it exists. Where a task's tests are found they are graded and recorded as a metric."""
 
 
 class GlyphTaskset(vf.Taskset[GlyphTask, GlyphTasksetConfig]):
@@ -87,11 +103,18 @@ class GlyphTaskset(vf.Taskset[GlyphTask, GlyphTasksetConfig]):
         cfg = self.config
         source = mbpp.load_source(cfg.data_path)
         by_id = {t.task_id: t for t in source.tasks}
+        folder = plus.resolve_dir(cfg.plus_path)
+        if cfg.hidden == "plus" and not folder.is_dir():
+            raise mbpp.DataError(f"--env.taskset.hidden plus: no plus tests at {folder}; run "
+                                 f"`glyph data plus --out {folder.parent}` or set --env.taskset.plus-path")
         for task_id in mbpp.make_splits(by_id, cfg.seed)[cfg.split]:
             t = by_id[task_id]
             row = mbpp.task_row(t, cfg.split)
             hidden = list(t.test_list) + (list(t.challenge_test_list) if cfg.challenge_tests else [])
+            plus_tests = plus.load_tests(folder, t) if cfg.hidden == "plus" else \
+                plus.current(folder, t) if folder.is_dir() else None
             yield GlyphTask(GlyphData(id=t.id, name=t.id, prompt=row["prompt"][cfg.arm], arm=cfg.arm,
                                       task_text=t.text, visible_tests=list(t.test_list),
-                                      hidden_setup=t.test_setup_code, hidden_tests=hidden, reference=t.code),
+                                      hidden_setup=t.test_setup_code, hidden_tests=hidden,
+                                      plus_tests=plus_tests, hidden=cfg.hidden, reference=t.code),
                             cfg.task)

@@ -18,6 +18,21 @@ Reward = 1 only for a terminal ``FINAL:``, a visible test that passed
 (re-graded), and a final solution that passes the hidden tests: the study's
 definition. A rollout with no trace, a crashed program or a timeout scores 0
 with the reason recorded.
+
+Two hidden suites: ``base`` (the task's hidden tests, the study's) and, when
+the task has generated plus tests (``glyph.tasks.plus``), ``plus`` = base
+followed by them. ``TaskTests.reward`` names the one the reward grades; the
+other is recorded too (metric ``base_passed``, and ``plus_passed`` only where
+the task has plus tests, so a run without them does not read as failing
+them), under the same rule (FINAL, a passing visible test, no tamper).
+
+Both come from one grading of the plus suite. The fast path grades checks
+in order in one session and stops at the first failure, so its first checks,
+the base suite's, run exactly as they would alone: same session state, same
+limits spent so far. A failure among them is the base outcome; a failure
+after them means base passed. Where that does not hold (the referee path,
+which runs ``test_*`` functions last) base is graded on its own; so it is
+when plus tests that do not compile would otherwise break a base reward.
 """
 
 from __future__ import annotations
@@ -25,7 +40,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 
-from glyph.grading import grade
+from glyph.grading import InvalidTests, grade
 from glyph.outcomes import Outcome
 from glyph.protocol import PLACEHOLDER
 from glyph.sandbox import Limits
@@ -40,6 +55,16 @@ class TaskTests:
     setup: str
     visible: tuple[str, ...]
     hidden: tuple[str, ...]
+    plus: tuple[str, ...] | None = None
+    """The task's generated plus tests (``glyph.tasks.plus``); None: not available."""
+    reward: str = "base"
+    """``base``: the reward grades ``hidden``; ``plus``: ``hidden`` then ``plus``."""
+
+    def __post_init__(self) -> None:
+        if self.reward not in ("base", "plus"):
+            raise ValueError(f"reward suite {self.reward!r}: use base or plus")
+        if self.reward == "plus" and self.plus is None:
+            raise ValueError("the reward grades the plus tests, but the task has none recorded")
 
 
 @dataclass
@@ -57,15 +82,45 @@ class Regrader:
                                     limits=self.limits).outcome.value
         return self.cache[key]
 
-    def hidden(self, source: str) -> tuple[str, str]:
-        g = grade(source, self.tests.setup, "\n".join(self.tests.hidden), limits=self.limits)
-        return g.outcome.value, g.detail
+    def hidden(self, source: str) -> dict[str, tuple[str, str] | None]:
+        """The final solution's (outcome, detail) on each suite: ``base``,
+        ``plus`` (None when the task has no plus tests). One grading of the
+        plus suite gives both on the fast path (see the module docstring)."""
+        t = self.tests
+        base_text = "\n".join(t.hidden)
+
+        def base_alone() -> tuple[str, str]:
+            g = grade(source, t.setup, base_text, limits=self.limits)
+            return g.outcome.value, g.detail
+
+        if not t.plus:
+            base = base_alone()
+            return {"base": base, "plus": None if t.plus is None else base}
+        try:
+            p = grade(source, t.setup, base_text + "\n" + "\n".join(t.plus), limits=self.limits)
+        except InvalidTests as exc:
+            if t.reward == "plus":
+                raise
+            return {"base": base_alone(), "plus": (Outcome.OTHER.value, f"the plus tests are unusable: {exc}")}
+        plus = (p.outcome.value, p.detail)
+        if p.path != "fast":  # the referee runs test_* functions last: no prefix to read
+            return {"base": base_alone(), "plus": plus}
+        failed = next((c for c in p.checks if c.outcome is not None and not c.passed), None)
+        if failed is not None and failed.line is not None and failed.line > base_text.count("\n") + 1:
+            return {"base": (Outcome.PASS.value, ""), "plus": plus}  # every base check passed first
+        return {"base": plus, "plus": plus}
 
 
 METRICS = ("passed", "first_patch_correct", "prediction_accuracy", "predictions", "bad_patch_rejection_rate",
            "unnecessary_rejection_rate", "recovered_after_executed_failure", "had_executed_failure",
            "visible_test_calls", "visible_tool_calls", "tampered", "budget_exhausted", "revise_count",
-           "protocol_error", "no_trace")
+           "protocol_error", "no_trace", "base_passed")
+PLUS_METRICS = ("plus_passed",)  # recorded only where the task has plus tests
+
+
+def metric_defaults(plus: bool) -> dict[str, float]:
+    """Every metric at 0 (``plus``: the task has plus tests)."""
+    return {m: 0.0 for m in METRICS + (PLUS_METRICS if plus else ())}
 
 
 def _rate(hits: int, n: int) -> float:
@@ -78,7 +133,8 @@ def verify(trace: object, final_source: str | None, tests: TaskTests, limits: Li
     verified candidates (``sampled_label`` vs ``verified_label``, with the
     exact context before each prediction turn) that PREDICT trains on."""
     out = {"reward": 0.0, "reason": "", "tamper": [], "candidates": [], "final_outcome": None,
-           "metrics": {m: 0.0 for m in METRICS}, "program": program or {}}
+           "base_outcome": None, "plus_outcome": None, "reward_suite": tests.reward,
+           "metrics": metric_defaults(tests.plus is not None), "program": program or {}}
     m = out["metrics"]
     if not isinstance(trace, dict):
         out["reason"] = "the program left no trace" if trace is None else "the trace is not a JSON object"
@@ -135,11 +191,17 @@ def verify(trace: object, final_source: str | None, tests: TaskTests, limits: Li
         candidates, visible, calls, end, is_final = [], [], [], None, False
     if final_source is None:
         out["reason"] = "solution.py is missing"
-        final_outcome = Outcome.OTHER.value
+        missing = (Outcome.OTHER.value, "solution.py is missing")
+        suites = {"base": missing, "plus": None if tests.plus is None else missing}
     else:
-        final_outcome, detail = rg.hidden(final_source)
+        suites = rg.hidden(final_source)
+    final_outcome, detail = suites[tests.reward]
+    if final_source is not None:
         out["final_detail"] = detail
     out["final_outcome"] = final_outcome
+    out["base_outcome"] = suites["base"][0]
+    if suites["plus"] is not None:
+        out["plus_outcome"], out["plus_detail"] = suites["plus"]
 
     preds = [c for c in out["candidates"] if c["sampled_label"] is not None]
     failing = [c for c in preds if c["verified_label"] != Outcome.PASS.value]
@@ -156,8 +218,12 @@ def verify(trace: object, final_source: str | None, tests: TaskTests, limits: Li
     m["had_executed_failure"] = float(any(v != Outcome.PASS.value for v in visible))
     m["budget_exhausted"] = float(end == "budget_exhausted")
     m["protocol_error"] = float(end == "protocol_error")
-    passed = not tamper and is_final and Outcome.PASS.value in visible and final_outcome == Outcome.PASS.value
+    rewardable = not tamper and is_final and Outcome.PASS.value in visible
+    passed = rewardable and final_outcome == Outcome.PASS.value
     m["passed"] = float(passed)
+    m["base_passed"] = float(rewardable and suites["base"][0] == Outcome.PASS.value)
+    if suites["plus"] is not None:
+        m["plus_passed"] = float(rewardable and suites["plus"][0] == Outcome.PASS.value)
     m["recovered_after_executed_failure"] = float(passed and m["had_executed_failure"] == 1.0)
     out["reward"] = m["passed"]
     if not out["reason"]:
@@ -166,5 +232,6 @@ def verify(trace: object, final_source: str | None, tests: TaskTests, limits: Li
                          "the program did not finish (killed, or the rollout timed out)" if end is None else
                          f"ended by {end}: {trace.get('error')}" if not is_final else
                          "no visible test passed" if Outcome.PASS.value not in visible else
-                         f"the final solution gets {final_outcome} on the hidden tests")
+                         f"the final solution gets {final_outcome} on the hidden tests"
+                         + (" (with the plus tests)" if tests.reward == "plus" else ""))
     return out

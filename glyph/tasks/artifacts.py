@@ -7,6 +7,8 @@ Layout of the output folder::
     tasks/<split>.jsonl       environment rows (sft, rl, validation, test)
     sft/arm_a/train.jsonl     SFT traces, one {"messages": [...], ...} a line;
     sft/arm_b/train.jsonl     PRIME-RL's SFT reads the folder (data.name)
+    plus/mbpp_<id>.py         plus tests (``glyph.tasks.plus``), one file per task
+                              of the source; each row's ``plus_tests`` holds its lines
 
 Each trace records ``tokens``, the length of its SFT sample under glyph's one
 renderer (``glyph.render``: the ``renderers`` Qwen3 renderer, thinking off,
@@ -14,6 +16,13 @@ as PRIME-RL's ``[renderer]``); the manifest records the renderer, the limit
 (``sft.MAX_TOKENS``, the SFT ``seq_len``) and the longest trace of each arm.
 ``validate`` measures every trace again: one over the limit, or whose length
 differs from the recorded one, is named.
+
+Plus tests (``prepare(plus=...)``, ``glyph data prepare`` by default, or
+``glyph data plus`` on a prepared folder): their files are artifacts like the
+others, hashed in the manifest, whose ``plus`` section holds the counts.
+``validate`` re-checks that each file is current for its task, that the
+rows carry its lines, that every line is one fast-path assert, and grades
+every reference solution on its visible tests followed by its plus tests.
 """
 
 from __future__ import annotations
@@ -25,9 +34,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from glyph.render import OFFLINE, load_tokenizer
-from glyph.tasks import mbpp, sft
+from glyph.tasks import mbpp, plus, sft
 
 MANIFEST = "manifest.json"
+PLUS_DIR = "plus"
 EXPECTED_COUNTS = {"sft": 212, "rl": 212, "validation": 40, "test": 500}
 
 
@@ -55,17 +65,24 @@ def _read_jsonl(path: Path) -> list[dict]:
     return rows
 
 
-def prepare(out: Path, mbpp_path=None, seed: int = 42, progress: bool = True) -> dict:
-    """Build the splits, task rows and SFT traces into ``out``; return the manifest."""
+def prepare(out: Path, mbpp_path=None, seed: int = 42, progress: bool = True,
+            plus_tasks: bool | list[str] = False, jobs: int | None = None) -> dict:
+    """Build the splits, task rows and SFT traces into ``out``; return the
+    manifest. ``plus_tasks``: True generates (or reuses, ``glyph.tasks.plus``)
+    plus tests for every task of the source, a list of ids for those only."""
     t0 = time.perf_counter()
     source = mbpp.load_source(mbpp_path)
     by_id = {t.task_id: t for t in source.tasks}
     splits = mbpp.make_splits(by_id, seed)
     out.mkdir(parents=True, exist_ok=True)
     files: list[Path] = []
+    plus_summary, plus_tests = None, {}
+    if plus_tasks:
+        plus_summary, plus_tests = _generate_plus(out, source, seed, plus_tasks, jobs, progress)
+        files += [out / PLUS_DIR / plus.file_name(i) for i in sorted(plus_tests)]
     for split, ids in splits.items():
         path = out / "tasks" / f"{split}.jsonl"
-        _write_jsonl(path, [mbpp.task_row(by_id[i], split) for i in ids])
+        _write_jsonl(path, [mbpp.task_row(by_id[i], split, plus_tests=plus_tests.get(i)) for i in ids])
         files.append(path)
     traces, notes = sft.build_sft([by_id[i] for i in splits["sft"]], seed, progress=progress)
     for arm, rows in traces.items():
@@ -89,8 +106,57 @@ def prepare(out: Path, mbpp_path=None, seed: int = 42, progress: bool = True) ->
                       for p in files},
         "seconds": round(time.perf_counter() - t0, 1),
     }
+    if plus_summary is not None:
+        manifest["plus"] = plus_summary
     (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
     return manifest
+
+
+def _generate_plus(out: Path, source: mbpp.Source, seed: int, which: bool | list[str], jobs: int | None,
+                   progress: bool) -> tuple[dict, dict[int, list[str]]]:
+    """Generate (or reuse) plus tests into ``out/plus``; (summary, lines by task id)."""
+    by_name = {t.id: t for t in source.tasks}
+    if which is True:
+        chosen = list(source.tasks)
+    else:
+        unknown = [i for i in which if i not in by_name]
+        if unknown:
+            raise mbpp.DataError(f"unknown task ids {unknown[:5]}: list the ids with `glyph data list`")
+        chosen = [by_name[i] for i in dict.fromkeys(which)]
+    folder = out / PLUS_DIR
+    summary = plus.generate(chosen, folder, seed, jobs=jobs, progress=progress)
+    return summary, {t.task_id: plus.current(folder, t, seed) for t in chosen}
+
+
+def add_plus(out: Path, mbpp_path=None, seed: int | None = None, tasks: list[str] | None = None,
+             jobs: int | None = None, progress: bool = True) -> dict:
+    """``glyph data plus``: generate (resumably) the plus tests into
+    ``out/plus``; on a prepared folder, also put them in the task rows and
+    the manifest (hashes, counts). Returns the plus summary."""
+    source = mbpp.load_source(mbpp_path)
+    mpath = out / MANIFEST
+    manifest = json.loads(mpath.read_text()) if mpath.is_file() else None
+    if seed is None:
+        seed = manifest["seed"] if manifest else 42
+    if manifest is not None and manifest["seed"] != seed:
+        raise mbpp.DataError(f"{mpath}: prepared with seed {manifest['seed']}, not {seed}")
+    if manifest is not None and tasks:  # the rows must stay complete: keep what is already there
+        tasks = sorted({*tasks, *(k for k in (manifest.get("plus") or {}).get("kept", {}))})
+    summary, lines = _generate_plus(out, source, seed, tasks or True, jobs, progress)
+    if manifest is None:
+        return summary
+    by_id = {t.task_id: t for t in source.tasks}
+    artifacts = {k: v for k, v in manifest["artifacts"].items() if not k.startswith(PLUS_DIR + "/")}
+    for split, ids in manifest["splits"].items():
+        path = out / "tasks" / f"{split}.jsonl"
+        _write_jsonl(path, [mbpp.task_row(by_id[i], split, plus_tests=lines.get(i)) for i in ids])
+    for rel in [f"tasks/{s}.jsonl" for s in manifest["splits"]] + [f"{PLUS_DIR}/{plus.file_name(i)}"
+                                                                    for i in sorted(lines)]:
+        artifacts[rel] = {"sha256": mbpp.sha256_file(out / rel), "size": (out / rel).stat().st_size}
+    manifest["artifacts"] = artifacts
+    manifest["plus"] = summary
+    mpath.write_text(json.dumps(manifest, indent=2) + "\n")
+    return summary
 
 
 def renderer_record() -> dict:
@@ -145,20 +211,27 @@ def validate(out: Path, mbpp_path=None, progress: bool = True, jobs: int = 2) ->
             seen[i] = name
     if splits != mbpp.make_splits(by_id, manifest["seed"]):
         problems.append(f"{mpath}: splits differ from those seed {manifest['seed']} gives")
+    plus_lines = _check_plus_files(out, manifest, by_id, problems)
     for name, ids in splits.items():
         p = out / "tasks" / f"{name}.jsonl"
         if p.is_file():
             try:
-                got = [r.get("task_id") for r in _read_jsonl(p)]
+                rows = _read_jsonl(p)
             except mbpp.DataError as exc:
                 problems.append(str(exc))
                 continue
-            if got != ids:
+            if [r.get("task_id") for r in rows] != ids:
                 problems.append(f"{p}: task ids differ from the manifest's {name} split")
+            for lineno, r in enumerate(rows, 1):
+                if r.get("plus_tests") != plus_lines.get(r.get("task_id")):
+                    problems.append(f"{p}:{lineno}: plus_tests differ from {PLUS_DIR}/"
+                                    f"{plus.file_name(r.get('task_id'))}")
     if problems:  # no point grading data that is already wrong
         raise ValidationFailed(problems)
-    problems += _check_gold([by_id[i] for ids in splits.values() for i in ids], progress, jobs)
-    summary = {"tasks": sum(len(v) for v in splits.values()), "traces": 0, "longest": {}, "longest_tokens": 0}
+    graded = {i for ids in splits.values() for i in ids} | set(plus_lines)
+    problems += _check_gold([by_id[i] for i in sorted(graded)], progress, jobs, plus_lines)
+    summary = {"tasks": sum(len(v) for v in splits.values()), "traces": 0, "longest": {}, "longest_tokens": 0,
+               "plus": {"tasks": len(plus_lines), "tests": sum(len(v) for v in plus_lines.values())}}
     recorded = manifest.get("sft", {})
     used, now = recorded.get("renderer") or {}, renderer_record()
     # Another `renderers` release may stand in: every length is measured again below.
@@ -188,14 +261,66 @@ def validate(out: Path, mbpp_path=None, progress: bool = True, jobs: int = 2) ->
     return summary
 
 
-def _check_gold(tasks, progress: bool, jobs: int) -> list[str]:
+def _check_plus_files(out: Path, manifest: dict, by_id: dict, problems: list[str]) -> dict[int, list[str]]:
+    """Each plus file the manifest lists is current for its task and seed,
+    and its lines (after the visible tests) compile to fast-path asserts
+    with literal expected values. Returns the lines by task id."""
+    from glyph.grading import InvalidTests, compile_tests, solution_bindings
+
+    lines: dict[int, list[str]] = {}
+    if "plus" not in manifest:
+        return lines
+    folder = out / PLUS_DIR
+    for rel in manifest["artifacts"]:
+        if not rel.startswith(PLUS_DIR + "/"):
+            continue
+        path = out / rel
+        try:
+            task = by_id[int(Path(rel).stem.removeprefix("mbpp_"))]
+        except (KeyError, ValueError):
+            problems.append(f"{path}: names no task of the source")
+            continue
+        try:
+            got = plus.current(folder, task, manifest["seed"]) if path.is_file() else None
+        except mbpp.DataError as exc:
+            problems.append(str(exc))
+            continue
+        if got is None:
+            if path.is_file():
+                problems.append(f"{path}: generated for another version of {task.id}, generator or seed")
+            continue
+        lines[task.task_id] = got
+        if not got:
+            continue
+        try:
+            suite = compile_tests(task.test_setup_code, "\n".join(list(task.test_list) + got),
+                                  solution_bindings(task.code))
+        except InvalidTests as exc:
+            problems.append(f"{path}: {exc}")
+            continue
+        plus_checks = suite.checks[len(task.test_list):]
+        if suite.program is not None or len(plus_checks) != len(got) or \
+                any(c.expected_expr is not None for c in plus_checks):
+            problems.append(f"{path}: not one fast-path assert with a literal expected value per line")
+    kept = {by_id[i].id: len(v) for i, v in lines.items()}
+    if manifest["plus"].get("kept") != kept:
+        problems.append(f"{out / MANIFEST}: plus counts differ from the plus files")
+    return lines
+
+
+def _check_gold(tasks, progress: bool, jobs: int, plus_lines: dict[int, list[str]] | None = None) -> list[str]:
+    """Every reference solution passes its tests (followed by its plus tests, where it has some)."""
     from rich.progress import track
 
     from glyph.grading import grade
 
+    plus_lines = plus_lines or {}
+
     def one(t):
-        g = grade(t.code, t.test_setup_code, t.tests())
-        return None if g.passed else f"{t.id}: the reference solution gets {g.outcome.value}: {g.detail}"
+        extra = plus_lines.get(t.task_id) or []
+        g = grade(t.code, t.test_setup_code, "\n".join(list(t.test_list) + extra))
+        what = " (with its plus tests)" if extra else ""
+        return None if g.passed else f"{t.id}: the reference solution gets {g.outcome.value}{what}: {g.detail}"
 
     with ThreadPoolExecutor(jobs) as pool:
         results = list(track(pool.map(one, tasks), total=len(tasks), description="grading gold solutions",

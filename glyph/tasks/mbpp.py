@@ -214,9 +214,11 @@ def make_splits(task_ids, seed: int = 42) -> dict[str, list[int]]:
 # ---------------------------------------------------------------- task rows
 
 
-def task_row(task: MbppTask, split: str, budget: int = 8) -> dict:
+def task_row(task: MbppTask, split: str, budget: int = 8, plus_tests: list[str] | None = None) -> dict:
     """One environment row: prompts per arm, the workspace blueprint, the
-    hidden tests (trusted side only) and the reference solution (for the
+    hidden tests (trusted side only), ``plus_tests`` (the generated plus
+    tests, ``glyph.tasks.plus``, graded after the hidden tests; trusted side
+    only; None where not generated) and the reference solution (for the
     reference policies; never shown to the model)."""
     from glyph import protocol
 
@@ -231,5 +233,6 @@ def task_row(task: MbppTask, split: str, budget: int = 8) -> dict:
         "visible_tests": list(task.test_list),
         "hidden": {"setup": task.test_setup_code, "tests": list(task.test_list),
                    "challenge_tests": list(task.challenge_test_list)},
+        "plus_tests": None if plus_tests is None else list(plus_tests),
         "reference": task.code,
     }
