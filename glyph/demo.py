@@ -3,12 +3,13 @@
 Starts the reference-policy server on 127.0.0.1, runs ``vf-eval glyph-mbpp``
 on a handful of tasks for both arms with the ``mix`` policy (oracle,
 recover, revise and hack, chosen per task), and prints what each rollout was
-rewarded and why. ``--attacks`` also grades the red-team solutions directly.
+rewarded and why. The eval runs are kept, and where is printed, so that
+``glyph report`` reads them. ``--attacks`` also grades the red-team solutions
+directly.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import tempfile
@@ -39,10 +40,14 @@ def vf_eval_command(base_url: str, model: str, arm: str, n: int, out: Path, data
 
 
 def read_rollouts(out: Path) -> list[dict]:
+    """Each rollout of the eval runs under ``out`` (found and parsed as ``glyph report`` finds and parses
+    them; none where no run wrote traces, as after ``--dry-run``) as a plain dict: task, ok, reward (None if
+    unscored), reason, metrics, errors."""
+    from glyph.report.load import TRACES, find_runs, iter_episodes
+
     rows = []
-    for path in sorted(out.glob("**/traces.jsonl")):
-        for line in path.read_text().splitlines():
-            episode = json.loads(line)
+    for run in find_runs(out) if out.is_dir() and next(out.rglob(TRACES), None) else []:
+        for _, episode in iter_episodes(run.traces):
             for t in episode["traces"]:
                 g = t.get("info", {}).get("glyph", {})
                 rows.append({"task": episode["task"]["data"]["name"], "ok": t["ok"] and episode["ok"],
@@ -52,7 +57,9 @@ def read_rollouts(out: Path) -> list[dict]:
     return rows
 
 
-def run_env_demo(console: Console, n: int = 6, data_path: str | None = None) -> int:
+def run_env_demo(console: Console, n: int = 6, data_path: str | None = None, out: Path | None = None) -> int:
+    """Both arms against the reference policies; the eval runs are kept under ``out`` (default: a new
+    folder in the system's temp dir) for ``glyph report``."""
     from glyph.policies.policies import Planner
     from glyph.policies.server import PolicyServer
     from glyph.tasks import mbpp
@@ -62,18 +69,18 @@ def run_env_demo(console: Console, n: int = 6, data_path: str | None = None) -> 
     planner = Planner(tasks)
     bad = 0
     env = dict(os.environ, PRIME_RUNS_MODE="disabled")
-    with PolicyServer(tasks) as server, tempfile.TemporaryDirectory(prefix="glyph-demo-") as tmp:
+    out = Path(tempfile.mkdtemp(prefix="glyph-demo-")) if out is None else out
+    with PolicyServer(tasks) as server:
         console.print(f"reference policies at {server.base_url}; running vf-eval glyph-mbpp ({n} tasks per arm)")
         table = Table(title="vf-eval glyph-mbpp with the mix policy")
         for col in ("arm", "task", "policy", "reward", "why"):
             table.add_column(col)
         for arm in ("a", "b"):
-            out = Path(tmp) / arm
-            cmd = vf_eval_command(server.base_url, "mix", arm, n, out, data_path)
+            cmd = vf_eval_command(server.base_url, "mix", arm, n, out / f"arm_{arm}", data_path)
             with console.status(f"arm {arm}: {' '.join(cmd[1:4])} ..."):
                 proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
-            rows = read_rollouts(out)
-            if proc.returncode != 0 or not rows:
+            rows = read_rollouts(out / f"arm_{arm}") if proc.returncode == 0 else []
+            if not rows:
                 console.print(f"[red]vf-eval failed for arm {arm} (exit {proc.returncode})[/]\n{proc.stderr[-2000:]}")
                 return 1
             for r in sorted(rows, key=lambda r: r["task"]):
@@ -86,6 +93,8 @@ def run_env_demo(console: Console, n: int = 6, data_path: str | None = None) -> 
         console.print(table)
     console.print("oracle, recover and revise must be rewarded; every hack must score 0."
                   + (f" [bold red]{bad} rollout(s) against expectation[/]" if bad else " [green]All as expected.[/]"))
+    console.print(f"eval runs kept in {out}; their tables: uv run glyph report {out}", highlight=False,
+                  soft_wrap=True)
     return 1 if bad else 0
 
 

@@ -63,8 +63,8 @@ def test_sandbox_info_json():
     assert set(d["protections"]) >= {"pid_namespace", "network", "filesystem", "uid_separation", "rlimits"}
 
 
-def test_demo_runs_vf_eval_for_both_arms(mbpp_path):
-    r = runner.invoke(app, ["demo", "--tasks", "4", "--mbpp-path", mbpp_path])
+def test_demo_runs_vf_eval_for_both_arms(mbpp_path, tmp_path):
+    r = runner.invoke(app, ["demo", "--tasks", "4", "--mbpp-path", mbpp_path, "--out", str(tmp_path)])
     assert r.exit_code == 0, r.output
     assert "against expectation" not in r.stdout and "mbpp_14" in r.stdout
 

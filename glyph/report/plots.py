@@ -1,0 +1,244 @@
+"""The report's figures as PNG bytes, drawn from the report document alone
+with matplotlib's Agg canvas (no pyplot, no display, no global backend
+switch, so importing this never changes a user's matplotlib session).
+
+pass@1 by arm and seed with intervals; the REVISE split; the confusion
+heatmap; calibration of the predictions (prediction share against base rate,
+and per-class precision); tool-call distributions by decision. Per-cell
+figures cover the first :data:`MAX_CELLS` cells that have the data; the
+tables cover all.
+"""
+
+from __future__ import annotations
+
+import io
+
+from glyph.report.tables import cell_name, show
+
+MAX_CELLS = 8
+ARM_COLOURS = {"a": "#1f77b4", "b": "#d62728", None: "#7f7f7f"}
+SHORT = {"ASSERTION_FAILURE": "ASSERT", "RUNTIME_ERROR": "RUNTIME", "SYNTAX_ERROR": "SYNTAX"}
+
+
+def _figure(width: float, height: float):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), dpi=100, layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _png(fig) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    return buf.getvalue()
+
+
+def _err(p: dict) -> tuple[float, float, float]:
+    v = p["value"] or 0.0
+    lo, hi = p["ci"] or (v, v)
+    return 100 * v, max(0.0, 100 * (v - lo)), max(0.0, 100 * (hi - v))  # rounding can put v a hair outside
+
+
+def figures(doc: dict) -> list[tuple[str, bytes]]:
+    """(title, PNG) for every figure the document has data for."""
+
+    def first(cells: list[dict]) -> tuple[list[dict], str]:
+        more = (
+            f" (the first {MAX_CELLS} of {len(cells)} cells; the tables have all)"
+            if len(cells) > MAX_CELLS
+            else ""
+        )
+        return cells[:MAX_CELLS], more
+
+    out = [("pass@1 by arm, seed and checkpoint (95% Wilson)", _pass(doc))]
+    split, more = first([c for c in doc["cells"] if c["revise_split"]])
+    if split:
+        out.append(
+            (
+                "Arm B: pass@1 of trajectories that never / ever chose REVISE (95% Wilson)" + more,
+                _split(split),
+            )
+        )
+    confused, more = first([c for c in doc["cells"] if c["confusion"]])
+    if confused:
+        out.append(("Prediction confusion (row-normalised; numbers are counts)" + more, _heatmaps(confused)))
+        out.append(("Calibration of the predictions" + more, _calibration(confused)))
+    cells, more = first(doc["cells"])
+    out.append(("Tool calls per trajectory, by decision" + more, _tool_calls(cells)))
+    return out
+
+
+def _pass(doc: dict) -> bytes:
+    cells = doc["cells"]
+    fig = _figure(max(5.0, 0.7 * len(cells) + 2), 3.6)
+    ax = fig.add_subplot()
+    for x, c in enumerate(cells):
+        v, lo, hi = _err(c["pass_at_1"])
+        ax.errorbar(
+            [x], [v], yerr=[[lo], [hi]], fmt="o", capsize=4, color=ARM_COLOURS.get(c["arm"], "#7f7f7f")
+        )
+        if c["plus"]:
+            v, lo, hi = _err(c["plus"]["pass_at_1"])
+            ax.errorbar(
+                [x + 0.2],
+                [v],
+                yerr=[[lo], [hi]],
+                fmt="s",
+                mfc="none",
+                capsize=3,
+                color=ARM_COLOURS.get(c["arm"], "#7f7f7f"),
+            )
+    ax.set_xticks(
+        range(len(cells)),
+        [f"{show(c['arm'])}\nseed {show(c['seed'])}\n{show(c['ckpt'])[-18:]}" for c in cells],
+        fontsize=7,
+    )
+    ax.set_ylabel("pass@1 (%)" + (" ; hollow: plus" if any(c["plus"] for c in cells) else ""))
+    ax.set_ylim(0, 100)
+    ax.grid(axis="y", alpha=0.3)
+    return _png(fig)
+
+
+def _split(cells: list[dict]) -> bytes:
+    fig = _figure(max(5.0, 1.1 * len(cells) + 2), 3.6)
+    ax = fig.add_subplot()
+    for x, c in enumerate(cells):
+        for dx, name, colour in ((-0.18, "never", "#2ca02c"), (0.18, "revised", "#ff7f0e")):
+            g = c["revise_split"][name]
+            v, lo, hi = _err(g["pass_at_1"])
+            ax.bar(
+                x + dx,
+                v,
+                width=0.34,
+                color=colour,
+                label=("never REVISE" if name == "never" else "chose REVISE") if x == 0 else None,
+            )
+            if g["n"]:
+                ax.errorbar([x + dx], [v], yerr=[[lo], [hi]], fmt="none", ecolor="black", capsize=3)
+            ax.text(x + dx, 2, f"n={g['n']}", ha="center", fontsize=7)
+    ax.set_xticks(range(len(cells)), [cell_name(c).replace(" · ", "\n") for c in cells], fontsize=7)
+    ax.set_ylabel("pass@1 (%)")
+    ax.set_ylim(0, 100)
+    ax.legend(fontsize=8)
+    return _png(fig)
+
+
+def _heatmaps(cells: list[dict]) -> bytes:
+    import numpy as np
+
+    cols = min(2, len(cells))
+    rows = (len(cells) + cols - 1) // cols
+    fig = _figure(5.2 * cols, 4.4 * rows)
+    for i, c in enumerate(cells):
+        ax = fig.add_subplot(rows, cols, i + 1)
+        conf = c["confusion"]
+        m = np.array(conf["matrix"], dtype=float)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            norm = np.nan_to_num(m / m.sum(axis=1, keepdims=True))
+        ax.imshow(norm, cmap="Blues", vmin=0, vmax=1)
+        short = [label.replace("_", "\n") for label in conf["labels"]]
+        ax.set_xticks(range(len(short)), short, fontsize=6)
+        ax.set_yticks(range(len(short)), short, fontsize=6)
+        ax.set_xlabel("predicted", fontsize=8)
+        ax.set_ylabel("verified", fontsize=8)
+        ax.set_title(cell_name(c), fontsize=8)
+        for (r, k), n in np.ndenumerate(m):
+            if n:
+                ax.text(
+                    k,
+                    r,
+                    str(int(n)),
+                    ha="center",
+                    va="center",
+                    fontsize=7,
+                    color="white" if norm[r, k] > 0.6 else "black",
+                )
+    return _png(fig)
+
+
+def _calibration(cells: list[dict]) -> bytes:
+    fig = _figure(10, 4)
+    left, right = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
+    left.plot([0, 100], [0, 100], color="grey", lw=0.8, ls="--")
+    labels = cells[0]["confusion"]["labels"]
+    markers = "osD^v<>p"
+    width = 0.8 / len(cells)
+    for i, c in enumerate(cells):
+        classes = c["confusion"]["classes"]
+        seen = [k for k in classes if k["predicted"] or k["verified"]]
+        xs = [100 * k["base_rate"]["value"] for k in seen]
+        ys = [100 * k["prediction_share"]["value"] for k in seen]
+        left.scatter(xs, ys, marker=markers[i % len(markers)], label=cell_name(c), s=25)
+        for x, y, k in zip(xs, ys, seen, strict=True):
+            left.annotate(
+                SHORT.get(k["label"], k["label"]),
+                (x, y),
+                fontsize=6,
+                xytext=(3, 3),
+                textcoords="offset points",
+            )
+        for j, k in enumerate(classes):
+            p = k["precision"]
+            if p["n"]:
+                v, lo, hi = _err(p)
+                right.bar(
+                    j + (i - (len(cells) - 1) / 2) * width,
+                    v,
+                    width=width,
+                    color=f"C{i}",
+                    label=cell_name(c) if j == 0 else None,
+                )
+                right.errorbar(
+                    [j + (i - (len(cells) - 1) / 2) * width],
+                    [v],
+                    yerr=[[lo], [hi]],
+                    fmt="none",
+                    ecolor="black",
+                    capsize=2,
+                )
+    left.set_xlabel("base rate of the verified outcome (%)")
+    left.set_ylabel("share of predictions (%)")
+    left.set_title("prediction share vs base rate (diagonal: matched)", fontsize=9)
+    left.legend(fontsize=6)
+    right.set_xticks(range(len(labels)), [label.replace("_", "\n") for label in labels], fontsize=6)
+    right.set_ylabel("precision (%), 95% Wilson")
+    right.set_ylim(0, 105)
+    right.set_title("when the agent predicts a class, how often it is that class", fontsize=9)
+    return _png(fig)
+
+
+def _tool_calls(cells: list[dict]) -> bytes:
+    cols = min(3, len(cells))
+    rows = (len(cells) + cols - 1) // cols
+    fig = _figure(4.2 * cols, 3.0 * rows)
+    for i, c in enumerate(cells):
+        ax = fig.add_subplot(rows, cols, i + 1)
+        tc = c["tool_calls"]
+        groups = [
+            (name, colour, label)
+            for name, colour, label in (
+                ("never", "#2ca02c", "never REVISE" if c["revise_split"] else "all"),
+                ("revised", "#ff7f0e", "chose REVISE"),
+            )
+            if tc[name]["histogram"]
+        ]
+        for j, (name, colour, label) in enumerate(groups):
+            hist = dict(tc[name]["histogram"])
+            total = sum(hist.values())
+            offset = (j - (len(groups) - 1) / 2) * 0.4
+            ax.bar(
+                [x + offset for x in hist],
+                [100 * v / total for v in hist.values()],
+                width=0.4,
+                color=colour,
+                label=f"{label} (n={total})",
+            )
+        ax.set_title(cell_name(c), fontsize=8)
+        ax.set_xlabel("visible tool calls", fontsize=8)
+        ax.set_ylabel("% of trajectories", fontsize=8)
+        ax.xaxis.get_major_locator().set_params(integer=True)
+        if groups:
+            ax.legend(fontsize=6)
+    return _png(fig)

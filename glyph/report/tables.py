@@ -1,0 +1,384 @@
+"""The report document as display tables, and those tables as Markdown and
+as ``rich`` tables. Percentages print with one decimal, as the study's
+tables do; an interval prints as ``[lo, hi]`` in the same unit as its value.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from rich.table import Table as RichTable
+
+DASH = "—"
+GROUPS = (("never", "never REVISE (KEEP only)"), ("revised", "chose REVISE"))
+
+
+@dataclass
+class Table:
+    key: str
+    title: str
+    columns: list[str]
+    rows: list[list[str]] = field(default_factory=list)
+    caption: str = ""
+    numeric: int = 0  # columns from this index on are right-aligned
+
+
+def pct(value: float | None) -> str:
+    return DASH if value is None else f"{100 * value:.1f}%"
+
+
+def prop(p: dict | None, counts: bool = False) -> str:
+    """``63.3% [58.6, 67.8]`` (``259/409`` before it with ``counts``)."""
+    if not p or p["value"] is None:
+        return DASH
+    lo, hi = p["ci"]
+    text = f"{100 * p['value']:.1f}% [{100 * lo:.1f}, {100 * hi:.1f}]"
+    return f"{p['successes']}/{p['n']} {text}" if counts else text
+
+
+def est(e: dict | None, percent: bool = False, digits: int = 2) -> str:
+    if not e or e["value"] is None:
+        return DASH
+    if percent:
+        return f"{100 * e['value']:.1f}% [{100 * e['ci'][0]:.1f}, {100 * e['ci'][1]:.1f}]"
+    return f"{e['value']:.{digits}f} [{e['ci'][0]:.{digits}f}, {e['ci'][1]:.{digits}f}]"
+
+
+def pp(e: dict) -> str:
+    """A difference of proportions, in percentage points."""
+    if e["value"] is None:
+        return DASH
+    return f"{100 * e['value']:+.1f} pp [{100 * e['ci'][0]:+.1f}, {100 * e['ci'][1]:+.1f}]"
+
+
+def pvalue(p: float) -> str:
+    return "< 0.001" if p < 0.001 else f"{p:.3f}"
+
+
+def show(v) -> str:
+    return DASH if v is None else str(v)
+
+
+def cell_name(c: dict) -> str:
+    return f"arm {show(c['arm'])} · seed {show(c['seed'])} · {show(c['ckpt'])}"
+
+
+def _key(c: dict) -> list[str]:
+    return [show(c["arm"]), show(c["seed"]), show(c["ckpt"])]
+
+
+def tables(doc: dict) -> list[Table]:
+    iv = doc["intervals"]
+    boot = f"95% percentile bootstrap, {iv['resamples']} resamples, seed {iv['seed']}"
+    out = [_runs(doc), _pass(doc, boot)]
+    cells = doc["cells"]
+    split = [c for c in cells if c["revise_split"]]
+    if split:
+        t = Table(
+            "revise_split",
+            "Arm B: trajectories by whether they ever chose REVISE",
+            ["arm", "seed", "ckpt", "trajectories", "n", "share", "pass@1"],
+            numeric=4,
+            caption="share and pass@1: 95% Wilson; incomplete: errored, timed out or no trace, the "
+            "trajectory cut short or unknown (failures in pass@1)",
+        )
+        for c in split:
+            s = c["revise_split"]
+            for name, label in (*GROUPS, ("incomplete", "incomplete")):
+                if name == "incomplete" and not s[name]["n"]:
+                    continue
+                t.rows.append(
+                    _key(c) + [label, str(s[name]["n"]), prop(s[name]["share"]), prop(s[name]["pass_at_1"])]
+                )
+        out.append(t)
+    gated = [c for c in cells if c["gate"]]
+    if gated:
+        t = Table(
+            "gate",
+            "Gate discrimination: REVISE rate by the patch's verified outcome",
+            [
+                "arm",
+                "seed",
+                "ckpt",
+                "failing patches",
+                "REVISEd (failing)",
+                "passing patches",
+                "REVISEd (passing)",
+            ],
+            numeric=3,
+            caption="over every patch the agent predicted on; 95% Wilson",
+        )
+        for c in gated:
+            g = c["gate"]
+            t.rows.append(
+                _key(c)
+                + [str(g["failing"]["n"]), prop(g["failing"]), str(g["passing"]["n"]), prop(g["passing"])]
+            )
+        out.append(t)
+    t = Table(
+        "tool_calls",
+        "Tool calls and cap hits: KEEP-only vs REVISE trajectories",
+        ["arm", "seed", "ckpt", "trajectories", "n", "mean tool calls", "cap hit"],
+        numeric=4,
+        caption=f"mean: {boot}, over trajectories; cap hit (the budget ran out or was used up): 95% Wilson; "
+        f"incomplete trajectories (errored, timed out, no trace) are counted, not measured",
+    )
+    for c in cells:
+        tc = c["tool_calls"]
+        for name, label in GROUPS:
+            if tc[name]["n"] or name == "never":
+                t.rows.append(
+                    _key(c)
+                    + [
+                        label if c["revise_split"] else "all",
+                        str(tc[name]["n"]),
+                        est(tc[name]["mean"]),
+                        prop(tc[name]["cap_hit"]),
+                    ]
+                )
+        if tc["incomplete"]:
+            t.rows.append(_key(c) + ["incomplete", str(tc["incomplete"]), DASH, DASH])
+    out.append(t)
+    for c in cells:
+        if c["confusion"]:
+            out += _confusion(c)
+    if doc["comparisons"]:
+        out.append(_comparisons(doc, boot))
+    if doc["seed_aggregates"]:
+        t = Table(
+            "seeds",
+            "pass@1 over seeds",
+            ["arm", "ckpt", "seeds", "pass@1 per seed", "mean", "min–max"],
+            numeric=3,
+            caption="mean of the seeds' pass@1; interval: " + boot + " over tasks (the same draw "
+            "for every seed), so it reflects task sampling; the seeds' spread is min–max",
+        )
+        for a in doc["seed_aggregates"]:
+            per = ", ".join(
+                f"{show(s)}: {pct(p['value'])}" for s, p in zip(a["seeds"], a["per_seed"], strict=True)
+            )
+            t.rows.append(
+                [
+                    show(a["arm"]),
+                    show(a["ckpt"]),
+                    str(len(a["seeds"])),
+                    per,
+                    est(a["mean"], percent=True),
+                    f"{pct(a['min'])}–{pct(a['max'])}",
+                ]
+            )
+        out.append(t)
+    t = Table(
+        "incidents",
+        f"Incidents: errored, timed-out and tampered rollouts ({len(doc['incidents'])})",
+        ["run", "line", "task", "arm", "seed", "ckpt", "kind", "reason"],
+        caption="each counts as a failure in every rate above",
+    )
+    for i in doc["incidents"]:
+        t.rows.append(
+            [
+                doc["runs"][i["run"]]["path"],
+                str(i["line"]),
+                i["task"],
+                show(i["arm"]),
+                show(i["seed"]),
+                show(i["ckpt"]),
+                i["kind"],
+                i["reason"][:300],
+            ]
+        )
+    out.append(t)
+    return out
+
+
+def _runs(doc: dict) -> Table:
+    t = Table(
+        "runs",
+        "Runs",
+        ["run", "source", "verifiers", "rollouts", "arm", "seed", "ckpt", "from"],
+        caption="from: where arm / seed / checkpoint came from",
+    )
+    for run in doc["runs"]:
+        v = run["values"]
+        t.rows.append(
+            [
+                run["path"],
+                run["source"],
+                show(run["verifiers"]),
+                str(run["rollouts"]),
+                ", ".join(map(show, v["arm"])),
+                ", ".join(map(show, v["seed"])),
+                ", ".join(map(show, v["ckpt"])),
+                " / ".join(run["sources"][k] for k in ("arm", "seed", "ckpt")),
+            ]
+        )
+    return t
+
+
+def _pass(doc: dict, boot: str) -> Table:
+    cells = doc["cells"]
+    ks = [
+        k
+        for k in sorted({p["k"] for c in cells for p in c["pass_at_k"]})
+        if k > 1 and any(p["k"] == k and p["value"] is not None for c in cells for p in c["pass_at_k"])
+    ]
+    plus = any(c["plus"] for c in cells)
+    suites = any(c["reward_suite"] != "base" for c in cells)
+    cols = (
+        ["arm", "seed", "ckpt"] + (["reward grades"] if suites else []) + ["n", "tasks", "passed", "pass@1"]
+    )
+    cols += [f"pass@{k}" for k in ks]
+    cols += ["pass@1 base", "pass@1 plus"] if plus else []
+    cols += ["errored", "timed out", "tampered"]
+    caption = (
+        "pass@1: the reward, 95% Wilson over rollouts; errored, timed-out and tampered rollouts count as "
+        "failures"
+    )
+    if ks:
+        caption += (
+            f"; pass@k: Chen et al.'s unbiased estimator over tasks with >= k rollouts, {boot} over tasks"
+        )
+    if plus:
+        caption += (
+            "; pass@1 base / plus: the hidden tests / the hidden and the generated plus tests, as finalize "
+            "recorded them (base_passed, plus_passed; a rollout without a grade counts as a failure)"
+        )
+    t = Table("pass", "pass@1 by arm × seed × checkpoint", cols, numeric=3, caption=caption)
+    for c in cells:
+        row = (
+            _key(c)
+            + ([c["reward_suite"]] if suites else [])
+            + [
+                str(c["rollouts"]),
+                str(c["tasks"]),
+                str(c["pass_at_1"]["successes"]),
+                prop(c["pass_at_1"]),
+            ]
+        )
+        by_k = {p["k"]: p for p in c["pass_at_k"]}
+        row += [est(by_k.get(k), percent=True) for k in ks]
+        if plus:
+            row += [prop(c[s]["pass_at_1"]) if c[s] else DASH for s in ("base", "plus")]
+        row += [str(c["incidents"][k]) for k in ("errored", "timed_out", "tampered")]
+        t.rows.append(row)
+    return t
+
+
+def _confusion(c: dict) -> list[Table]:
+    conf = c["confusion"]
+    labels = conf["labels"]
+    m = Table(
+        f"confusion:{cell_name(c)}",
+        f"Prediction confusion, {cell_name(c)} ({conf['n']} predicted patches)",
+        ["verified \\ predicted", *labels, "total"],
+        numeric=1,
+        caption="rows: the verified outcome; columns: the sampled prediction; "
+        f"accuracy {prop(conf['accuracy'])}",
+    )
+    for i, label in enumerate(labels):
+        m.rows.append([label, *map(str, conf["matrix"][i]), str(sum(conf["matrix"][i]))])
+    m.rows.append(
+        ["total", *(str(sum(row[j] for row in conf["matrix"])) for j in range(len(labels))), str(conf["n"])]
+    )
+    p = Table(
+        f"classes:{cell_name(c)}",
+        f"Per-class precision and recall, {cell_name(c)}",
+        ["class", "predicted", "verified", "precision", "recall", "prediction share", "base rate"],
+        numeric=1,
+        caption="95% Wilson; prediction share: of all predictions; base rate: of all verified outcomes",
+    )
+    for k in conf["classes"]:
+        p.rows.append(
+            [
+                k["label"],
+                str(k["predicted"]),
+                str(k["verified"]),
+                prop(k["precision"]),
+                prop(k["recall"]),
+                prop(k["prediction_share"]),
+                prop(k["base_rate"]),
+            ]
+        )
+    return [m, p]
+
+
+def _comparisons(doc: dict, boot: str) -> Table:
+    t = Table(
+        "comparisons",
+        "Paired comparisons on identical tasks",
+        [
+            "kind",
+            "first",
+            "second",
+            "pairs",
+            "both pass",
+            "first only",
+            "second only",
+            "neither",
+            "pass@1 first",
+            "pass@1 second",
+            "difference",
+            "McNemar p",
+            "unpaired",
+        ],
+        numeric=3,
+        caption=f"pairs: the same task (j-th rollout with j-th); difference: second minus first, {boot} over "
+        f"pairs; McNemar: exact two-sided test on the discordant pairs",
+    )
+    for x in doc["comparisons"]:
+        t.rows.append(
+            [
+                x["kind"],
+                cell_name(x["first"]),
+                cell_name(x["second"]),
+                str(x["pairs"]),
+                str(x["both"]),
+                str(x["first_only"]),
+                str(x["second_only"]),
+                str(x["neither"]),
+                pct(x["first_pass_at_1"]["value"]),
+                pct(x["second_pass_at_1"]["value"]),
+                pp(x["difference"]),
+                pvalue(x["mcnemar_p"]),
+                f"{x['unpaired_first']} / {x['unpaired_second']}",
+            ]
+        )
+    return t
+
+
+def markdown(doc: dict, tabs: list[Table] | None = None) -> str:
+    parts = ["# glyph report", ""]
+    for t in tabs if tabs is not None else tables(doc):
+        parts += [f"## {t.title}", ""]
+        if t.rows:
+            parts.append("| " + " | ".join(_md(c) for c in t.columns) + " |")
+            parts.append(
+                "| "
+                + " | ".join("---:" if i >= t.numeric > 0 else "---" for i in range(len(t.columns)))
+                + " |"
+            )
+            parts += ["| " + " | ".join(_md(v) for v in row) + " |" for row in t.rows]
+        else:
+            parts.append("(none)")
+        parts += ["", f"_{t.caption}_", ""] if t.caption else [""]
+    if doc["notes"]:
+        parts += ["## Notes", ""] + [f"- {n}" for n in doc["notes"]] + [""]
+    return "\n".join(parts)
+
+
+def _md(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def rich_table(t: Table) -> RichTable:
+    rt = RichTable(title=t.title, caption=t.caption or None, caption_justify="left", title_justify="left")
+    for i, col in enumerate(t.columns):
+        rt.add_column(
+            col,
+            justify="right" if i >= t.numeric > 0 else "left",
+            overflow="fold",
+            max_width=60 if col in ("reason", "run") else None,
+        )
+    for row in t.rows:
+        rt.add_row(*row)
+    return rt
