@@ -50,6 +50,10 @@ def grade(
     task: Annotated[Optional[str], typer.Option("--task", help="an MBPP task id, e.g. mbpp_11")] = None,
     tests: Annotated[Optional[Path], typer.Option("--tests", help="a Python file of hidden tests")] = None,
     challenge: Annotated[bool, typer.Option(help="with --task: grade MBPP's challenge tests")] = False,
+    plus: Annotated[bool, typer.Option("--plus", help="with --task: the visible tests, then the task's plus "
+                                                      "tests (`glyph data plus`)")] = False,
+    plus_path: Annotated[Optional[Path], typer.Option("--plus-path", help="folder of plus tests (default: "
+                                                      "$GLYPH_PLUS_PATH, else artifacts/plus)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the grade as JSON")] = False,
     mbpp_path: MbppPath = None,
 ) -> None:
@@ -59,6 +63,8 @@ def grade(
 
     if (task is None) == (tests is None):
         fail("give exactly one of --task or --tests")
+    if plus and (task is None or challenge):
+        fail("--plus goes with --task, without --challenge")
     source = _read_solution(solution)
     if task is not None:
         from glyph.tasks import mbpp
@@ -69,6 +75,13 @@ def grade(
         if challenge and not row.challenge_test_list:
             fail(f"{task} has no challenge tests")
         setup, program, filename = row.test_setup_code, row.tests(challenge), f"<{task} tests>"
+        if plus:
+            from glyph.tasks import plus as plus_tests
+            try:
+                extra = plus_tests.load_tests(plus_path, row)
+            except DataError as exc:
+                fail(str(exc))
+            program, filename = "\n".join([program, *extra]), f"<{task} tests + {len(extra)} plus tests>"
     else:
         try:
             program = tests.read_text(encoding="utf-8")
@@ -167,15 +180,21 @@ def check_gold(
 Out = Annotated[Path, typer.Option("--out", help="folder of the generated data")]
 
 
+Jobs = Annotated[int, typer.Option(help="tasks in parallel (default: 2, or fewer CPUs)")]
+
+
 @data_app.command("prepare")
 def data_prepare(out: Out = Path("artifacts"), seed: Annotated[int, typer.Option(help="split and trace seed")] = 42,
-                 mbpp_path: MbppPath = None) -> None:
-    """Build the splits, task rows, SFT traces and manifest (official MBPP
-    download, or --mbpp-path / $GLYPH_MBPP_PATH offline)."""
+                 mbpp_path: MbppPath = None,
+                 plus: Annotated[bool, typer.Option("--plus/--no-plus", help="also generate the plus tests "
+                                                    "(resumable; as `glyph data plus`)")] = True,
+                 jobs: Jobs = 0) -> None:
+    """Build the splits, task rows, SFT traces, plus tests and manifest
+    (official MBPP download, or --mbpp-path / $GLYPH_MBPP_PATH offline)."""
     from glyph.tasks.artifacts import prepare
 
     try:
-        m = prepare(out, mbpp_path, seed)
+        m = prepare(out, mbpp_path, seed, plus_tasks=plus, jobs=jobs or None)
     except DataError as exc:
         fail(str(exc))
     table = Table(title=f"glyph data prepare → {out} ({m['seconds']} s)")
@@ -193,6 +212,37 @@ def data_prepare(out: Out = Path("artifacts"), seed: Annotated[int, typer.Option
     for arm, longest in m["sft"]["longest"].items():
         table.add_row(f"arm {arm} longest trace (tokens, {r['name']} renderer, limit {m['sft']['max_tokens']})",
                       f"{longest['tokens']} (task {longest['task_id']})")
+    if "plus" in m:
+        _plus_rows(table, m["plus"])
+    console.print(table)
+
+
+def _plus_rows(table: Table, p: dict) -> None:
+    table.add_row("plus tests: tasks (generated now / reused)", f"{p['tasks']} ({p['generated']} / {p['reused']})")
+    table.add_row("plus tests: tasks with at least one", f"{p['with_tests']} ({p['with_tests'] / max(p['tasks'], 1):.1%})")
+    table.add_row(f"plus tests: kept (mean per task, at most {p['max_kept']})", f"{p['tests']} ({p['mean_kept']})")
+
+
+@data_app.command("plus")
+def data_plus(out: Out = Path("artifacts"), mbpp_path: MbppPath = None,
+              seed: Annotated[Optional[int], typer.Option(help="candidate seed (default: the prepared "
+                                                               "folder's, else 42)")] = None,
+              task: Annotated[Optional[list[str]], typer.Option("--task", help="only these task ids "
+                                                                "(repeatable)")] = None,
+              jobs: Jobs = 0) -> None:
+    """Generate the plus tests (differential tests from each reference
+    solution) into OUT/plus, resumably; on a prepared folder, also into its
+    task rows and manifest."""
+    from glyph.tasks.artifacts import add_plus
+
+    try:
+        p = add_plus(out, mbpp_path, seed, task, jobs or None)
+    except DataError as exc:
+        fail(str(exc))
+    table = Table(title=f"glyph data plus → {out / 'plus'} ({p['seconds']} s)")
+    table.add_column("what")
+    table.add_column("count", justify="right")
+    _plus_rows(table, p)
     console.print(table)
 
 
@@ -212,14 +262,18 @@ def data_validate(out: Out = Path("artifacts"), mbpp_path: MbppPath = None) -> N
             err.print(f"... and {len(exc.problems) - 50} more", soft_wrap=True)
         raise typer.Exit(1)
     longest = ", ".join(f"arm {arm} {v['tokens']} (task {v['task_id']})" for arm, v in summary["longest"].items())
+    plus = summary["plus"]
     console.print(f"[green]valid:[/] {summary['tasks']} tasks, {summary['traces']} traces replayed and "
-                  f"measured; longest trace in tokens: {longest}", highlight=False)
+                  f"measured; longest trace in tokens: {longest}; {plus['tests']} plus tests of "
+                  f"{plus['tasks']} tasks, every reference passing them", highlight=False)
 
 
 @app.command()
 def demo(
     tasks: Annotated[int, typer.Option(help="tasks per arm")] = 6,
     attacks: Annotated[bool, typer.Option(help="also grade the red-team solutions directly")] = False,
+    out: Annotated[Optional[Path], typer.Option("--out", help="where the eval runs are kept (default: a new "
+                                                               "folder under the system's temp dir)")] = None,
     mbpp_path: MbppPath = None,
 ) -> None:
     """Run vf-eval glyph-mbpp against the reference policies, both arms, and summarize."""
@@ -227,7 +281,7 @@ def demo(
 
     try:
         code = run_attack_demo(console) if attacks else 0
-        code |= run_env_demo(console, tasks, str(mbpp_path) if mbpp_path else None)
+        code |= run_env_demo(console, tasks, str(mbpp_path) if mbpp_path else None, out)
     except DataError as exc:
         fail(str(exc))
     raise typer.Exit(code)
@@ -257,6 +311,67 @@ def serve(
             time.sleep(3600)
     except KeyboardInterrupt:
         server.close()
+
+
+@app.command()
+def report(
+    runs: Annotated[list[Path], typer.Argument(help="eval run directories: vf-eval / eval output (one run, or a folder "
+                                                    "of runs), or a PRIME-RL output directory (its eval rollouts)",
+                                               metavar="RUN_DIR", show_default=False)],
+    label: Annotated[Optional[list[str]], typer.Option(
+        "--label", help="arm=a|b,seed=S,ckpt=C for the RUN_DIR in the same position (once per RUN_DIR, '' for none; "
+                        "or once for all); overrides what the runs record")] = None,
+    out: Annotated[Optional[Path], typer.Option("--out", help="write report.json, report.md and report.html here")] = None,
+    fmt: Annotated[str, typer.Option("--format", help="what to print: table, markdown, json or none")] = "table",
+    k: Annotated[str, typer.Option("--k", help="pass@k for these k, comma-separated (default: 1, 2, 5, 10, "
+                                               "... up to the most samples a task has)")] = "",
+    baseline: Annotated[str, typer.Option(help="the checkpoint the SFT-vs-RL comparisons start from")] = "sft",
+    resamples: Annotated[int, typer.Option(help="bootstrap resamples")] = 2000,
+    seed: Annotated[int, typer.Option(help="bootstrap seed")] = 0,
+    strict: Annotated[bool, typer.Option(help="exit 1 if any rollout errored, timed out or was tampered")] = False,
+) -> None:
+    """The study's tables (pass@k, REVISE split, gate, tool calls, confusion, paired tests) with 95% intervals."""
+    from glyph.report import Options, ReportError, parse_label, write
+    from glyph.report import report as build_report
+    from glyph.report.tables import markdown, rich_table, tables
+
+    if fmt not in ("table", "markdown", "json", "none"):
+        fail(f"--format {fmt}: expected table, markdown, json or none")
+    try:
+        ks = tuple(sorted({int(x) for x in k.split(",") if x.strip()})) or None
+    except ValueError:
+        ks = (0,)
+    if ks is not None and min(ks) < 1:
+        fail(f"--k {k}: expected positive integers, e.g. 1,5,10")
+    if resamples < 100:
+        fail(f"--resamples {resamples}: use at least 100")
+    specs = label or []
+    if len(specs) not in (0, 1, len(runs)):
+        fail(f"{len(specs)} --label for {len(runs)} RUN_DIR: give one per RUN_DIR ('' for none), "
+             f"or one for all")
+    try:
+        labels = [parse_label(s) for s in (specs * len(runs) if len(specs) == 1 else specs)] or None
+        doc = build_report(runs, labels, Options(ks=ks, baseline=baseline, resamples=resamples, seed=seed))
+    except ReportError as exc:
+        fail(str(exc))
+    tabs = tables(doc)
+    if fmt == "table":
+        for t in tabs:
+            console.print(rich_table(t))
+        for note in doc["notes"]:
+            console.print(f"[dim]note:[/] {note}", highlight=False)
+    elif fmt == "markdown":
+        print(markdown(doc, tabs))
+    elif fmt == "json":
+        print(json.dumps(doc, indent=1))
+    if out is not None:
+        paths = write(doc, out)
+        err.print("wrote " + ", ".join(str(p) for p in paths.values()), highlight=False, soft_wrap=True)
+    if strict and doc["incidents"]:
+        err.print(f"[red]--strict:[/red] {len(doc['incidents'])} rollout(s) errored, timed out or were "
+                  f"tampered "
+                  f"(listed under Incidents)", highlight=False, soft_wrap=True)
+        raise typer.Exit(1)
 
 
 @prime_rl_app.command("check")
