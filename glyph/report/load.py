@@ -54,7 +54,9 @@ from collections import Counter, defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
+
+import msgspec
 
 from glyph.outcomes import Outcome
 from glyph.vfcompat import AGENT_TIMEOUT_PREFIX, STAGE_TIMEOUTS
@@ -197,7 +199,7 @@ def iter_episodes(path: Path) -> Iterator[tuple[int, dict]]:
             if not raw.strip():
                 continue
             try:
-                episode = json.loads(raw)
+                episode = _decode(raw)
             except (ValueError, UnicodeDecodeError) as exc:
                 raise ReportError(
                     f"{path}:{number}: not valid JSON ({_json_why(exc)}); a run cut off mid-write "
@@ -206,6 +208,51 @@ def iter_episodes(path: Path) -> Iterator[tuple[int, dict]]:
             if not isinstance(episode, dict) or not isinstance(episode.get("traces"), list):
                 raise ReportError(f"{path}:{number}: not a verifiers episode (no 'traces' list)")
             yield number, episode
+
+
+class _Trace(msgspec.Struct):
+    """The fields of a trace the report reads (a line's nodes, calls and timing are skipped unparsed)."""
+
+    task: Any = None
+    agent: Any = None
+    info: Any = None
+    metrics: Any = None
+    rewards: Any = None
+    errors: Any = None
+    ok: Any = None
+    is_timeout: Any = None
+    verifiers: Any = None
+
+
+class _Episode(msgspec.Struct):
+    traces: list[_Trace] | None = None
+    task: Any = None
+    errors: Any = None
+    ok: Any = None
+    is_timeout: Any = None
+    env: Any = None
+
+
+_EPISODE = msgspec.json.Decoder(_Episode)
+
+
+def _fields(struct: msgspec.Struct) -> dict:
+    return {k: v for k, v in msgspec.structs.asdict(struct).items() if v is not None}
+
+
+def _decode(raw: bytes) -> object:
+    """One traces.jsonl line as the dict the report reads: the episode's and its
+    traces' fields that matter, decoded without building the rest (a 30 KB
+    episode is mostly token ids). A line that does not fit is read by ``json``,
+    whose result (or error) the caller judges."""
+    try:
+        episode = _EPISODE.decode(raw)
+    except msgspec.DecodeError:
+        return json.loads(raw)
+    out = _fields(episode)
+    if episode.traces is not None:
+        out["traces"] = [_fields(t) for t in episode.traces]
+    return out
 
 
 def _json_why(exc: Exception) -> str:
