@@ -40,7 +40,6 @@ from rich.console import Console
 from rich.progress import track
 
 from glyph.grading import grade
-from glyph.outcomes import Outcome
 from glyph.sandbox import Limits
 from glyph.tasks import artifacts, mbpp, plus, plus_suites, sft
 
