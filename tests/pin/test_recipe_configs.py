@@ -238,7 +238,8 @@ def artifacts(tmp_path_factory, mbpp_path) -> Path:
     out = tmp_path_factory.mktemp("artifacts")
     glyph = Path(sys.executable).parent / "glyph"
     proc = subprocess.run(
-        [str(glyph), "data", "prepare", "--out", str(out)], capture_output=True, text=True, timeout=600
+        [str(glyph), "data", "prepare", "--no-plus", "--out", str(out)], capture_output=True, text=True,
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     return out
