@@ -35,6 +35,15 @@ is named.
    (``v1/task.py:80-118``), whose model drops the keyword. glyph sets
    ``name`` to the same MBPP id, and readers of saved traces
    (``glyph.demo.read_rollouts``) read ``name``, present in both.
+5. A harness whose program exits non-zero fails the rollout in both, as a
+   different error: 0.4.0 raises ``InterceptionError`` for exit 97
+   (``MODEL_TRANSPORT_ERROR_EXIT_CODE``, ``v1/errors.py:45``; raised at
+   ``v1/harness.py:187-190``) and ``HarnessError`` for any other code
+   (``:191-193``); a60a606 raises ``HarnessError`` for every code (a60a606
+   ``v1/harness.py:150-161``). glyph-conventions' single-turn program exits
+   97 when the model call failed for good (``glyph.env.single``), so that
+   rollout is errored and unscored under either version; nothing reads
+   which error class it was.
 
 Not bridged (2. and 3.): at a60a606 a failed rollout skips finalize and
 scoring (``v1/rollout.py:472``, ``if not self._failed and self._opened``), so

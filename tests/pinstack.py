@@ -5,9 +5,9 @@ PRIME-RL requires Python 3.12 to install, so its source runs from
 ``PYTHONPATH`` (``src`` and ``packages/prime-rl-configs/src``) in a venv that
 holds the pin's verifiers wheel, CPU torch and the packages its orchestrator,
 config and loss code import, at the versions PRIME-RL's own pyproject asks
-for. glyph and glyph-mbpp are installed into that venv *after* verifiers, as a
-PRIME-RL user would, and the venv is checked to still hold the pin's
-verifiers. The venv is cached (keyed by everything that goes into it); the
+for. glyph, glyph-mbpp and glyph-conventions are installed into that venv
+*after* verifiers, as a PRIME-RL user would, and the venv is checked to still
+hold the pin's verifiers. The venv is cached (keyed by everything that goes into it); the
 PRIME-RL tree is unpacked fresh per session and patched with ``patches/``.
 
 Used by ``tests/test_pin.py`` (in the main venv, verifiers 0.4.0), which runs
@@ -132,6 +132,7 @@ def venv_spec(vendor: Path) -> dict:
         "glyph": hashlib.sha256(
             (REPO / "pyproject.toml").read_bytes()
             + (REPO / "environments/glyph_mbpp/pyproject.toml").read_bytes()
+            + (REPO / "environments/glyph_conventions/pyproject.toml").read_bytes()
         ).hexdigest(),
     }
 
@@ -159,7 +160,8 @@ def build_venv(vendor: Path, log=print) -> Path:
         pip = ("pip", "install", "--quiet", "--compile-bytecode", "--python", str(python))
         run(*pip, str(vendor / VERIFIERS_WHEEL), spec["torch"], *spec["prime_rl"], *TEST_PACKAGES)
         # glyph goes in as a PRIME-RL user installs it: into the env that already has the pin's verifiers.
-        run(*pip, "-e", str(REPO), "-e", str(REPO / "environments" / "glyph_mbpp"))
+        run(*pip, "-e", str(REPO), "-e", str(REPO / "environments" / "glyph_mbpp"),
+            "-e", str(REPO / "environments" / "glyph_conventions"))
         version = subprocess.run(
             [str(python), "-c", "import importlib.metadata as m; print(m.version('verifiers'))"],
             capture_output=True,

@@ -9,8 +9,9 @@ Two runs in the pinned stack, each a pytest of its own:
 * glyph's tests that need the pin (``tests/pin/``: the adapter through
   PRIME-RL's real scoring, sample and loss code, the reference loss on a tiny
   Qwen3, the recipe configs against the pin's config classes) and the
-  environment's own tests and the recipe's smoke eval (``tests/test_env.py``,
-  ``tests/test_recipe_smoke.py``), with the pin's verifiers and ``eval`` CLI.
+  environments' own tests and the recipe's smoke eval (``tests/test_env.py``,
+  ``tests/test_conventions_env.py``, ``tests/test_recipe_smoke.py``), with the
+  pin's verifiers and ``eval`` CLI.
 
 Skipped, with the reason, where the vendored copy is absent.
 """
@@ -33,7 +34,12 @@ pytestmark = pytest.mark.skipif(
     "(set GLYPH_VENDOR_DIR to a folder holding both files)",
 )
 PRIME_RL_TESTS = ("tests/unit/orchestrator", "tests/unit/test_configs.py")
-GLYPH_PIN_TESTS = ("tests/pin", "tests/test_env.py", "tests/test_recipe_smoke.py")
+GLYPH_PIN_TESTS = (
+    "tests/pin",
+    "tests/test_env.py",
+    "tests/test_conventions_env.py",
+    "tests/test_recipe_smoke.py",
+)
 
 
 @pytest.fixture(scope="module")

@@ -13,6 +13,9 @@ the whole environment runs (and is tested) without a model.
   trace file, FINAL without a passing test. None may be rewarded.
 * ``mix``: one of the above per task, from a seeded hash of the task.
 
+For the conventions tasks (glyph-conventions): ``conv-fixed``,
+``conv-broken`` and ``conv-lessons`` (``glyph.policies.conventions``).
+
 Fault injection, for tests: ``fault-malformed`` (bad CALL JSON),
 ``fault-duplicate`` (a reused call id), ``fault-huge`` (a 1 MB reply),
 ``fault-budget`` (reads until the budget runs out), ``fault-500`` and
@@ -27,6 +30,7 @@ import re
 from dataclasses import dataclass
 
 from glyph import protocol
+from glyph.policies.conventions import CONV_POLICIES
 from glyph.protocol import Call
 from glyph.tasks.mbpp import MbppTask
 
@@ -169,5 +173,5 @@ class Planner:
 
 
 def known(policy: str) -> bool:
-    return policy in POLICIES or policy in FAULTS
+    return policy in POLICIES or policy in FAULTS or policy in CONV_POLICIES
 

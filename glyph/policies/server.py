@@ -14,7 +14,9 @@ two endpoints a policy is called through, on 127.0.0.1 only:
   (position, token), not a model's: they only have to be well-formed.
 
 The policy is the ``--policy`` given at start, or else the request's
-``model`` field (so ``vf-eval -m oracle`` picks it).
+``model`` field (so ``vf-eval -m oracle`` picks it). The ``conv-*`` policies
+answer conventions prompts (``glyph.policies.conventions``; glyph's own
+conventions tasks unless others are given).
 """
 
 from __future__ import annotations
@@ -22,9 +24,12 @@ from __future__ import annotations
 import hashlib
 import threading
 import time
+from typing import Iterable
 
 from glyph.localhttp import JsonHandler, LocalServer
+from glyph.policies.conventions import CONV_POLICIES, ConventionsPolicy, UnknownConventionsTask
 from glyph.policies.policies import POLICIES, Planner, UnknownTask, known
+from glyph.tasks.conventions import ConventionTask
 from glyph.tasks.mbpp import MbppTask
 
 IM_START, IM_END = "<|im_start|>", "<|im_end|>"
@@ -54,10 +59,16 @@ def fake_logprob(position: int, token: int) -> float:
 
 class PolicyServer:
     def __init__(self, tasks: dict[str, MbppTask], policy: str | None = None, port: int = 0,
-                 seed: int = 0, tokenizer: object | str | None = None) -> None:
+                 seed: int = 0, tokenizer: object | str | None = None,
+                 conventions: Iterable[ConventionTask] | None = None,
+                 record: bool = False) -> None:
+        """``conventions``: the conventions tasks the ``conv-*`` policies know (default:
+        glyph's own); ``record``: keep every request's messages in ``received`` (tests)."""
         if policy is not None and not known(policy):
             raise ValueError(f"unknown policy {policy!r}")
         self.planner = Planner(tasks, seed)
+        self.conventions = ConventionsPolicy(conventions)
+        self.received: list[list[dict]] | None = [] if record else None
         self.policy = policy
         self.requests = 0
         self._tokenizer = tokenizer
@@ -66,7 +77,8 @@ class PolicyServer:
 
         class Handler(JsonHandler):
             def do_GET(self) -> None:  # noqa: N802
-                self.send_json(200, {"object": "list", "data": [{"id": p, "object": "model"} for p in POLICIES]})
+                self.send_json(200, {"object": "list", "data": [{"id": p, "object": "model"}
+                                                                for p in POLICIES + CONV_POLICIES]})
 
             def do_POST(self) -> None:  # noqa: N802
                 server.requests += 1
@@ -77,6 +89,8 @@ class PolicyServer:
                     messages = server.prompt_messages(body["token_ids"]) if tokens else body["messages"]
                 except (ValueError, KeyError, TypeError):
                     return self.send_json(400, {"error": {"message": "malformed request"}})
+                if server.received is not None:
+                    server.received.append(messages)
                 if not known(policy):
                     return self.send_json(404, {"error": {"message": f"unknown policy {policy!r}"}})
                 if policy == "fault-500":
@@ -84,8 +98,9 @@ class PolicyServer:
                 if policy == "fault-hang":
                     time.sleep(3600)
                 try:
-                    content = server.planner.reply(policy, messages)
-                except UnknownTask as exc:
+                    content = server.conventions.reply(policy, messages) if policy in CONV_POLICIES \
+                        else server.planner.reply(policy, messages)
+                except (UnknownTask, UnknownConventionsTask) as exc:
                     return self.send_json(404, {"error": {"message": str(exc)}})
                 if tokens:
                     return self.send_json(200, server.generate(content, body.get("sampling_params") or {},
