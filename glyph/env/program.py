@@ -147,16 +147,68 @@ def run(cfg: dict, secret: str, save=None) -> dict:
     return trace
 
 
+class Episode:
+    """One episode's protocol state (the budget, the call ids used, whether
+    Arm B's next turn must predict) and ``turn``, which applies one assistant
+    reply exactly as the agent loop does. The loop below and the credit
+    replay (``glyph.flywheel.credit``) both run turns through it, so the turn
+    semantics exist once."""
+
+    def __init__(self, arm: str, budget: int, test_cost: int, trace: dict, root: str = ".",
+                 revise_feedback: str = "none") -> None:
+        self.arm, self.budget, self.test_cost, self.trace, self.root = arm, budget, test_cost, trace, root
+        self.revise_feedback = revise_feedback
+        self.seen: set[str] = set()
+        self.expect_prediction = False
+        self.call: protocol.Call | None = None  # the last turn's call (also one the budget refused)
+        self.end: str | None = None  # final / protocol_error / budget_exhausted once the episode ended
+        self.error: str | None = None
+        self._feedback: str | None = None
+
+    def turn(self, reply: str, tester, context: list[dict] | None = None) -> tuple[protocol.Call, str, str] | None:
+        """Apply ``reply``; return (call, status, body), or None when it ended
+        the episode (``end`` and ``error`` say how). ``tester`` errors
+        (RuntimeError) propagate: a shadow test's before the budget is spent,
+        the call's own after."""
+        self.call = None
+        try:
+            turn = protocol.parse_turn(reply, expect_prediction=self.expect_prediction, seen_ids=frozenset(self.seen))
+        except protocol.ProtocolError as exc:
+            self.end, self.error = "protocol_error", str(exc)
+            return None
+        if turn.final:
+            self.end = "final"
+            return None
+        call = self.call = turn.call
+        cost = self.test_cost if call.tool == "python_test" else 1
+        if cost > self.budget:
+            self.end, self.error = "budget_exhausted", f"{call.tool} costs {cost}, {self.budget} left"
+            return None
+        self.seen.add(call.id)
+        if turn.prediction is not None:
+            cand = self.trace["candidates"][-1]
+            cand.update(sampled_label=turn.prediction, decision=turn.decision, context=context,
+                        prediction_turn=reply, prediction_call=call.id)
+            if turn.decision == "REVISE":
+                cand["verified_label"] = tester(cand["source"], shadow=True)
+                cand["shadow"] = True
+                if self.revise_feedback == "outcome":
+                    self._feedback = f"(shadow test of the revised candidate: {cand['verified_label']})"
+        self.budget -= cost
+        status, body = execute(call, tester, self.trace, self.root)
+        if self._feedback:
+            body = (body + "\n" if body else "") + self._feedback
+            self._feedback = None
+        new_candidate = bool(self.trace["candidates"]) and self.trace["candidates"][-1]["call"] == call.id
+        self.expect_prediction = self.arm == "b" and new_candidate
+        return call, status, body
+
+
 def _loop(cfg: dict, secret: str, trace: dict, save) -> None:
-    arm = cfg["arm"]
-    budget = int(cfg["max_tool_calls"])
-    test_cost = int(cfg.get("test_cost", 1))
-    revise_feedback = cfg.get("revise_feedback", "none")
     tester = Tester(cfg["tester"], secret, float(cfg.get("tool_timeout", 10)))
+    episode = Episode(cfg["arm"], int(cfg["max_tool_calls"]), int(cfg.get("test_cost", 1)), trace,
+                      revise_feedback=cfg.get("revise_feedback", "none"))
     messages = trace["messages"] = [dict(m) for m in cfg["messages"]]
-    seen: set[str] = set()
-    expect_prediction = False
-    pending_feedback = None
     t0 = time.monotonic()
     while True:
         try:
@@ -171,48 +223,23 @@ def _loop(cfg: dict, secret: str, trace: dict, save) -> None:
         messages.append({"role": "assistant", "content": reply})
         trace["turns"] += 1
         try:
-            turn = protocol.parse_turn(reply, expect_prediction=expect_prediction, seen_ids=frozenset(seen))
-        except protocol.ProtocolError as exc:
-            trace["end"], trace["error"] = "protocol_error", str(exc)
-            break
-        if turn.final:
-            trace["end"], trace["final"] = "final", True
-            break
-        call = turn.call
-        cost = test_cost if call.tool == "python_test" else 1
-        if cost > budget:
-            trace["end"], trace["error"] = "budget_exhausted", f"{call.tool} costs {cost}, {budget} left"
-            break
-        seen.add(call.id)
-        if turn.prediction is not None:
-            cand = trace["candidates"][-1]
-            cand.update(sampled_label=turn.prediction, decision=turn.decision, context=context,
-                        prediction_turn=reply, prediction_call=call.id)
-            if turn.decision == "REVISE":
-                try:
-                    cand["verified_label"] = tester(cand["source"], shadow=True)
-                except RuntimeError as exc:
-                    trace["end"], trace["error"] = "tester_error", str(exc)
-                    break
-                cand["shadow"] = True
-                if revise_feedback == "outcome":
-                    pending_feedback = f"(shadow test of the revised candidate: {cand['verified_label']})"
-        budget -= cost
-        try:
-            status, body = execute(call, tester, trace)
+            step = episode.turn(reply, tester, context)
         except RuntimeError as exc:
             trace["end"], trace["error"] = "tester_error", str(exc)
             break
-        if pending_feedback:
-            body = (body + "\n" if body else "") + pending_feedback
-            pending_feedback = None
+        if step is None:
+            trace["end"] = episode.end
+            if episode.end == "final":
+                trace["final"] = True
+            else:
+                trace["error"] = episode.error
+            break
+        call, status, body = step
         trace["calls"].append({"id": call.id, "tool": call.tool, "status": status})
-        messages.append({"role": "user", "content": protocol.result_message(call, status, body, budget)})
-        new_candidate = bool(trace["candidates"]) and trace["candidates"][-1]["call"] == call.id
-        expect_prediction = arm == "b" and new_candidate
-        trace["budget_left"] = budget
+        messages.append({"role": "user", "content": protocol.result_message(call, status, body, episode.budget)})
+        trace["budget_left"] = episode.budget
         save(trace)
-    trace["budget_left"] = budget
+    trace["budget_left"] = episode.budget
     trace["seconds"] = time.monotonic() - t0
 
 
