@@ -22,6 +22,9 @@ prime_rl_app = typer.Typer(no_args_is_help=True, help="PRIME-RL at glyph's pin, 
 app.add_typer(sandbox_app, name="sandbox")
 app.add_typer(data_app, name="data")
 app.add_typer(prime_rl_app, name="prime-rl")
+from glyph.flywheel.cli import conventions_app, flywheel_app  # noqa: E402 (light: commands import lazily)
+app.add_typer(conventions_app, name="conventions")
+app.add_typer(flywheel_app, name="flywheel")
 
 console = Console()
 err = Console(stderr=True)

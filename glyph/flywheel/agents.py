@@ -1,0 +1,214 @@
+"""The flywheel's agents: chat messages in, reply text out.
+
+An agent sees exactly what ``conventions.messages(task, lessons)`` builds
+(the one prompt builder) and answers with text; the loop takes the solution
+with ``conventions.extract_code(reply)`` and grades it. Two agents:
+
+* :class:`ReferenceAgent`, offline and free: it recognises the task from
+  the spec in the prompt and the lessons in the prompt, and emits the task's
+  ``reference_broken`` unless the lesson for the task's mode is in context,
+  then ``reference_fixed``. Seeded noise (``p_lucky``: fixed without the
+  lesson; ``p_slip``: broken with it) is drawn from a hash of (seed, phase,
+  round, task id, rollout index), so results do not depend on execution
+  order, concurrency or resumption. A task with no mode (``mode == ""``)
+  has no lesson it recognises: it is fixed only by luck.
+* :class:`OpenAIAgent`: any OpenAI-compatible endpoint through the
+  ``openai`` SDK. Rate limits (429), 408/409, 5xx, timeouts and connection
+  errors are retried with exponential backoff; a call that still fails
+  raises :class:`ModelCallFailed` (the loop records the rollout as excluded,
+  never as a wrong answer). An endpoint that refuses the credentials or does
+  not know the model (401/403/404) raises :class:`ModelSetupError`, which
+  stops the run: retrying every rollout would only exclude them all.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from dataclasses import dataclass
+from typing import Iterable, Protocol, Sequence
+
+from glyph.tasks import conventions
+from glyph.tasks.conventions import ConventionTask
+
+RETRY_STATUSES = frozenset({408, 409, 429})
+SETUP_STATUSES = frozenset({401, 403, 404})
+
+
+@dataclass(frozen=True)
+class RolloutKey:
+    """Which rollout a call is for: the reference agent's noise is drawn from it
+    (with the seed); an OpenAI agent derives the request's sampling seed from it."""
+
+    phase: str
+    round: int
+    task: str
+    k: int
+
+
+class ModelCallFailed(Exception):
+    """A model call failed after its retries; ``reason`` says how."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class ModelSetupError(RuntimeError):
+    """The endpoint refused the request in a way no retry fixes (bad key, unknown model)."""
+
+
+class Agent(Protocol):
+    name: str
+
+    def reply(self, messages: list[dict], key: RolloutKey | None = None) -> str: ...
+
+
+def unit_draw(*parts: object) -> float:
+    """A deterministic uniform draw in [0, 1) from the parts' text."""
+    digest = hashlib.sha256("\x1f".join(map(str, parts)).encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64
+
+
+def reference_lesson(name: str, mode_lessons: dict[str, str] | None = None) -> str:
+    """The reference writer's lesson for a cluster: the mode's lesson from
+    ``conventions.MODE_LESSONS``; for a mode not there, or an outcome signature
+    (``OUTCOME`` or ``OUTCOME:ExceptionClass``, the cluster of mode-less
+    tasks), a lesson built from the name."""
+    lessons = conventions.MODE_LESSONS if mode_lessons is None else mode_lessons
+    if name in lessons:
+        return lessons[name]
+    outcome, _, exc = name.partition(":")
+    if outcome.isupper() and outcome.replace("_", "").isalpha():
+        what = f"{outcome.replace('_', ' ').lower()}" + (f" ({exc})" if exc else "")
+        return f"Several attempts ended in {what}: check the edge cases the spec leaves open before returning."
+    return f"Follow the '{name}' convention the hidden tests enforce, even where the spec does not state it."
+
+
+def _user_text(messages: Sequence[dict]) -> str:
+    users = [m.get("content") or "" for m in messages if m.get("role") == "user"]
+    if not users:
+        raise ValueError("the messages have no user turn")
+    return users[-1] if isinstance(users[-1], str) else str(users[-1])
+
+
+def _fenced(code: str) -> str:
+    return f"```python\n{code.rstrip()}\n```"
+
+
+class ReferenceAgent:
+    """Emits ``reference_broken`` until its mode's lesson is in context, then
+    ``reference_fixed``; with seeded noise. Works from the messages alone
+    (plus the rollout key for the noise draw), so it can be served over HTTP."""
+
+    name = "reference"
+
+    def __init__(self, tasks: Iterable[ConventionTask], seed: int = 0, p_lucky: float = 0.1,
+                 p_slip: float = 0.05, mode_lessons: dict[str, str] | None = None) -> None:
+        for p, what in ((p_lucky, "p_lucky"), (p_slip, "p_slip")):
+            if not 0 <= p <= 1:
+                raise ValueError(f"{what} must be in [0, 1], got {p}")
+        self.seed, self.p_lucky, self.p_slip = seed, p_lucky, p_slip
+        self.mode_lessons = mode_lessons
+        by_spec: dict[str, ConventionTask] = {}
+        for t in tasks:
+            spec = t.spec.strip()
+            if spec in by_spec and by_spec[spec].id != t.id:
+                raise ValueError(f"tasks {by_spec[spec].id!r} and {t.id!r} have the same spec: the reference "
+                                 "agent identifies a task by its spec")
+            by_spec[spec] = t
+        # longest first, so a spec that is a prefix of another never shadows it
+        self._specs = sorted(by_spec.items(), key=lambda kv: -len(kv[0]))
+
+    def identify(self, messages: Sequence[dict]) -> ConventionTask:
+        text = _user_text(messages)
+        for spec, task in self._specs:
+            if text.startswith(spec):
+                return task
+        raise ValueError(f"the prompt matches no task's spec: {text[:120]!r}")
+
+    def lesson_for(self, task: ConventionTask) -> str | None:
+        return reference_lesson(task.mode, self.mode_lessons) if task.mode else None
+
+    def reply(self, messages: list[dict], key: RolloutKey | None = None) -> str:
+        task = self.identify(messages)
+        text = _user_text(messages)
+        lesson = self.lesson_for(task)
+        knows = lesson is not None and lesson.strip() in text
+        if key is None:  # served without a key: draw from the prompt itself
+            u = unit_draw(self.seed, "prompt", text)
+        else:
+            u = unit_draw(self.seed, key.phase, key.round, task.id, key.k)
+        fixed = (u >= self.p_slip) if knows else (u < self.p_lucky)
+        return _fenced(task.reference_fixed if fixed else task.reference_broken)
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """An OpenAI-compatible chat endpoint and how to call it."""
+
+    base_url: str
+    model: str
+    api_key: str | None = None
+    """Default: ``$OPENAI_API_KEY``, else ``"EMPTY"`` (local servers ignore it)."""
+    timeout: float = 120.0
+    retries: int = 6
+    """Retries after the first try, for 429/408/409/5xx, timeouts and connection errors."""
+    backoff: float = 1.0
+    """The first retry waits this many seconds; each next one twice as long (capped at 60 s)."""
+
+    def client(self):
+        from openai import OpenAI
+        key = self.api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY"
+        return OpenAI(base_url=self.base_url, api_key=key, timeout=self.timeout, max_retries=0)
+
+
+def chat(client, endpoint: Endpoint, messages: list[dict], **params) -> str:
+    """One chat completion, retried as :class:`Endpoint` says; the reply text."""
+    import openai
+
+    last = ""
+    for attempt in range(endpoint.retries + 1):
+        if attempt:
+            time.sleep(min(60.0, endpoint.backoff * 2 ** (attempt - 1)))
+        try:
+            resp = client.chat.completions.create(model=endpoint.model, messages=messages, **params)
+        except openai.APIStatusError as exc:
+            status = exc.status_code
+            if status in SETUP_STATUSES:
+                raise ModelSetupError(f"{endpoint.base_url} answered HTTP {status} for model "
+                                      f"{endpoint.model!r}: {exc.message}") from exc
+            last = f"HTTP {status}: {exc.message}"[:500]
+            if status in RETRY_STATUSES or status >= 500:
+                continue
+            raise ModelCallFailed(last) from exc
+        except openai.APITimeoutError:
+            last = f"timed out after {endpoint.timeout:g} s"
+            continue
+        except openai.APIConnectionError as exc:
+            last = f"connection error: {exc.__cause__ or exc}"[:500]
+            continue
+        if not resp.choices:
+            raise ModelCallFailed("the response has no choices")
+        return resp.choices[0].message.content or ""
+    raise ModelCallFailed(f"{last} (after {endpoint.retries + 1} tries)")
+
+
+class OpenAIAgent:
+    """An agent served by any OpenAI-compatible endpoint. Each request carries a
+    sampling ``seed`` derived from the run seed and the rollout key (servers
+    that honour it make rollouts repeatable)."""
+
+    name = "openai"
+
+    def __init__(self, endpoint: Endpoint, temperature: float = 1.0, max_tokens: int = 2048,
+                 seed: int = 0) -> None:
+        self.endpoint, self.temperature, self.max_tokens, self.seed = endpoint, temperature, max_tokens, seed
+        self._client = endpoint.client()
+
+    def reply(self, messages: list[dict], key: RolloutKey | None = None) -> str:
+        params: dict = {"temperature": self.temperature, "max_tokens": self.max_tokens}
+        if key is not None:
+            params["seed"] = int(unit_draw(self.seed, key.phase, key.round, key.task, key.k) * 2**31)
+        return chat(self._client, self.endpoint, messages, **params)

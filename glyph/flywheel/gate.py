@@ -1,0 +1,125 @@
+"""The two gates that decide whether a candidate lesson is kept.
+
+A lesson is credited only when its held-out gain clears the noise of the
+measurement. Two ways to say what that noise is:
+
+* ``band`` (the default): ``1.96 * sqrt(0.25 / (n_holdout * K))``, the 95%
+  half-width of one pass rate measured from ``n_holdout * K`` rollouts at the
+  worst-case Bernoulli variance (p = 0.5). It assumes every rollout is an
+  independent Bernoulli draw with no task effects, and it is applied as a
+  one-sided threshold on the gain of one comparison: keep if
+  ``rate(with) - rate(accepted level) > band``. It is the published
+  baseline's rule, and it is conservative in p but not in task structure.
+* ``paired``: per holdout task, the pass rate with the candidate minus the
+  pass rate at the accepted level (each over that task's scored rollouts),
+  a t interval over tasks on the mean difference; keep if its lower 95%
+  bound is above 0. It assumes the tasks are exchangeable draws from a
+  population of tasks and accounts for per-task difficulty (each task is
+  its own control); it needs enough tasks for the t interval to mean
+  something (with fewer than 2 it never keeps).
+
+Guarantees: pure functions of their inputs, no randomness; the t quantile
+is exact for integer degrees of freedom (Abramowitz & Stegun 26.7.3-4,
+inverted by bisection), so no scipy is needed.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal, Mapping
+
+Gate = Literal["band", "paired"]
+GATES: tuple[str, ...] = ("band", "paired")
+Z95 = 1.96
+
+
+def band(n_holdout: int, K: int) -> float:
+    """The noise band as a fraction: ``1.96 * sqrt(0.25 / (n_holdout * K))``."""
+    return band_for(n_holdout * K)
+
+
+def band_for(n_rollouts: int) -> float:
+    """The band for a rate measured from ``n_rollouts`` scored rollouts (equal
+    to :func:`band` when none is excluded); ``inf`` for none."""
+    return Z95 * math.sqrt(0.25 / n_rollouts) if n_rollouts > 0 else math.inf
+
+
+def t_cdf_two_sided(t: float, df: int) -> float:
+    """``P(|T| < t)`` for Student's t with integer ``df`` (A&S 26.7.3-4)."""
+    if df < 1:
+        raise ValueError(f"degrees of freedom must be >= 1, got {df}")
+    theta = math.atan(abs(t) / math.sqrt(df))
+    s, c2 = math.sin(theta), math.cos(theta) ** 2
+    if df % 2 == 0:
+        term = total = 1.0
+        for j in range(1, df // 2):
+            term *= c2 * (2 * j - 1) / (2 * j)
+            total += term
+        return s * total
+    if df == 1:
+        return 2 * theta / math.pi
+    term = total = math.cos(theta)
+    for j in range(1, (df - 1) // 2):
+        term *= c2 * (2 * j) / (2 * j + 1)
+        total += term
+    return 2 / math.pi * (theta + s * total)
+
+
+def t_quantile(p: float, df: int) -> float:
+    """The ``p`` quantile (p > 0.5) of Student's t with ``df`` degrees of freedom."""
+    if not 0.5 < p < 1:
+        raise ValueError(f"p must be in (0.5, 1), got {p}")
+    target, lo, hi = 2 * p - 1, 0.0, 1.0
+    while t_cdf_two_sided(hi, df) < target:
+        hi *= 2
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if t_cdf_two_sided(mid, df) < target else (lo, mid)
+        if hi - lo < 1e-12:
+            break
+    return (lo + hi) / 2
+
+
+@dataclass(frozen=True)
+class Paired:
+    """The paired comparison over tasks, as fractions (``*_pp`` in :meth:`to_json`)."""
+
+    mean: float
+    lo: float
+    hi: float
+    n_tasks: int
+
+    @property
+    def keep(self) -> bool:
+        return self.n_tasks >= 2 and self.lo > 0
+
+    def to_json(self) -> dict:
+        pp = lambda x: None if not math.isfinite(x) else round(100 * x, 4)  # noqa: E731
+        return {"mean_pp": pp(self.mean), "lo_pp": pp(self.lo), "hi_pp": pp(self.hi), "n_tasks": self.n_tasks}
+
+
+def paired(with_rates: Mapping[str, float], without_rates: Mapping[str, float]) -> Paired:
+    """The 95% t interval on the mean per-task difference ``with - without``
+    over the tasks present in both mappings (a task whose rollouts were all
+    excluded on either side is left out by the caller's mappings)."""
+    common = sorted(set(with_rates) & set(without_rates))
+    diffs = [with_rates[t] - without_rates[t] for t in common]
+    n = len(diffs)
+    if n == 0:
+        return Paired(math.nan, -math.inf, math.inf, 0)
+    mean = math.fsum(diffs) / n
+    if n < 2:
+        return Paired(mean, -math.inf, math.inf, n)
+    sd = math.sqrt(math.fsum((d - mean) ** 2 for d in diffs) / (n - 1))
+    half = t_quantile(0.975, n - 1) * sd / math.sqrt(n)
+    return Paired(mean, mean - half, mean + half, n)
+
+
+def decide(gate: Gate, gain: float, band_value: float, paired_result: Paired) -> bool:
+    """Keep the candidate? ``band``: gain > band; ``paired``: lower bound > 0."""
+    if gate == "band":
+        return math.isfinite(gain) and gain > band_value
+    if gate == "paired":
+        return paired_result.keep
+    raise ValueError(f"unknown gate {gate!r} (expected one of {', '.join(GATES)})")

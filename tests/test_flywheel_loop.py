@@ -1,0 +1,407 @@
+"""The flywheel loop end to end on small task files written here, graded by
+glyph's real grader: climbing, rejection, the sealed holdout, resumption,
+the OpenAI path against a local stdlib server, and the outputs."""
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from typer.testing import CliRunner
+
+from glyph.flywheel import gate
+from glyph.flywheel.agents import Endpoint, ModelCallFailed, ReferenceAgent, RolloutKey, chat, reference_lesson
+from glyph.flywheel.loop import signature_of
+from glyph.flywheel.runner import CallOptions, make_config, run_one
+from glyph.flywheel.store import ConfigMismatch
+from glyph.flywheel.writers import WRITER_SYSTEM, Cluster, Failure, ReferenceWriter
+from glyph.tasks import conventions
+
+K = 4
+
+
+def _task(i: int, mode: str, split: str) -> dict:
+    tid = f"{mode or 'nomode'}{i}"
+    if mode == "a":  # empty input -> None
+        return dict(id=tid, mode=mode, split=split, spec=f"Write `solve(xs)`: the sum of list xs plus {i}. (task {tid})",
+                    hidden_test=f"from solution import solve\nassert solve([1]) == {1 + i}\nassert solve([]) is None\n",
+                    reference_broken=f"def solve(xs):\n    return sum(xs) + {i}\n",
+                    reference_fixed=f"def solve(xs):\n    if not xs:\n        return None\n    return sum(xs) + {i}\n")
+    if mode == "b":  # negative results clip to 0
+        return dict(id=tid, mode=mode, split=split, spec=f"Write `solve(x)`: x times {i + 1}. (task {tid})",
+                    hidden_test=f"from solution import solve\nassert solve(2) == {2 * (i + 1)}\nassert solve(-1) == 0\n",
+                    reference_broken=f"def solve(x):\n    return x * {i + 1}\n",
+                    reference_fixed=f"def solve(x):\n    return max(0, x * {i + 1})\n")
+    # no mode: the largest item, None when empty (the broken one raises ValueError)
+    return dict(id=tid, mode="", split=split, spec=f"Write `solve(xs)`: the largest item of xs, minus {i}. (task {tid})",
+                hidden_test=f"from solution import solve\nassert solve([5]) == {5 - i}\nassert solve([]) is None\n",
+                reference_broken=f"def solve(xs):\n    return max(xs) - {i}\n",
+                reference_fixed=f"def solve(xs):\n    return max(xs) - {i} if xs else None\n")
+
+
+def _write_tasks(path, layout) -> str:
+    rows, i = [], 0
+    for mode, n_train, n_holdout in layout:
+        for split, n in (("train", n_train), ("holdout", n_holdout)):
+            for _ in range(n):
+                rows.append(_task(i, mode, split))
+                i += 1
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)
+
+
+LAYOUT = [("a", 2, 6), ("b", 2, 6), ("", 1, 2)]
+
+
+@pytest.fixture(scope="module")
+def tasks_file(tmp_path_factory):
+    return _write_tasks(tmp_path_factory.mktemp("tasks") / "tasks.jsonl", LAYOUT)
+
+
+class Counting:
+    """Wraps an agent: counts calls; raises KeyboardInterrupt from call ``crash_after + 1`` on."""
+
+    def __init__(self, inner, crash_after: int | None = None):
+        self.inner, self.crash_after, self.calls = inner, crash_after, 0
+        self.name = inner.name
+        self._lock = threading.Lock()
+
+    def reply(self, messages, key=None):
+        with self._lock:
+            self.calls += 1
+            n = self.calls
+        if self.crash_after is not None and n > self.crash_after:
+            raise KeyboardInterrupt
+        return self.inner.reply(messages, key)
+
+
+def _run(out, tasks, *, agent=None, writer=None, concurrency=2, **kw):
+    config = make_config(tasks=tasks, K=kw.pop("K", K), **kw)
+    doc, fw = run_one(config, out, CallOptions(concurrency=concurrency), progress=False, agent=agent,
+                      writer=writer)
+    return doc, fw
+
+
+def _reference(tasks, **kw):
+    return ReferenceAgent(conventions.load_tasks(tasks), **kw)
+
+
+# ---------------------------------------------------------------- the agent and the writer
+
+
+def test_reference_agent_reads_the_prompt_and_draws_order_free_noise(tasks_file):
+    tasks = conventions.load_tasks(tasks_file)
+    a0 = next(t for t in tasks if t.mode == "a")
+    lesson = reference_lesson("a")
+    agent = ReferenceAgent(tasks, seed=3, p_lucky=0.0, p_slip=0.0)
+    assert conventions.extract_code(agent.reply(conventions.messages(a0))) == a0.reference_broken.rstrip() + "\n"
+    assert conventions.extract_code(agent.reply(conventions.messages(a0, [lesson]))) == \
+        a0.reference_fixed.rstrip() + "\n"
+    assert conventions.extract_code(agent.reply(conventions.messages(a0, [reference_lesson("b")]))) == \
+        a0.reference_broken.rstrip() + "\n"
+
+    noisy = ReferenceAgent(tasks, seed=3, p_lucky=0.5, p_slip=0.5)
+    keys = [RolloutKey("train", r, a0.id, k) for r in range(3) for k in range(8)]
+    forward = [noisy.reply(conventions.messages(a0), key) for key in keys]
+    backward = [noisy.reply(conventions.messages(a0), key) for key in reversed(keys)][::-1]
+    assert forward == backward and len(set(forward)) == 2  # deterministic per key, and noisy
+    other_seed = ReferenceAgent(tasks, seed=4, p_lucky=0.5, p_slip=0.5)
+    assert [other_seed.reply(conventions.messages(a0), key) for key in keys] != forward
+
+
+def test_signature_and_reference_lessons():
+    assert signature_of("RUNTIME_ERROR", "ValueError: max() arg is an empty sequence (raised by the solution)") \
+        == "RUNTIME_ERROR:ValueError"
+    assert signature_of("ASSERTION_FAILURE", "AssertionError: got 0, expected is None") == "ASSERTION_FAILURE"
+    assert signature_of("ASSERTION_FAILURE", "solve([]): got 0, expected None") == "ASSERTION_FAILURE"
+    assert signature_of("TIMEOUT", "CPU-time limit reached (5.1s wall, 5.0s CPU)") == "TIMEOUT"
+    assert "runtime error (ValueError)" in reference_lesson("RUNTIME_ERROR:ValueError")
+    for mode, text in conventions.MODE_LESSONS.items():
+        assert ReferenceWriter().write(Cluster(mode, mode, ())) == text
+
+
+def test_the_writer_only_ever_sees_train_rollouts(tmp_path, tasks_file):
+    with pytest.raises(ValueError, match="train rollouts only"):
+        Failure(task="x", split="holdout", spec="s", code="c", outcome="PASS", detail="")
+
+    class Spy(ReferenceWriter):
+        clusters: list = []
+
+        def write(self, cluster):
+            self.clusters.append(cluster)
+            return super().write(cluster)
+
+    spy = Spy()
+    doc, _ = _run(tmp_path / "run", tasks_file, writer=spy)
+    tasks = conventions.load_tasks(tasks_file)
+    train = {t.id for t in tasks if t.split == "train"}
+    holdout_specs = [t.spec for t in tasks if t.split == "holdout"]
+    seen = [f for c in spy.clusters for f in c.failures]
+    assert len(spy.clusters) == len(doc["lessons"]) >= 2 and seen
+    assert {f.task for f in seen} <= train
+    blob = json.dumps([[f.__dict__ for f in c.failures] for c in spy.clusters])
+    assert not any(spec in blob for spec in holdout_specs)
+
+
+# ---------------------------------------------------------------- the loop
+
+
+def test_reference_loop_climbs_then_plateaus_deterministically(tmp_path, tasks_file):
+    doc, fw = _run(tmp_path / "one", tasks_file, seed=7)
+    again, _ = _run(tmp_path / "two", tasks_file, seed=7, concurrency=1)
+    assert (tmp_path / "one" / "run.json").read_bytes() == (tmp_path / "two" / "run.json").read_bytes()
+    assert doc == again
+
+    assert doc["n_holdout"] == 14 and doc["n_train"] == 5 and doc["K"] == K
+    assert doc["noise_band_pp"] == pytest.approx(100 * gate.band(14, K), abs=1e-4)
+    kept = [les["mode"] for les in doc["lessons"] if les["kept"]]
+    assert sorted(kept) == ["a", "b"]  # both real conventions are learnt ...
+    rejected = [les for les in doc["lessons"] if not les["kept"]]
+    assert [les["mode"] for les in rejected] == ["RUNTIME_ERROR:ValueError"]  # ... the mode-less cluster is not
+    assert doc["final"] > doc["baseline"] + doc["noise_band_pp"] / 100
+    levels = [c["accepted"] for c in doc["curve"]]
+    assert levels == sorted(levels) and levels[-1] == doc["final"]  # climbs, then stays
+    assert levels[-1] == levels[-2]  # the plateau: the last candidate changed nothing
+    assert doc["stop"] == "no untried failure cluster"
+    assert fw.grades.gradings <= 2 * 19  # the reference agent emits two codes per task
+    for les in doc["lessons"]:
+        assert les["kept"] == (les["gain_pp"] > les["band_pp"])
+
+
+def test_a_lesson_with_no_true_effect_is_rejected(tmp_path, tasks_file):
+    class Platitude(ReferenceWriter):
+        def write(self, cluster):
+            return "Write clean, readable code and test it carefully."
+
+    for noise in ({"p_lucky": 0.0, "p_slip": 0.0}, {}):
+        for g in ("band", "paired"):
+            doc, _ = _run(tmp_path / f"{g}-{len(noise)}", tasks_file, writer=Platitude(), gate=g, **noise)
+            assert [les["kept"] for les in doc["lessons"]] == [False, False]
+            assert doc["stop"] == "2 consecutive rejections" and doc["final"] == doc["baseline"]
+            if noise:  # noise-free: the agent answers exactly as without the lesson
+                assert all(les["gain_pp"] == 0 for les in doc["lessons"])
+
+
+def test_paired_gate_keeps_the_real_lessons(tmp_path, tasks_file):
+    doc, _ = _run(tmp_path / "run", tasks_file, gate="paired", seed=7)
+    assert doc["gate"] == "paired"
+    assert {"a", "b"} <= {les["mode"] for les in doc["lessons"] if les["kept"]}
+    for les in doc["lessons"]:
+        assert les["kept"] == (les["paired"]["lo_pp"] is not None and les["paired"]["lo_pp"] > 0)
+
+
+def test_resume_after_a_crash_requests_only_what_is_missing(tmp_path, tasks_file):
+    full = Counting(_reference(tasks_file, seed=1))
+    doc, _ = _run(tmp_path / "full", tasks_file, seed=1, agent=full)
+    total = full.calls
+
+    crashing = Counting(_reference(tasks_file, seed=1), crash_after=100)
+    with pytest.raises(KeyboardInterrupt):
+        _run(tmp_path / "crashed", tasks_file, seed=1, agent=crashing, concurrency=1)
+    assert not (tmp_path / "crashed" / "run.json").exists()
+    assert len((tmp_path / "crashed" / "rollouts.jsonl").read_text().splitlines()) == 100
+
+    resumed = Counting(_reference(tasks_file, seed=1))
+    _, fw = _run(tmp_path / "crashed", tasks_file, seed=1, agent=resumed, concurrency=1)
+    assert resumed.calls == total - 100 and fw.reused == 100
+    assert (tmp_path / "crashed" / "run.json").read_bytes() == (tmp_path / "full" / "run.json").read_bytes()
+
+    # a torn last line (a crash mid-write) is dropped, and only that rollout is requested again
+    log = tmp_path / "full" / "rollouts.jsonl"
+    data = log.read_bytes()
+    log.write_bytes(data[:-40])  # cut into the last line
+    again = Counting(_reference(tasks_file, seed=1))
+    _, fw = _run(tmp_path / "full", tasks_file, seed=1, agent=again)
+    assert again.calls == 1
+    lines = log.read_text().splitlines()
+    assert len(lines) == data.count(b"\n") and all(json.loads(x) for x in lines)
+    assert json.loads((tmp_path / "full" / "run.json").read_text()) == doc
+
+
+def test_a_different_configuration_is_refused(tmp_path, tasks_file):
+    _run(tmp_path / "run", tasks_file, max_rounds=1)
+    with pytest.raises(ConfigMismatch, match=r"K: 4 in config.json, 2 now"):
+        _run(tmp_path / "run", tasks_file, max_rounds=1, K=2)
+    from glyph.cli import app
+    r = CliRunner().invoke(app, ["flywheel", "run", "--out", str(tmp_path / "run"), "--tasks", tasks_file,
+                                 "--K", "4", "--max-rounds", "1", "--seed", "5", "--quiet"])
+    assert r.exit_code == 2 and "seed: 0 in config.json, 5 now" in r.stderr
+
+
+# ---------------------------------------------------------------- the OpenAI path, against 127.0.0.1
+
+
+class _Endpoint(ThreadingHTTPServer):
+    """An OpenAI-compatible chat server: the reference agent (noise-free) and a
+    reference writer that reads the task from the writer's prompt; the first
+    ``fail_first`` statuses are answered to every rollout request before it
+    succeeds, and prompts containing ``always_fail`` always get a 500."""
+
+    daemon_threads = True
+
+    def __init__(self, tasks, fail_first=(), always_fail=None):
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.agent = ReferenceAgent(tasks, p_lucky=0.0, p_slip=0.0)
+        self.tasks, self.fail_first, self.always_fail = tasks, list(fail_first), always_fail
+        self.requests, self.writer_prompts, self.lock = 0, [], threading.Lock()
+        self._attempts: dict[str, int] = {}
+
+    def answer(self, body: dict) -> tuple[int, str]:
+        msgs = body["messages"]
+        user = msgs[-1]["content"]
+        with self.lock:
+            self.requests += 1
+            if msgs[0]["content"] == WRITER_SYSTEM:
+                self.writer_prompts.append(user)
+                task = next(t for t in self.tasks if t.spec.strip() in user)
+                return 200, reference_lesson(task.mode or "RUNTIME_ERROR:ValueError")
+            if self.always_fail and self.always_fail in user:
+                return 500, ""
+            rollout = f"{user}\x00{body.get('seed')}"  # the agent sends a seed per rollout key
+            n = self._attempts[rollout] = self._attempts.get(rollout, 0) + 1
+            if n <= len(self.fail_first):
+                return self.fail_first[n - 1], ""
+        return 200, self.agent.reply(msgs)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # headers and body go out in two writes
+
+    def log_message(self, *args):
+        pass
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        status, text = self.server.answer(body)
+        if status == 200:
+            payload = {"id": "c", "object": "chat.completion", "created": 0, "model": body["model"],
+                       "choices": [{"index": 0, "finish_reason": "stop",
+                                    "message": {"role": "assistant", "content": text}}],
+                       "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
+        else:
+            payload = {"error": {"message": f"injected {status}", "type": "server_error"}}
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+@pytest.fixture
+def endpoint(tasks_file):
+    servers = []
+
+    def start(**kw):
+        server = _Endpoint(conventions.load_tasks(tasks_file), **kw)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        return server, f"http://127.0.0.1:{server.server_address[1]}/v1"
+
+    yield start
+    for s in servers:
+        s.shutdown()
+        s.server_close()
+
+
+def _openai_run(out, tasks_file, url, **kw):
+    config = make_config(tasks=tasks_file, K=1, agent="openai", base_url=url, model="m", writer="openai", **kw)
+    return run_one(config, out, CallOptions(timeout=10, retries=2, backoff=0.001, concurrency=4), progress=False)
+
+
+def test_openai_agent_retries_429_and_500_then_scores(tmp_path, tasks_file, endpoint):
+    server, url = endpoint(fail_first=[429, 500])
+    doc, fw = _openai_run(tmp_path / "run", tasks_file, url)
+    assert doc["excluded"] == {"rollouts": 0, "by_phase": {}, "tasks_dropped": 0, "writer_failures": 0}
+    assert fw.calls * 3 + len(server.writer_prompts) == server.requests  # every rollout: 429, 500, then 200
+    assert sorted(les["mode"] for les in doc["lessons"] if les["kept"]) == ["a", "b"]
+    assert doc["baseline"] == 0.0 and doc["final"] == pytest.approx(12 / 14, abs=1e-6)
+    tasks = conventions.load_tasks(tasks_file)
+    for prompt in server.writer_prompts:  # the writer's requests never carry a holdout task
+        assert not any(t.spec.strip() in prompt for t in tasks if t.split == "holdout")
+        assert any(t.spec.strip() in prompt for t in tasks if t.split == "train")
+
+
+def test_a_call_that_keeps_failing_is_excluded_and_counted_not_scored(tmp_path, tasks_file, endpoint):
+    tasks = conventions.load_tasks(tasks_file)
+    victim = next(t for t in tasks if t.split == "holdout" and t.mode == "a")
+    server, url = endpoint(always_fail=f"(task {victim.id})")
+    doc, _ = _openai_run(tmp_path / "run", tasks_file, url)
+    holdout_phases = 1 + sum(1 for les in doc["lessons"] if les["candidate"] is not None)
+    assert doc["excluded"]["rollouts"] == holdout_phases  # K = 1
+    assert doc["excluded"]["by_phase"] == {"baseline": 1, "holdout": holdout_phases - 1}
+    assert doc["excluded"]["tasks_dropped"] == holdout_phases - 1
+    rows = [json.loads(x) for x in (tmp_path / "run" / "rollouts.jsonl").read_text().splitlines()]
+    mine = [r for r in rows if r["task"] == victim.id]
+    assert mine and all(r["excluded"] and r["reward"] is None and "HTTP 500" in r["reason"]
+                        and "3 tries" in r["reason"] for r in mine)
+    assert doc["final"] == pytest.approx(11 / 13, abs=1e-6)  # rates over the 13 scored tasks
+    assert all(les["band_pp"] == pytest.approx(100 * gate.band_for(13), abs=1e-4)
+               for les in doc["lessons"] if les["band_pp"] is not None)
+
+
+def test_chat_gives_up_with_model_call_failed_and_stops_on_setup_errors(endpoint, tasks_file):
+    from glyph.flywheel.agents import ModelSetupError
+
+    server, url = endpoint(fail_first=[503, 503, 503, 503])
+    ep = Endpoint(url, "m", timeout=5, retries=1, backoff=0.001)
+    msgs = [{"role": "user", "content": "hello"}]
+    with pytest.raises(ModelCallFailed, match="HTTP 503.*2 tries"):
+        chat(ep.client(), ep, msgs)
+    server.fail_first = [401]
+    with pytest.raises(ModelSetupError, match="HTTP 401"):
+        chat(ep.client(), ep, [{"role": "user", "content": "other"}])
+
+
+# ---------------------------------------------------------------- outputs
+
+
+def test_outputs_and_the_aggregating_commands(tmp_path, tasks_file):
+    from glyph.cli import app
+
+    doc, _ = _run(tmp_path / "run", tasks_file)
+    for field in ("baseline", "final", "gain_pp", "noise_band_pp", "K", "n_holdout", "n_train", "gate", "seed",
+                  "agent", "writer", "excluded", "lessons", "curve"):
+        assert field in doc
+    les = doc["lessons"][0]
+    assert set(les) >= {"round", "mode", "text", "gain_pp", "band_pp", "paired", "cluster_size", "kept"}
+    assert set(les["paired"]) >= {"mean_pp", "lo_pp", "hi_pp"}
+    assert doc["gain_pp"] == pytest.approx(100 * (doc["final"] - doc["baseline"]), abs=1e-3)
+    assert (tmp_path / "run" / "curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    html = (tmp_path / "run" / "curve.html").read_text()
+    assert "data:image/png;base64," in html and les["text"].replace("'", "&#x27;") in html
+
+    runner = CliRunner()
+    r = runner.invoke(app, ["flywheel", "replicate", "--runs", "2", "--out", str(tmp_path / "rep"), "--tasks",
+                            tasks_file, "--K", "2", "--quiet"])
+    assert r.exit_code == 0, r.output + r.stderr
+    rep = json.loads((tmp_path / "rep" / "replicate.json").read_text())
+    assert [x["seed"] for x in rep["runs"]] == [0, 1] and rep["n_runs"] == 2
+    assert rep["gain_pp"]["min"] <= rep["gain_pp"]["max"] and 0 <= rep["climbed"] <= 2
+    assert rep["keep_rate_by_mode"]["a"]["tried"] == 2
+    assert (tmp_path / "rep" / "replicate.png").exists() and (tmp_path / "rep" / "run-1" / "run.json").exists()
+
+    r = runner.invoke(app, ["flywheel", "sweep", "--K", "1", "2", "4", "--out", str(tmp_path / "sweep"),
+                            "--tasks", tasks_file, "--quiet"])
+    assert r.exit_code == 0, r.output + r.stderr
+    sw = json.loads((tmp_path / "sweep" / "sweep.json").read_text())
+    assert sw["K"] == [1, 2, 4] and [p["K"] for p in sw["per_K"]] == [1, 2, 4]
+    assert sw["band_fit"]["c_pp"] == pytest.approx(100 * 1.96 * (0.25 / 14) ** 0.5, rel=1e-4)
+    assert sw["band_fit"]["max_rel_residual"] < 1e-4
+    assert (tmp_path / "sweep" / "sweep.png").exists()
+
+
+def test_a_dead_endpoint_stops_the_run_and_retry_excluded_resumes_it(tmp_path, tasks_file, endpoint):
+    from glyph.flywheel.loop import FlywheelError
+
+    server, url = endpoint(always_fail="Write `solve")
+    with pytest.raises(FlywheelError, match="every rollout of baseline .*HTTP 500.*--retry-excluded"):
+        _openai_run(tmp_path / "run", tasks_file, url)
+    server.always_fail = None  # the endpoint recovers
+    with pytest.raises(FlywheelError):  # stored exclusions stay final by default ...
+        _openai_run(tmp_path / "run", tasks_file, url)
+    config = make_config(tasks=tasks_file, K=1, agent="openai", base_url=url, model="m", writer="openai")
+    doc, fw = run_one(config, tmp_path / "run", CallOptions(timeout=10, retries=0, backoff=0.001),
+                      progress=False, retry_excluded=True)  # ... and are requested again on demand
+    assert doc["excluded"]["rollouts"] == 0 and doc["baseline"] == 0.0 and fw.reused == 0
