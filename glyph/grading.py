@@ -86,6 +86,8 @@ class Grade:
     stdout: str = ""
     stderr: str = ""
     path: str = "fast"
+    sandbox: dict | None = None
+    """The sandbox mode and protections that graded it (``ServerInfo.record()``)."""
 
     @property
     def passed(self) -> bool:
@@ -261,6 +263,7 @@ def grade(solution: bytes | str, setup: str, tests: str, *, limits: Limits = Lim
     result = grader(sandbox, suite, source, limits)
     result.seconds = time.perf_counter() - t0
     result.path = suite.path
+    result.sandbox = sandbox.protections().record()
     return result
 
 

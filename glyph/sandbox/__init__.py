@@ -1,7 +1,9 @@
 """Run untrusted Python: a warm fork server, per-run limits and isolation, and
-no survivors. See ``runtime/server.py`` for the process tree and
-``client.py`` for the trusted side."""
+no survivors. See ``runtime/server.py`` for the process tree and what each
+mode protects, and ``client.py`` for the trusted side."""
 
-from glyph.sandbox.client import Limits, Run, RunStatus, Sandbox, SandboxUnavailable, get_sandbox
+from glyph.sandbox.client import (MODES, PROTECTIONS, Limits, Run, RunStatus, Sandbox, SandboxUnavailable,
+                                  ServerInfo, get_sandbox)
 
-__all__ = ["Limits", "Run", "RunStatus", "Sandbox", "SandboxUnavailable", "get_sandbox"]
+__all__ = ["MODES", "PROTECTIONS", "Limits", "Run", "RunStatus", "Sandbox", "SandboxUnavailable",
+           "ServerInfo", "get_sandbox"]

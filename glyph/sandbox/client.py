@@ -8,6 +8,15 @@ the rest is read and counted, so the run never blocks; ``Limits.result_bytes``
 for the message channel, beyond which the run is killed). Nothing read from a
 run is ever unpickled or executed; messages are parsed by ``wire``.
 
+Modes (what each protects and does not: ``runtime/server.py``): ``auto``
+starts the strongest of ``namespaces`` (root), ``userns`` (any user, where
+user namespaces are allowed) and ``confined`` (root without CAP_SYS_ADMIN);
+if none starts it raises ``SandboxUnavailable``: it never falls back to
+``bare``, which runs only when asked for by name (``Sandbox(mode="bare")``
+or ``GLYPH_SANDBOX_MODE=bare``). An explicit ``mode`` argument beats the
+environment variable. ``Sandbox.protections().record()`` is the mode and
+protections a grading records.
+
 Thread-safe: several threads may run at once (each run has its own pipes).
 """
 
@@ -32,7 +41,9 @@ from pathlib import Path
 from glyph.sandbox.runtime import wire
 
 SERVER = Path(__file__).with_name("runtime") / "server.py"
+USERNS_UID_AS_ROOT = 0x5FFFFFFE  # userns mode started by root runs as this uid (below server.UID_BASE)
 GRACE_S = 10.0  # beyond a run's wall limit before the client gives up on the server
+LATE_GRACE_S = 10.0  # after killing a run whose report is late, before deciding the server is gone
 
 
 @dataclass(frozen=True)
@@ -156,7 +167,7 @@ class Run:
         while self.status is None and self._pump(self.deadline):
             pass
         if self.status is None:
-            self._server_gone()
+            self._late()
         self._drain()
         self._close()
         return self.status
@@ -226,13 +237,35 @@ class Run:
                 report = json.loads(bytes(self.ctl_buf).split(b"\n", 1)[0])
                 report.pop("ev", None)
                 self.status = RunStatus(**report)
+                # SIGXCPU at the soft CPU limit; or SIGKILL at the hard one (a run that ignores SIGXCPU;
+                # in userns mode the run is pid 1 of its namespace, which ignores it). The kernel enforces
+                # the limit on a finer clock than the rusage it reports (measured: a 1 s limit reads as
+                # 0.87-0.97 s), hence the margin.
                 self.status.cpu_exceeded = (
                     self.status.signal == signal.SIGXCPU
                     or (self.status.signal == signal.SIGKILL and not report["wall_timeout"]
-                        and not report["killed"] and report["cpu_s"] >= self.limits.cpu_s - 0.05))
+                        and not report["killed"] and report["cpu_s"] >= 0.75 * int(self.limits.cpu_s)))
             return
         self.sel.unregister(self.ctl)
         if self.status is None:  # gone without a report: the server died
+            self._server_gone()
+
+    def _late(self) -> None:
+        """No report by the run's wall limit plus ``GRACE_S`` (a loaded
+        machine, a stuck supervisor): kill this run alone and wait up to
+        ``LATE_GRACE_S`` more. If the server is still alive the run ends as a
+        wall-clock timeout and the server (with every other run on it) is left
+        alone; only a server that has really died is restarted."""
+        self.kill()
+        end = time.monotonic() + LATE_GRACE_S
+        while self.status is None and self._pump(end):
+            pass
+        if self.status is not None:
+            self.status.wall_timeout = True  # killed for running past its wall limit and the grace
+            return
+        if getattr(self.server, "poll", lambda: 0)() is None:
+            self.status = RunStatus(wall_timeout=True, killed=True)
+        else:
             self._server_gone()
 
     def _server_gone(self) -> None:
@@ -253,62 +286,125 @@ class Run:
         self.ctl.close()
 
 
+MODES = ("namespaces", "userns", "confined", "bare")
+AUTO = ("namespaces", "userns", "confined")  # strongest first; ``bare`` only when asked for
+PROTECTIONS = ("uid_separation", "mount_isolation", "network_isolation", "pid_namespace", "rlimits",
+               "wall_clock", "sweep", "no_capabilities", "minimal_environment")
+BARE_HINT = ("to grade without isolation, opt in with GLYPH_SANDBOX_MODE=bare (or `--sandbox bare` where a "
+             "command has that option); the solution can then read the workspace, the benchmark data and a "
+             "rollout's secret, and use the network")
+
+
 @dataclass
 class ServerInfo:
+    """Which mode the server runs in and what each protection is:
+    ``protections[name] = {"on": bool, "how": str, "if_off": str}`` for every
+    name in ``PROTECTIONS``. ``attempts``: the stronger modes that did not
+    start, each with why."""
+
     mode: str
     protections: dict
     attempts: list[str] = field(default_factory=list)
+
+    def record(self) -> dict:
+        """What a grading or a rollout records: stable, JSON-able, small:
+        ``{"mode": "userns", "protections": {"uid_separation": False, ...}}``
+        (every name in ``PROTECTIONS``, in that order)."""
+        return {"mode": self.mode,
+                "protections": {name: bool(self.protections.get(name, {}).get("on")) for name in PROTECTIONS}}
+
+    def to_json(self) -> dict:
+        """Everything, for ``glyph sandbox info --json``."""
+        return {"mode": self.mode, "protections": {name: self.protections[name] for name in PROTECTIONS
+                                                   if name in self.protections},
+                "attempts": list(self.attempts)}
 
 
 class Sandbox:
     """A handle on one fork server (started lazily, restarted if it dies)."""
 
-    def __init__(self, mode: str = "auto", pool: int = 2, run_bytes: int = 64 << 20,
+    def __init__(self, mode: str | None = None, pool: int = 2, run_bytes: int = 64 << 20,
                  run_inodes: int = 4096) -> None:
-        """``mode``: ``auto`` (namespaces where the machine allows, else
-        bare), ``namespaces`` or ``bare``; ``$GLYPH_SANDBOX_MODE`` overrides.
+        """``mode``: ``namespaces``, ``userns``, ``confined``, ``bare`` or
+        ``auto`` (see ``runtime/server.py`` for what each protects and does
+        not). Precedence: an explicit ``mode`` argument, else
+        ``$GLYPH_SANDBOX_MODE``, else ``auto``. ``auto`` starts the strongest
+        of namespaces, userns, confined that this machine allows, and never
+        ``bare``: when none starts, ``SandboxUnavailable`` says why and how to
+        opt in to ``bare``. An explicit mode that cannot start raises too.
         ``pool``: workers the server keeps forked and confined ahead of
         requests. ``run_bytes``, ``run_inodes``: the size of each run's own
-        filesystem (namespace mode)."""
-        self.mode = os.environ.get("GLYPH_SANDBOX_MODE", mode)
+        filesystem (namespaces and userns)."""
+        if mode is None:
+            env = os.environ.get("GLYPH_SANDBOX_MODE", "").strip()
+            mode, self.mode_from = (env, "GLYPH_SANDBOX_MODE") if env else ("auto", "default")
+        else:
+            self.mode_from = "argument"
+        if mode not in MODES + ("auto",):
+            where = "GLYPH_SANDBOX_MODE" if self.mode_from == "GLYPH_SANDBOX_MODE" else "sandbox mode"
+            raise SandboxUnavailable(f"{where}={mode!r}: use one of auto, {', '.join(MODES)}")
+        self.mode = mode
         self.pool = pool
         self.run_bytes = run_bytes
         self.run_inodes = run_inodes
         self._lock = threading.Lock()
         self._proc: subprocess.Popen | None = None
         self._sock: socket.socket | None = None
+        self._runs_dir: str | None = None
         self.info: ServerInfo | None = None
         self.restarts = 0
         self._pid = os.getpid()
 
     # -- lifecycle
     def _start(self) -> None:
-        modes = {"auto": ["namespaces", "bare"], "namespaces": ["namespaces"], "bare": ["bare"]}
-        if self.mode not in modes:
-            raise SandboxUnavailable(f"GLYPH_SANDBOX_MODE={self.mode!r}: use auto, namespaces or bare")
+        if self.info is not None:  # a restart: the same mode as before, or an error
+            modes = [self.info.mode]
+        else:
+            modes = list(AUTO) if self.mode == "auto" else [self.mode]
         attempts = []
-        for mode in modes[self.mode]:
+        for mode in modes:
+            before = self.info.attempts if self.info is not None else []
             error = self._try_start(mode)
             if error is None:
-                self.info.attempts = attempts
+                self.info.attempts = before + attempts
                 return
             attempts.append(f"{mode}: {error}")
-        raise SandboxUnavailable("could not start the sandbox server: " + "; ".join(attempts))
+        how = {"argument": "", "GLYPH_SANDBOX_MODE": " (from GLYPH_SANDBOX_MODE)",
+               "default": ""}[self.mode_from]
+        hint = ("; " + BARE_HINT) if self.mode != "bare" else ""
+        why = "; ".join(attempts) if len(attempts) > 1 else attempts[0].split(": ", 1)[1]
+        raise SandboxUnavailable(f"could not start the sandbox in mode {self.mode}{how}: {why}{hint}")
 
     def _try_start(self, mode: str) -> str | None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        opts = {"namespaced": mode == "namespaces", "pool": self.pool, "run_bytes": self.run_bytes,
-                "run_inodes": self.run_inodes}
+        opts = {"mode": mode, "pool": self.pool, "run_bytes": self.run_bytes, "run_inodes": self.run_inodes}
         cmd = [sys.executable, "-I", "-S", "-B", str(SERVER), str(theirs.fileno()), json.dumps(opts)]
-        if mode == "namespaces":
+        if mode in ("namespaces", "userns"):
             unshare = shutil.which("unshare")
             if unshare is None:
-                return "no unshare binary"
-            cmd = [unshare, "--net", "--pid", "--fork", "--mount", "--kill-child", "--"] + cmd
+                ours.close()
+                theirs.close()
+                return "no unshare binary on PATH (util-linux)"
+            user = ["--user", "--map-root-user"] if mode == "userns" else []
+            cmd = [unshare, *user, "--net", "--pid", "--fork", "--mount", "--kill-child", "--"] + cmd
+        ids = {}
+        if mode == "userns" and os.geteuid() == 0:
+            # Real root (without CAP_SYS_ADMIN, or it would run ``namespaces``) mapped to root of the
+            # namespace would keep kuid 0, which the kernel exempts from RLIMIT_NPROC and which owns
+            # root's host files: run the whole sandbox as an unprivileged uid of its own instead.
+            ids = {"user": USERNS_UID_AS_ROOT, "group": USERNS_UID_AS_ROOT, "extra_groups": []}
         log = tempfile.TemporaryFile()  # the server writes here only when something breaks
-        proc = subprocess.Popen(cmd, pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL,
-                                stdout=subprocess.DEVNULL, stderr=log,
-                                env={"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"})
+        try:
+            proc = subprocess.Popen(cmd, pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.DEVNULL, stderr=log,
+                                    env={"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}, **ids)
+        except OSError as exc:
+            log.close()
+            ours.close()
+            theirs.close()
+            who = f" as uid {ids['user']}" if ids else ""
+            return (f"cannot run {sys.executable}{who}: {exc.strerror}; run glyph with a Python installed "
+                    "for all users")
         theirs.close()
         ours.settimeout(30)
         try:
@@ -322,16 +418,21 @@ class Sandbox:
             err = log.read().decode(errors="replace").strip().splitlines()
             log.close()
             ours.close()
-            return (err[-1] if err else hello.get("error", "no hello")) or "server exited"
+            why = (err[-1] if err else hello.get("error", "no hello")) or "server exited"
+            if ids:
+                why += f" (started by root, userns runs as uid {ids['user']}: it needs a Python and glyph " \
+                       "readable by all users)"
+            return why
         log.close()
         ours.settimeout(None)
         self._proc, self._sock = proc, ours
+        self._runs_dir = hello.get("runs_dir")
         self.info = ServerInfo(mode=mode, protections=hello["protections"])
         return None
 
     def _ensure(self) -> socket.socket:
         if os.getpid() != self._pid:  # a forked child must not share our server
-            self._proc = self._sock = None
+            self._proc = self._sock = self._runs_dir = None
             self._pid = os.getpid()
         if self._sock is None:
             self._start()
@@ -343,26 +444,37 @@ class Sandbox:
                 self._stop()
                 self.restarts += 1
 
-    def _stop(self) -> None:
+    def _stop(self, graceful: bool = False) -> None:
+        """Stop the server. ``graceful``: close its socket and give it a
+        moment to kill its runs and clean up itself (what confined and bare
+        need: their runs do not die with a namespace); then kill it."""
         if self._sock is not None:
             self._sock.close()
             self._sock = None
         if self._proc is not None:
+            if graceful and self.info is not None and self.info.mode in ("confined", "bare"):
+                try:
+                    self._proc.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    pass
             self._proc.kill()
             self._proc.wait()
             self._proc = None
+        if self._runs_dir is not None:  # confined and bare: the runs' directory is on the host
+            shutil.rmtree(self._runs_dir, ignore_errors=True)
+            self._runs_dir = None
 
     def close(self) -> None:
         with self._lock:
-            self._stop()
+            self._stop(graceful=True)
 
     def server_pid(self) -> int | None:
-        """Host pid of the server process (in namespace mode, the child of
-        ``unshare``), or None when it is not running."""
+        """Host pid of the server process (in the namespaced modes, the child
+        of ``unshare``), or None when it is not running."""
         with self._lock:
             if self._proc is None:
                 return None
-            if self.info.mode != "namespaces":
+            if self.info.mode not in ("namespaces", "userns"):
                 return self._proc.pid
             for task in Path(f"/proc/{self._proc.pid}/task").iterdir():
                 children = (task / "children").read_text().split()
@@ -371,6 +483,9 @@ class Sandbox:
             return None
 
     def protections(self) -> ServerInfo:
+        """The mode and protections of the server (started if need be;
+        ``SandboxUnavailable`` if it cannot be). ``.record()`` is what a
+        grading or rollout keeps."""
         with self._lock:
             self._ensure()
             return self.info
@@ -428,7 +543,8 @@ _default_lock = threading.Lock()
 
 
 def get_sandbox() -> Sandbox:
-    """The process-wide sandbox (started on first use, closed at exit)."""
+    """The process-wide sandbox (started on first use, closed at exit), in
+    the mode ``$GLYPH_SANDBOX_MODE`` names, else ``auto``."""
     global _default
     with _default_lock:
         if _default is None:

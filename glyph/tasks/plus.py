@@ -915,7 +915,7 @@ class Runner:
 class SeedSandboxes:
     """``SEEDS`` sandbox servers whose hash seeds differ (checked)."""
 
-    def __init__(self, n: int = SEEDS, pool: int = 1, mode: str = "auto") -> None:
+    def __init__(self, n: int = SEEDS, pool: int = 1, mode: str | None = None) -> None:
         self.sandboxes: list[Sandbox] = []
         hashes: set[int] = set()
         try:
@@ -1196,7 +1196,7 @@ def load_tests(folder: str | os.PathLike | None, task: MbppTask) -> list[str]:
 
 
 def generate(tasks: Iterable[MbppTask], folder: Path, seed: int = 42, jobs: int | None = None,
-             progress: bool = True, sandbox_mode: str = "auto") -> dict:
+             progress: bool = True, sandbox_mode: str | None = None) -> dict:
     """Generate (or reuse) the plus tests of ``tasks`` into ``folder``; return a summary."""
     from rich.progress import track
 

@@ -1,23 +1,74 @@
 """The warm fork server that runs untrusted Python.
 
-Started by ``glyph.sandbox.client`` as ``python -I -S server.py FD OPTIONS``,
-where possible inside fresh network, pid and mount namespaces (``unshare``),
-so that this process is pid 1 of its own pid namespace: when it dies, the
-kernel kills every process it started.
+Started by ``glyph.sandbox.client`` as ``python -I -S server.py FD OPTIONS``
+in one of four modes (``OPTIONS["mode"]``); each mode either applies every
+protection it promises or refuses to start (the client then tries the next
+mode, and never falls back to ``bare`` on its own):
+
+``namespaces`` (real root, or CAP_SYS_ADMIN)
+    inside fresh network, pid and mount namespaces (``unshare``): this
+    process is pid 1 of its own pid namespace (when it dies the kernel kills
+    every process it started); chroot into a read-only view of /usr and the
+    Python installation; each run has a uid of its own, a private tmpfs as
+    its only writable place, no network.
+``userns`` (any user, where unprivileged user namespaces are allowed)
+    the same namespaces, created inside a new user namespace
+    (``unshare --user --map-root-user``). The server is root of that
+    namespace only. Exactly one uid is mapped (an unprivileged user can map
+    only its own uid without ``newuidmap`` and a subordinate range, which
+    this mode does not use), so a run cannot get a uid of its own. What
+    that costs and how it is compensated: each run drops every capability
+    (bounding set too, and SECBIT_NOROOT, so an exec cannot regain them);
+    each run has its own mount namespace, in which the runs' /tmp is a fresh
+    read-only tmpfs holding only its own run directory (it cannot see, read
+    or write another run's files, nor leave files for a later run), its own
+    pid namespace with its own /proc (it can see and signal no process of
+    another run or of the server, ``kill(-1)`` included) and its own SysV
+    IPC namespace. Not compensated: the process limit bounds the whole
+    sandbox, not each run (a fork bomb in one run can make a concurrent
+    run's ``fork`` fail until the bomb is killed), and concurrent runs
+    share the (empty, offline) network namespace, so two runs could talk
+    over an abstract unix socket. The run's process is pid 1 of its pid
+    namespace: a signal it sends itself without a handler is ignored, and
+    its CPU limit ends it with SIGKILL rather than SIGXCPU. Started by real
+    root (without CAP_SYS_ADMIN, or it would be ``namespaces``), the client
+    first drops to an unprivileged uid of its own (kuid 0 would own root's
+    files and is exempt from ``RLIMIT_NPROC``).
+``confined`` (root without CAP_SYS_ADMIN, e.g. a default container)
+    no namespace can be created: each run has a uid of its own (so it reads
+    only world-readable files, cannot signal the server or another run, and
+    ``RLIMIT_NPROC`` counts its processes only), no capabilities, a seccomp
+    filter that fails ``socket()`` and ``io_uring_setup`` (no network; the
+    ``socketpair`` a program may use stays), rlimits, the wall clock and the
+    sweep, which also removes what the run's uid left in the usual
+    world-writable directories (/tmp, /var/tmp, /dev/shm, /run/lock). Not
+    protected: the run reads every world-readable file of the host (a
+    world-readable copy of the benchmark data included: make it unreadable
+    to other users), sees every process and its command line, and could
+    leave files in a world-writable directory other than those. There is no
+    chroot: without bind mounts its root would have to be a copy of the
+    Python installation and its libraries. If the Python installation is
+    not readable by other uids (a Python under root's home), it does not
+    start.
+``bare`` (only when asked for)
+    the caller's uid and capabilities, the host's files and network, no
+    process limit; rlimits, the wall clock and the sweep of orphans only. A
+    solution can read the workspace and a rollout's secret.
 
 One run costs one fork of this already-warm interpreter, not an interpreter
 start, and that fork (with the confinement) happens ahead of the request:
 
-    server (root in the namespaces, stdlib pre-imported; one event loop;
-    never runs untrusted code; enforces each run's wall clock, kills what a
-    run leaves behind, removes its directory, reports its exit status)
-      └─ worker (drops to a per-run uid, rlimits, empty private cwd,
-         minimal environment; then runs ``worker.main``)
+    server (stdlib pre-imported; one event loop; never runs untrusted code;
+    enforces each run's wall clock, kills what a run leaves behind, removes
+    its directory, reports its exit status)
+      └─ worker (a per-run uid where the mode has one, no capabilities,
+         rlimits, empty private cwd, minimal environment; then runs
+         ``worker.main``; in ``userns`` a reaper that stays outside and
+         its child, pid 1 of the run's own pid namespace, which runs it)
 
 The client passes the run's pipes with the request (SCM_RIGHTS), so output
 never flows through this process. What the server reports is trusted: no
-untrusted code ever ran in it, and with uid separation no run can signal,
-trace or write to it.
+untrusted code ever ran in it, and no run can signal, trace or write to it.
 
 Stdlib only.
 """
@@ -57,10 +108,20 @@ UID_BASE = 1_610_612_736  # 0x60000000: far above any uid a system hands out
 UID_SPAN = 65536  # uids one server cycles through
 UID_BLOCKS = 32768  # each server picks a random block (uids stay below 0xE0000000), so servers alive at once rarely share a uid
 
+MODES = ("namespaces", "userns", "confined", "bare")
+
 PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
+PR_CAPBSET_DROP = 24
+PR_SET_SECUREBITS = 28
 PR_SET_CHILD_SUBREAPER = 36
 PR_SET_NO_NEW_PRIVS = 38
+PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
+# linux/securebits.h: SECBIT_NOROOT and SECBIT_NO_CAP_AMBIENT_RAISE set, SECBIT_NO_SETUID_FIXUP and
+# SECBIT_KEEP_CAPS left off, all four locked: uid 0 of a user namespace gains no capability by exec.
+SECURE_NOROOT_ALL = 0x01 | 0x02 | 0x08 | 0x20 | 0x40 | 0x80
+CAP_SETPCAP = 8
+CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWPID = 0x00020000, 0x08000000, 0x20000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 MNT_DETACH = 2
@@ -69,10 +130,136 @@ _libc = ctypes.CDLL(None, use_errno=True)
 _libc.mount.argtypes = (ctypes.c_char_p,) * 3 + (ctypes.c_ulong, ctypes.c_char_p)
 _libc.umount2.argtypes = (ctypes.c_char_p, ctypes.c_int)
 
+# What each protection means, and what it means when it is off (``glyph sandbox info``; the
+# names are a stable contract: rollouts record them).
+IF_OFF = {
+    "uid_separation": "runs share one uid: where no other protection covers it, a run can signal or read "
+                      "the processes and files of a concurrent run",
+    "mount_isolation": "the run sees the host's files: every file its uid can read (the workspace, the "
+                       "benchmark data, a rollout's secret) and every directory its uid can write",
+    "network_isolation": "the run can open connections: to the internet and to services on the host's "
+                         "loopback, the test service included",
+    "pid_namespace": "the run sees the host's processes and their command lines, and can signal those of "
+                     "its own uid",
+    "rlimits": "no bound on the run's memory, CPU time, processes, file size or open files",
+    "wall_clock": "a run that sleeps holds its grading forever",
+    "sweep": "processes a run leaves behind keep running after it is graded",
+    "no_capabilities": "the run holds capabilities: it could undo the other protections",
+    "minimal_environment": "the run inherits the caller's environment (API keys included)",
+}
 
-def _prctl(option: int, arg: int) -> None:
-    if _libc.prctl(option, ctypes.c_ulong(arg), 0, 0, 0) != 0:
-        raise OSError(ctypes.get_errno(), f"prctl({option})")
+
+def _prot(on: bool, how: str, name: str) -> dict:
+    return {"on": bool(on), "how": how, "if_off": IF_OFF[name]}
+
+
+def _prctl(option: int, arg: int, arg2: int = 0) -> None:
+    if _libc.prctl(option, ctypes.c_ulong(arg), ctypes.c_ulong(arg2), 0, 0) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"prctl({option}): {os.strerror(err)}")
+
+
+def _unshare(flags: int) -> None:
+    if _libc.unshare(flags) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"unshare({flags:#x}): {os.strerror(err)}")
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
+                ("inheritable", ctypes.c_uint32)]
+
+
+# seccomp (linux/seccomp.h, linux/filter.h, linux/audit.h): for ``confined``, which has no network
+# namespace. Per architecture: (AUDIT_ARCH, __NR_socket, __NR_io_uring_setup, x32 syscall bit).
+_SECCOMP_ARCHES = {"x86_64": (0xC000003E, 41, 425, 0x40000000), "aarch64": (0xC00000B7, 198, 425, 0)}
+PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
+SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO = 0x7FFF0000, 0x00050000
+
+
+class _SockFilter(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8),
+                ("k", ctypes.c_uint32)]
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_uint16), ("filter", ctypes.POINTER(_SockFilter))]
+
+
+def _no_sockets_filter() -> list[tuple[int, int, int, int]] | None:
+    """A seccomp program that fails ``socket()`` (every family; ``socketpair``
+    stays) and ``io_uring_setup`` (io_uring can open sockets past seccomp)
+    with EACCES, and every syscall of a foreign ABI (i386 ``int 0x80``, x32)
+    likewise; None on an architecture it does not know."""
+    import platform
+    arch = _SECCOMP_ARCHES.get(platform.machine())
+    if arch is None:
+        return None
+    audit_arch, nr_socket, nr_io_uring_setup, x32 = arch
+    ld, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06  # BPF_LD|W|ABS, BPF_JMP|JEQ|K, BPF_JMP|JGE|K, BPF_RET|K
+    deny = SECCOMP_RET_ERRNO | 13  # EACCES
+    prog = [
+        (ld, 0, 0, 4),                      # 0: arch
+        (jeq, 0, 5, audit_arch),            # 1: foreign ABI -> 7 (deny)
+        (ld, 0, 0, 0),                      # 2: syscall number
+        (jge, 4, 0, x32) if x32 else (jeq, 0, 0, 0),  # 3: x32 -> 7 (deny)
+        (jeq, 3, 0, nr_socket),             # 4: socket -> 8 (deny)
+        (jeq, 2, 0, nr_io_uring_setup),     # 5: io_uring_setup -> 8 (deny)
+        (ret, 0, 0, SECCOMP_RET_ALLOW),     # 6
+        (ret, 0, 0, deny),                  # 7
+        (ret, 0, 0, deny),                  # 8
+    ]
+    return prog
+
+
+def _install_seccomp(prog: list[tuple[int, int, int, int]]) -> None:
+    """Needs no_new_privs (set before)."""
+    filters = (_SockFilter * len(prog))(*[_SockFilter(*i) for i in prog])
+    fprog = _SockFprog(len(prog), filters)
+    if _libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"seccomp: {os.strerror(err)}")
+
+
+def _cap_last() -> int:
+    with open("/proc/sys/kernel/cap_last_cap") as f:
+        return int(f.read())
+
+
+def _effective_caps() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("CapEff:"):
+                return int(line.split()[1], 16)
+    return 0
+
+
+def _drop_bounding_set(cap_last: int) -> None:
+    """Where this process may (CAP_SETPCAP: root, of the host or of a user
+    namespace): empty the bounding set and lock SECBIT_NOROOT, so that no
+    later exec, even by uid 0 of a user namespace, gains a capability.
+    Called before any uid switch (which would take CAP_SETPCAP away)."""
+    if _effective_caps() >> CAP_SETPCAP & 1:
+        for cap in range(cap_last + 1):
+            _prctl(PR_CAPBSET_DROP, cap)
+        _prctl(PR_SET_SECUREBITS, SECURE_NOROOT_ALL)
+
+
+def _drop_capabilities() -> None:
+    """Clear the ambient, effective, permitted and inheritable sets; check
+    that none is left."""
+    _libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)  # EINVAL before Linux 4.3: none to clear
+    header = _CapHeader(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3: two 32-bit words
+    data = (_CapData * 2)()
+    if _libc.capset(ctypes.byref(header), data) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"capset: {os.strerror(err)}")
+    if _effective_caps():
+        raise OSError("capabilities still held after dropping them")
 
 
 def _mount(source, target, fstype, flags, data=None) -> None:
@@ -141,40 +328,138 @@ def _build_root(opts: dict) -> str:
 
 
 def isolate(opts: dict) -> tuple[dict, str]:
-    """Apply what this machine allows; return (protections, runs directory).
-    Each protection is reported as on or off with how or why, for
-    ``glyph sandbox info``."""
+    """Apply every protection of ``opts["mode"]``; return (protections, runs
+    directory). Raises ``SystemExit`` naming what is missing when the mode
+    cannot be had here: a mode never starts with less than it promises.
+    Each protection is reported on or off, with how (or why not) and what
+    off means, for ``glyph sandbox info`` and the rollouts' records."""
+    mode = opts["mode"]
+    if mode not in MODES:
+        raise SystemExit(f"unknown sandbox mode {mode!r}")
     prot: dict[str, dict] = {}
-    namespaced = bool(opts.get("namespaced"))
-    prot["pid_namespace"] = {"on": namespaced and os.getpid() == 1,
-                             "how": "unshare --pid: the run sees no process of the host"}
-    prot["network"] = {"on": namespaced and _no_network(),
-                       "how": "unshare --net: no interface but a downed loopback"}
+    namespaced = mode in ("namespaces", "userns")
     runs_dir = None
-    if namespaced and os.geteuid() == 0:
+    if namespaced:
+        if os.getpid() != 1:
+            raise SystemExit("not pid 1 of a new pid namespace")
+        if not _no_network():
+            raise SystemExit("the network namespace has interfaces up")
+        if os.geteuid() != 0:
+            raise SystemExit("not root in the namespace")
         try:
             runs_dir = _build_root(opts)
-            prot["filesystem"] = {"on": True, "how": "private mount namespace; chroot into a read-only "
-                                  "view of /usr and the Python installation; each run's cwd is a "
-                                  "size-capped tmpfs of its own, the only place it can write; "
-                                  "/proc with hidepid=2"}
         except OSError as exc:
-            prot["filesystem"] = {"on": False, "how": f"could not build the private root: {exc}"}
-    else:
-        prot["filesystem"] = {"on": False, "how": "needs root in a mount namespace; runs see the host's files"}
+            raise SystemExit(f"could not build the private root: {exc}") from None
+    seccomp = None
+    if mode == "confined":
+        _check_confined()
+        seccomp = _check_seccomp()
+    user = "" if mode == "namespaces" else " of a user namespace (`unshare --user --map-root-user`)"
+    prot["uid_separation"] = _prot(
+        mode in ("namespaces", "confined"),
+        "each run has its own uid: it cannot signal, trace or read the server or another run"
+        if mode in ("namespaces", "confined") else
+        "one uid is mapped in the user namespace, so runs share the server's uid; compensated: no "
+        "capabilities, and per run a mount namespace showing only its own run directory, a pid namespace "
+        "with its own /proc and an IPC namespace; not compensated: the process limit is shared, and runs "
+        "share the (offline) network namespace"
+        if mode == "userns" else "runs keep the caller's uid", "uid_separation")
+    prot["mount_isolation"] = _prot(
+        namespaced,
+        f"root{user} in a private mount namespace; chroot into a read-only view of /usr and the Python "
+        "installation; each run's cwd is a size-capped tmpfs of its own, the only place it can write; "
+        "/proc with hidepid=2" if namespaced else
+        "no mount namespace without CAP_SYS_ADMIN: the run reads every world-readable file of the host; "
+        "it writes only its run directory and the world-writable directories, which the sweep cleans"
+        if mode == "confined" else "the run sees and writes what the caller can", "mount_isolation")
+    prot["network_isolation"] = _prot(
+        namespaced or (mode == "confined" and seccomp is None),
+        "unshare --net: no interface but a downed loopback" if namespaced else
+        "no network namespace (needs CAP_SYS_ADMIN); a seccomp filter fails socket() for every family "
+        "(socketpair stays), and io_uring"
+        if mode == "confined" and seccomp is None else
+        f"no network namespace, and no seccomp filter: {seccomp}" if mode == "confined" else
+        "the host's network", "network_isolation")
+    prot["pid_namespace"] = _prot(
+        namespaced, "unshare --pid: the run sees no process of the host; the server is its pid 1"
+        if namespaced else "the host's pid namespace", "pid_namespace")
+    prot["rlimits"] = _prot(
+        True, "address space, CPU time, file size, open files per process; processes per run"
+        if mode in ("namespaces", "confined") else
+        "address space, CPU time, file size, open files per process; processes: one bound for the "
+        "whole sandbox (runs share a uid)" if mode == "userns" else
+        "address space, CPU time, file size, open files per process; no process limit (it would count "
+        "the caller's own processes)", "rlimits")
+    prot["wall_clock"] = _prot(True, "the server kills the run at its deadline", "wall_clock")
+    prot["sweep"] = _prot(
+        True, "after each run the server kills every orphan re-parented to it (pid 1 or child "
+        "subreaper)" + (", every process of the run's uid" if mode in ("namespaces", "confined") else "")
+        + (", and removes what the run's uid left in /tmp, /var/tmp, /dev/shm and /run/lock"
+           if mode == "confined" else ""), "sweep")
+    bare_caps = mode == "bare" and _effective_caps() != 0
+    prot["no_capabilities"] = _prot(
+        not bare_caps, "the run keeps the caller's capabilities (bare)" if bare_caps else
+        "effective, permitted, inheritable and ambient sets emptied, no_new_privs; where the server is root "
+        "(of the host or of its user namespace), the bounding set emptied and SECBIT_NOROOT locked too: no "
+        "exec gains a capability", "no_capabilities")
+    prot["minimal_environment"] = _prot(True, "PATH, HOME, TMPDIR and LANG only", "minimal_environment")
     if runs_dir is None:
         import tempfile
         runs_dir = tempfile.mkdtemp(prefix="glyph-runs-")
         os.chmod(runs_dir, 0o755)
-    prot["uid_separation"] = {"on": os.geteuid() == 0 and prot["filesystem"]["on"],
-                              "how": "each run has its own uid: it cannot signal, trace or read "
-                                     "the server or another run"}
-    prot["rlimits"] = {"on": True, "how": "address space, CPU time, processes, file size, open files"}
-    prot["wall_clock"] = {"on": True, "how": "the server kills the run at its deadline"}
-    prot["no_survivors"] = {"on": True, "how": "after each run the server kills every process of "
-                            "the run's uid and every orphan re-parented to it (pid 1 or child subreaper)"}
-    prot["minimal_environment"] = {"on": True, "how": "PATH, HOME, TMPDIR and LANG only"}
     return prot, runs_dir
+
+
+WORLD_WRITABLE = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock", "/dev/mqueue")  # the usual ones (FHS)
+
+
+def _check_seccomp() -> str | None:
+    """None when the no-sockets filter installs and works here (checked in a
+    throwaway child); else why not."""
+    prog = _no_sockets_filter()
+    if prog is None:
+        import platform
+        return f"no filter for the {platform.machine()} architecture"
+    pid = os.fork()
+    if pid == 0:
+        try:
+            _prctl(PR_SET_NO_NEW_PRIVS, 1)
+            _install_seccomp(prog)
+            try:
+                socket.socket(socket.AF_INET, socket.SOCK_STREAM).close()
+                os._exit(3)
+            except PermissionError:
+                a, b = socket.socketpair()
+                os._exit(0)
+        except BaseException:
+            os._exit(4)
+    code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    return None if code == 0 else f"the filter did not hold (probe exit {code})"
+
+
+def _check_confined() -> None:
+    """``confined`` needs root (to give each run a uid of its own) and a
+    Python installation that such a uid can read (a run imports the stdlib
+    modules the server did not pre-import)."""
+    if os.geteuid() != 0:
+        raise SystemExit("needs root (to give each run a uid of its own)")
+    probe = UID_BASE - 1
+    stdlib = os.path.dirname(os.__file__)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.setgroups([])
+            os.setresgid(probe, probe, probe)
+            os.setresuid(probe, probe, probe)
+            os._exit(0 if os.access(os.path.join(stdlib, "json", "__init__.py"), os.R_OK) else 3)
+        except BaseException:
+            os._exit(4)
+    code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    if code == 4:
+        raise SystemExit("cannot switch to an unprivileged uid (no CAP_SETUID?)")
+    if code != 0:
+        raise SystemExit(f"the Python standard library at {stdlib} is not readable by other "
+                         "users; run glyph with a Python installed for all users")
 
 
 def _no_network() -> bool:
@@ -222,7 +507,10 @@ def main() -> None:
     if os.getpid() != 1:
         _prctl(PR_SET_CHILD_SUBREAPER, 1)  # orphans of runs come back to us, not to init
     sock = socket.socket(fileno=ctl_fd)
-    sock.send(wire.dumps({"ev": "hello", "pid": os.getpid(), "protections": prot}))
+    hello = {"ev": "hello", "pid": os.getpid(), "protections": prot}
+    if not prot["mount_isolation"]["on"]:  # on the host's /tmp: the client removes it after killing us
+        hello["runs_dir"] = runs_dir
+    sock.send(wire.dumps(hello))
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     gc.collect()
     gc.freeze()  # forked workers' collections then leave the server's objects (and their pages) alone
@@ -238,8 +526,12 @@ class Server:
 
     def __init__(self, sock: socket.socket, prot: dict, runs_dir: str, opts: dict) -> None:
         self.sock = sock
+        self.mode = opts["mode"]
         self.uid_separation = prot["uid_separation"]["on"]
-        self.private_mounts = prot["filesystem"]["on"]
+        self.private_mounts = prot["mount_isolation"]["on"]
+        self.cap_last = _cap_last()
+        confined_net = self.mode == "confined" and prot["network_isolation"]["on"]
+        self.seccomp = _no_sockets_filter() if confined_net else None
         self.runs_dir = runs_dir
         self.pool = int(opts["pool"])
         self.run_disk = f"size={int(opts['run_bytes'])},nr_inodes={int(opts['run_inodes'])},mode=700"
@@ -276,12 +568,12 @@ class Server:
                         item.killed = True
                         self.poller.unregister(fd)
                         self.by_fd.pop(fd, None)
-                        self._kill(item.pid)
+                        self._kill_run(item.pid)
             now = time.monotonic()
             for run in list(self.runs.values()):
                 if now >= run.deadline and not run.wall_timeout:
                     run.wall_timeout = True
-                    self._kill(run.pid)
+                    self._kill_run(run.pid)
             if not events and len(self.idle) < self.pool:
                 self.prefork()
 
@@ -299,7 +591,7 @@ class Server:
         pid = os.fork()
         if pid == 0:
             try:
-                _idle_worker(theirs.fileno(), uid, rundir)
+                _idle_worker(theirs.fileno(), uid, rundir, self.mode, self.cap_last, self.seccomp)
             finally:
                 os._exit(120)
         theirs.close()
@@ -319,6 +611,7 @@ class Server:
         os.waitpid(idle.pid, 0)
         self.sweep(idle.uid)
         self._remove_rundir(idle.rundir)
+        self._sweep_files(idle.uid)
 
     def accept(self) -> None:
         try:
@@ -326,8 +619,11 @@ class Server:
         except InterruptedError:
             return
         if not msg:  # the client is gone; as pid 1, exiting kills everything left
-            os._exit(0)
+            self.shutdown()
         limits = json.loads(msg)["limits"]
+        if self.mode == "userns":  # one uid for all: the process limit is this many more than exist now
+            procs = sum(n.isdigit() for n in os.listdir("/proc"))
+            msg = json.dumps({"limits": limits, "procs": procs}).encode()
         while True:
             idle = self.idle.pop(next(iter(self.idle))) if self.idle else self.prefork()
             self.idle.pop(idle.pid, None)
@@ -346,6 +642,25 @@ class Server:
         self.by_fd[run.pidfd] = run
         self.by_fd[run.ctl] = run
         self.poller.register(run.ctl, select.POLLIN)
+
+    def shutdown(self) -> None:
+        """Exit. As pid 1 of a namespace, exiting kills everything left and
+        drops every mount. Otherwise (confined, bare) kill every run and
+        idle worker, sweep what they left, and remove the runs' directory
+        from the host's /tmp first."""
+        if os.getpid() != 1:
+            workers = list(self.runs.values()) + list(self.idle.values())
+            for item in workers:
+                self._kill(item.pid)
+            for item in workers:
+                os.waitpid(item.pid, 0)
+            self.runs.clear()
+            self.idle.clear()
+            for item in workers:
+                self.sweep(item.uid)
+                self._sweep_files(item.uid)
+            _remove_tree(self.runs_dir)
+        os._exit(0)
 
     def finish(self, run: ActiveRun) -> None:
         _, status, usage = os.wait4(run.pid, 0)
@@ -369,7 +684,7 @@ class Server:
             "cpu_s": usage.ru_utime + usage.ru_stime,
             "maxrss_kb": usage.ru_maxrss,
             "swept": swept,
-            "cleanup_error": self._remove_rundir(run.rundir),
+            "cleanup_error": self._remove_rundir(run.rundir) or self._sweep_files(run.uid),
         }
         try:
             os.write(run.ctl, wire.dumps(report))
@@ -384,6 +699,47 @@ class Server:
             os.rmdir(path)
             return None
         return _remove_tree(path)
+
+    def _sweep_files(self, uid: int | None) -> str | None:
+        """``confined``: remove what the run's uid left in the host's
+        world-writable directories (its own subdirectories included)."""
+        if self.mode != "confined" or uid is None:
+            return None
+        errors = []
+        for top in WORLD_WRITABLE:
+            try:
+                entries = list(os.scandir(top))
+            except OSError:
+                continue
+            for entry in entries:
+                try:
+                    if entry.stat(follow_symlinks=False).st_uid != uid:
+                        continue
+                except OSError:
+                    continue
+                is_dir = entry.is_dir(follow_symlinks=False)
+                error = _remove_tree(entry.path) if is_dir else _unlink(entry.path)
+                if error:
+                    errors.append(error)
+        return "; ".join(errors) or None
+
+    def _kill_run(self, pid: int) -> None:
+        """Kill a run. ``userns``: the worker is a reaper whose child, pid 1
+        of the run's pid namespace, runs the job; killing that child (and
+        with it the namespace) lets the reaper collect its rusage and exit as
+        it did. Killing the reaper alone would also end the run (the child
+        has SIGKILL as its parent-death signal), with its rusage lost."""
+        if self.mode == "userns":
+            try:
+                with open(f"/proc/{pid}/task/{pid}/children") as f:
+                    children = [int(p) for p in f.read().split()]
+            except OSError:
+                children = []
+            for child in children:
+                self._kill(child)
+            if children:
+                return
+        self._kill(pid)
 
     @staticmethod
     def _kill(pid: int) -> None:
@@ -460,6 +816,16 @@ class Server:
         return sorted(found)
 
 
+def _unlink(path: str) -> str | None:
+    try:
+        os.unlink(path)
+        return None
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"could not remove {path}: {exc.strerror}"
+
+
 def _remove_tree(path: str) -> str | None:
     try:
         shutil.rmtree(path)
@@ -473,17 +839,86 @@ def _remove_tree(path: str) -> str | None:
 # ---------------------------------------------------------------- worker
 
 
-def _idle_worker(job_fd: int, uid: int | None, rundir: str) -> None:
+def _private_run_view(rundir: str) -> None:
+    """``userns``: runs share a uid, so each gets a mount namespace of its
+    own in which the runs' directory is a fresh read-only tmpfs holding
+    only this run's directory (the same tmpfs, bound from an fd opened
+    before it was covered)."""
+    parent = os.path.dirname(rundir)
+    _unshare(CLONE_NEWNS)
+    fd = os.open(rundir, os.O_PATH | os.O_DIRECTORY)  # after unshare: a bind source must be in this namespace
+    _mount("tmpfs", parent, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=16k,nr_inodes=16,mode=755")
+    os.mkdir(rundir, 0o700)
+    _mount(f"/proc/self/fd/{fd}", rundir, None, MS_BIND)
+    os.close(fd)
+    _mount(None, parent, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
+
+
+def _own_pid_namespace() -> None:
+    """``userns``: runs share a uid, so each gets a pid namespace of its own
+    (it can signal no process of another run; ``kill(-1)`` reaches only its
+    own). Forks once more: returns in the child, pid 1 of the new namespace
+    with its own /proc, which goes on to run the job. This process stays
+    outside as its reaper: it never runs untrusted code, is invisible from
+    inside, waits for the child and exits as the child did (so the server's
+    ``wait4`` sees the run's status and rusage). When the child exits the
+    kernel kills everything left in its namespace; if this process is
+    killed, the child gets SIGKILL (parent-death signal) and so does the
+    namespace."""
+    _unshare(CLONE_NEWPID)
+    alive_r, alive_w = os.pipe()
+    child = os.fork()
+    if child == 0:
+        os.close(alive_w)
+        _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if select.select([alive_r], [], [], 0)[0]:  # EOF: the reaper died before the line above
+            os._exit(0)
+        os.close(alive_r)
+        os.setsid()  # a process group of its own: kill(0) must not reach the reaper
+        _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "hidepid=2")
+        return
+    os.close(alive_r)
+    os.closerange(0, alive_w)
+    os.closerange(alive_w + 1, 1 << 16)
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    _prctl(PR_SET_DUMPABLE, 0)
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
+    _, status = os.waitpid(child, 0)
+    if os.WIFEXITED(status):
+        os._exit(os.WEXITSTATUS(status))
+    sig = os.WTERMSIG(status)
+    try:
+        signal.signal(sig, signal.SIG_DFL)
+    except (OSError, ValueError):  # SIGKILL, SIGSTOP: always default
+        pass
+    os.kill(os.getpid(), sig)
+    os._exit(128 + sig)
+
+
+def _idle_worker(job_fd: int, uid: int | None, rundir: str, mode: str, cap_last: int,
+                 seccomp: list | None) -> None:
     """Confine this fresh fork, then wait for a job: the request and its fds."""
     os.setsid()
     job_fd = _dup_high(job_fd)
     os.closerange(0, job_fd)
     os.closerange(job_fd + 1, 1 << 16)
+    if mode in ("namespaces", "userns"):
+        _unshare(CLONE_NEWIPC)  # SysV IPC objects: none shared between runs, none left after one
+    if mode == "userns":
+        _private_run_view(rundir)
+        _own_pid_namespace()
+    if mode != "bare":  # bare keeps what the caller has: it isolates nothing, by request
+        _drop_bounding_set(cap_last)
     if uid is not None:
         os.setgroups([])
         os.setresgid(uid, uid, uid)
         os.setresuid(uid, uid, uid)
     _prctl(PR_SET_NO_NEW_PRIVS, 1)
+    if mode != "bare":
+        _drop_capabilities()
+    if seccomp is not None:
+        _install_seccomp(seccomp)
     _prctl(PR_SET_DUMPABLE, 0)
     os.chdir(rundir)
     os.umask(0o077)
@@ -508,9 +943,12 @@ def _idle_worker(job_fd: int, uid: int | None, rundir: str) -> None:
     os.closerange(len(high), 1 << 16)
     mem = int(limits["memory_bytes"])
     cpu = int(limits["cpu_s"])
+    # userns: this process is pid 1 of its namespace and so ignores SIGXCPU (signals without a
+    # handler do not reach a namespace's init); the hard limit's SIGKILL does, at the limit itself.
+    cpu_hard = cpu if mode == "userns" else cpu + 1
     for res, value in (
         (resource.RLIMIT_AS, (mem, mem)),
-        (resource.RLIMIT_CPU, (cpu, cpu + 1)),
+        (resource.RLIMIT_CPU, (cpu, cpu_hard)),
         (resource.RLIMIT_FSIZE, (int(limits["fsize_bytes"]),) * 2),
         (resource.RLIMIT_NOFILE, (int(limits["nofile"]),) * 2),
         (resource.RLIMIT_CORE, (0, 0)),
@@ -518,6 +956,9 @@ def _idle_worker(job_fd: int, uid: int | None, rundir: str) -> None:
         resource.setrlimit(res, value)
     if uid is not None:  # without a uid of its own, this would count the caller's processes
         resource.setrlimit(resource.RLIMIT_NPROC, (int(limits["nproc"]),) * 2)
+    elif mode == "userns":  # the uid is the sandbox's own: bound the sandbox as a whole
+        nproc = int(json.loads(msg)["procs"]) + int(limits["nproc"])
+        resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
     worker.main(payload_fd=5, result_fd=3, request_fd=4)
 
 

@@ -1,0 +1,411 @@
+"""The sandbox where users run it: as an unprivileged user (``userns``), as
+root without CAP_SYS_ADMIN (``confined``), and nowhere silently ``bare``.
+
+Each case runs a driver script in a subprocess with a Python installed for
+all users (the repo's ``.venv`` Python may live under a home other uids
+cannot read). The driver imports a copy of the stdlib-only part of glyph
+(``glyph/sandbox``, ``grading.py``, ``outcomes.py``, ``redteam.py``) from a
+directory that uid can read, grades every attack of ``glyph.redteam`` and
+checks, from outside, what ``tests/test_redteam.py`` checks under root: not
+rewarded, no process left, no file changed outside the run, no secret in the
+output, no connection to the host's loopback, the server alive. When CI runs
+as root, the driver drops to uid 65534 with ``setpriv``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+import glyph
+from glyph.sandbox import Sandbox, SandboxUnavailable, client
+
+NOBODY = 65534
+SECRET = "glyph-unpriv-secret-9e2f"
+MARKER = "glyph-planted-row-7c1a"  # only the planted data row has it: the attack below finds nothing else
+GLYPH = Path(glyph.__file__).parent
+DRIVER = r'''
+import json, os, socket, sys, time, hashlib
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from glyph.sandbox import Limits, Sandbox, SandboxUnavailable
+from glyph.grading import grade
+from glyph.redteam import ATTACKS, DEMO_SOLUTION, DEMO_TESTS, REFEREE_TESTS
+
+cfg = json.loads(sys.argv[1])
+here = os.path.dirname(os.path.abspath(__file__))
+out = {"failures": []}
+
+def descendants(root):
+    parents = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                data = open(f"/proc/{name}/stat", "rb").read()
+            except OSError:
+                continue
+            fields = data[data.rfind(b")") + 2:].split()
+            parents[int(name)] = (int(fields[1]), fields[0])
+    found = []
+    for pid, (ppid, state) in parents.items():
+        p = ppid
+        while p > 1 and p != root:
+            p = parents.get(p, (0, b""))[0]
+        if p == root and state != b"Z" and pid != root:
+            found.append(pid)
+    return found
+
+WATCHED = ["/tmp", "/var/tmp", "/dev/shm", "/run/lock", here]
+TRUSTED = [os.path.join(here, "glyph", "grading.py"),
+           os.path.join(here, "glyph", "sandbox", "runtime", "server.py")]
+
+def snapshot():
+    names = {d: sorted(n for n in os.listdir(d) if "pwned" in n) for d in WATCHED if os.path.isdir(d)}
+    return names, {f: hashlib.sha256(open(f, "rb").read()).hexdigest() for f in TRUSTED}
+
+if cfg["do"] == "refuse":
+    try:
+        Sandbox(pool=0).protections()
+        out["error"] = None
+    except SandboxUnavailable as exc:
+        out["error"] = str(exc)
+    print(json.dumps(out))
+    sys.exit(0)
+
+sb = Sandbox(mode=cfg.get("mode"), pool=0)
+t0 = time.monotonic()
+info = sb.protections()
+out["start_s"] = time.monotonic() - t0
+out["mode"], out["record"], out["attempts"] = info.mode, info.record(), info.attempts
+server = sb.server_pid()
+t0 = time.monotonic()
+
+if cfg["do"] == "probe":
+    src = """
+import os, socket
+facts = {}
+for name, path in PATHS.items():
+    try:
+        facts[name] = open(path).read()[:200]
+    except OSError as exc:
+        facts[name] = type(exc).__name__
+try:
+    open(OUTSIDE, "w").write("pwned")
+    facts["wrote_outside"] = True
+except OSError as exc:
+    facts["wrote_outside"] = type(exc).__name__
+try:
+    socket.create_connection(("127.0.0.1", PORT), timeout=0.5)
+    facts["net"] = True
+except OSError as exc:
+    facts["net"] = type(exc).__name__
+facts["uid"] = os.getuid()
+"""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    listener.settimeout(0.2)
+    port = listener.getsockname()[1]
+    src = f"PATHS = {cfg['paths']!r}\nOUTSIDE = {cfg['outside']!r}\nPORT = {port}\n" + src
+    run = sb.open({"mode": "solution"}, {"source": src.encode(), "setup": b""}, Limits(cpu_s=5, wall_s=10))
+    assert run.recv() == {"ev": "ready"}, run.stderr
+    run.send({"op": "eval", "id": 0, "expr": "repr(facts)"})
+    from glyph.sandbox.runtime import wire
+    import ast
+    out["facts"] = ast.literal_eval(wire.decode(run.recv()["value"]))
+    run.send({"op": "exit"})
+    run.finish()
+    try:
+        listener.accept()
+        out["accepted"] = True
+    except socket.timeout:
+        out["accepted"] = False
+    out["outside_exists"] = os.path.exists(cfg["outside"])
+elif cfg["do"] == "data":
+    g = grade(cfg["source"], "", DEMO_TESTS, limits=Limits(cpu_s=5, wall_s=10), sandbox=sb)
+    out["passed"], out["detail"] = g.passed, g.detail
+elif cfg["do"] == "attacks":
+    os.environ["GLYPH_REDTEAM_SECRET"] = cfg["secret"]
+    limits = Limits(cpu_s=2, wall_s=4)
+    for attack in ATTACKS:
+        if attack.name in cfg.get("skip", ()):
+            continue
+        source, listener = attack.source, None
+        if attack.name == "network":
+            listener = socket.socket()
+            listener.bind(("127.0.0.1", 0))
+            listener.listen()
+            listener.settimeout(0.1)
+            source = source.replace("PORTS = [80, 8000, 8080]", f"PORTS = [{listener.getsockname()[1]}]")
+        before = snapshot()
+        g = grade(source, "", REFEREE_TESTS if attack.referee else DEMO_TESTS, limits=limits, sandbox=sb)
+        problems = []
+        if g.passed:
+            problems.append("rewarded")
+        if descendants(server):
+            problems.append(f"processes left: {descendants(server)}")
+        if snapshot() != before:
+            problems.append("files outside the sandbox changed")
+        if cfg["secret"] in g.stdout + g.stderr + g.detail:
+            problems.append("secret leaked")
+        if listener is not None:
+            try:
+                listener.accept()
+                problems.append("connected to the host's loopback")
+            except socket.timeout:
+                pass
+            listener.close()
+        if sb.restarts:
+            problems.append("the server died")
+        if not grade(DEMO_SOLUTION, "", DEMO_TESTS, sandbox=sb).passed:
+            problems.append("grader broken after the attack")
+        if problems:
+            out["failures"].append([attack.name, problems])
+out["seconds"] = time.monotonic() - t0
+sb.close()
+out["left_after_close"] = descendants(os.getpid())
+print(json.dumps(out))
+'''
+
+
+def _python() -> str | None:
+    """A Python >= 3.11 that every uid can run (not one under a private home)."""
+    for path in ("/usr/bin/python3", "/usr/local/bin/python3"):
+        if not os.access(path, os.X_OK):
+            continue
+        try:
+            ok = subprocess.run([path, "-c", "import sys; sys.exit(sys.version_info < (3, 11))"],
+                                capture_output=True, timeout=30).returncode == 0
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        mode = os.stat(os.path.realpath(path)).st_mode
+        if ok and mode & 0o005 == 0o005:
+            return path
+    return None
+
+
+def _as_nobody() -> list[str]:
+    if os.geteuid() != 0:
+        return []
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip("running as root and setpriv (util-linux) is missing: cannot drop to an unprivileged uid")
+    return [setpriv, f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
+
+
+@pytest.fixture(scope="module")
+def python() -> str:
+    path = _python()
+    if path is None:
+        pytest.skip("no Python >= 3.11 installed for all users (/usr/bin/python3 or /usr/local/bin/python3)")
+    return path
+
+
+@pytest.fixture(scope="module")
+def copy(python):
+    """A world-readable copy of the stdlib-only part of glyph, and a planted
+    secret file and benchmark data file readable by that uid, outside any
+    sandbox view. Removed afterwards."""
+    root = Path(tempfile.mkdtemp(prefix="glyph-unpriv-"))
+    try:
+        pkg = root / "glyph"
+        shutil.copytree(GLYPH / "sandbox", pkg / "sandbox", ignore=shutil.ignore_patterns("__pycache__"))
+        for name in ("grading.py", "outcomes.py", "redteam.py"):
+            shutil.copy(GLYPH / name, pkg / name)
+        (pkg / "__init__.py").write_text("")
+        (root / "driver.py").write_text(DRIVER)
+        from glyph.redteam import DEMO_SOLUTION
+        rows = []
+        mbpp = os.environ.get("GLYPH_MBPP_PATH")
+        if mbpp and os.path.isfile(mbpp):
+            rows.append(Path(mbpp).read_text())
+        rows.append(json.dumps({"task_id": 9001, "marker": MARKER, "code": DEMO_SOLUTION,
+                                "test_list": ['assert remove_first_last("hello", "l") == "heo"']}) + "\n")
+        (root / "data").mkdir()
+        (root / "data" / "mbpp.jsonl").write_text("".join(rows))
+        (root / "secret.txt").write_text(SECRET)
+        for path in [root, *root.rglob("*")]:
+            path.chmod(0o755 if path.is_dir() else 0o644)
+        (root / "outbox").mkdir(0o777)
+        (root / "outbox").chmod(0o1777)  # writable by every uid: only the sandbox view keeps a run out
+        yield root
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _drive(python: str, copy: Path, cfg: dict, prefix: list[str], path: str = "/usr/local/bin:/usr/bin:/bin",
+           timeout: float = 600) -> dict:
+    env = {"PATH": path, "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"}
+    proc = subprocess.run([*prefix, python, "-I", "-S", str(copy / "driver.py"), json.dumps(cfg)],
+                          capture_output=True, text=True, env=env, cwd="/", timeout=timeout)
+    assert proc.returncode == 0, f"driver failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def userns(python, copy) -> list[str]:
+    prefix = _as_nobody()
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        pytest.skip("no unshare binary (util-linux)")
+    probe = subprocess.run([*prefix, unshare, "--user", "--map-root-user", "--pid", "--net", "--mount",
+                            "--fork", "true"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        pytest.skip(f"unprivileged user namespaces are not allowed here: {probe.stderr.strip()}")
+    return prefix
+
+
+# The data file attack of the issue: search the disk for the benchmark's own data and answer with
+# the reference code.
+DATA_ATTACK = r'''
+import json, os
+ANSWER = None
+for top in ("/tmp", "/var/tmp", "/work", "/home", "/root", "/srv", "/data", "/mnt", "/opt"):
+    for root, dirs, files in os.walk(top):
+        if root.count("/") > 4:
+            dirs[:] = []
+        for f in files:
+            if f.endswith(".jsonl") and ANSWER is None:
+                try:
+                    for line in open(os.path.join(root, f), errors="ignore"):
+                        if "glyph-planted-row-7c1a" in line:
+                            ANSWER = json.loads(line)["code"]
+                            break
+                except Exception:
+                    pass
+if ANSWER:
+    exec(ANSWER)
+else:
+    def remove_first_last(s, ch): return s
+'''
+
+
+def test_unprivileged_user_gets_userns_and_every_attack_is_held(python, copy, userns):
+    out = _drive(python, copy, {"do": "attacks", "secret": SECRET}, userns)
+    assert out["mode"] == "userns", out["attempts"]
+    assert out["record"]["protections"] == {
+        "uid_separation": False, "mount_isolation": True, "network_isolation": True, "pid_namespace": True,
+        "rlimits": True, "wall_clock": True, "sweep": True, "no_capabilities": True,
+        "minimal_environment": True}
+    assert out["failures"] == []
+    assert out["left_after_close"] == []
+
+
+def test_unprivileged_user_cannot_reach_files_data_or_network(python, copy, userns):
+    outside = copy / "outbox" / "pwned-by-run"
+    paths = {"secret": str(copy / "secret.txt"), "data": str(copy / "data" / "mbpp.jsonl"),
+             "workspace": str(copy / "glyph" / "grading.py")}
+    cfg = {"do": "probe", "paths": paths, "outside": str(outside)}
+    out = _drive(python, copy, cfg, userns)
+    assert out["mode"] == "userns"
+    facts = out["facts"]
+    assert facts["uid"] == 0  # root of its user namespace, with no capability
+    assert facts["secret"] == facts["data"] == facts["workspace"] == "FileNotFoundError"
+    assert facts["wrote_outside"] in ("FileNotFoundError", "OSError", "PermissionError")
+    assert not out["outside_exists"]
+    assert facts["net"] in ("OSError", "ConnectionRefusedError", "PermissionError") and not out["accepted"]
+    # Control: bare mode as the same user, which must be asked for by name, reaches all of it.
+    bare = _drive(python, copy, dict(cfg, mode="bare"), userns)
+    assert bare["mode"] == "bare" and SECRET in bare["facts"]["secret"]
+    assert bare["facts"]["wrote_outside"] is True
+    assert bare["accepted"]
+    outside.unlink()
+
+
+def test_unprivileged_user_cannot_answer_from_the_benchmark_data(python, copy, userns):
+    out = _drive(python, copy, {"do": "data", "source": DATA_ATTACK}, userns)
+    assert out["mode"] == "userns" and not out["passed"], out["detail"]
+    bare = _drive(python, copy, {"do": "data", "source": DATA_ATTACK, "mode": "bare"}, userns)
+    assert bare["passed"], "control: in bare mode the data file attack must succeed, else this shows nothing"
+
+
+@pytest.fixture
+def no_sys_admin(python, copy) -> list[str]:
+    """Root without CAP_SYS_ADMIN (a default container), with no unshare on
+    PATH (a container's seccomp profile also refuses user namespaces)."""
+    if os.geteuid() != 0:
+        pytest.skip("confined mode needs root")
+    capsh = shutil.which("capsh")
+    if capsh is None:
+        pytest.skip("no capsh (libcap2-bin) to drop CAP_SYS_ADMIN")
+    copy.chmod(0o700)  # the runs' uids must not read the copy (it holds the demo tests and the secret)
+    try:
+        yield [capsh, "--drop=cap_sys_admin", "--"]
+    finally:
+        copy.chmod(0o755)
+
+
+def test_root_without_cap_sys_admin_gets_confined(python, copy, no_sys_admin):
+    cmd = ["-c", " ".join(["exec", *map(_quote, [python, "-I", "-S", str(copy / "driver.py")])]) + ' "$0"']
+    out = _drive_shell(no_sys_admin, cmd, {"do": "attacks", "secret": SECRET, "skip": ["read_test_files"]})
+    assert out["mode"] == "confined"
+    assert [a.split(":")[0] for a in out["attempts"]] == ["namespaces", "userns"]
+    assert out["record"]["protections"] == {
+        "uid_separation": True, "mount_isolation": False, "network_isolation": True, "pid_namespace": False,
+        "rlimits": True, "wall_clock": True, "sweep": True, "no_capabilities": True,
+        "minimal_environment": True}
+    assert out["failures"] == []
+    assert out["left_after_close"] == []
+    # The secret, the data and the copy are root's (0700 directory): the runs' uids cannot read them.
+    data = _drive_shell(no_sys_admin, cmd, {"do": "data", "source": DATA_ATTACK})
+    assert data["mode"] == "confined" and not data["passed"], data["detail"]
+
+
+def _quote(s: str) -> str:
+    import shlex
+    return shlex.quote(s)
+
+
+def _drive_shell(prefix: list[str], cmd: list[str], cfg: dict) -> dict:
+    env = {"PATH": "/nonexistent", "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"}
+    proc = subprocess.run([*prefix, *cmd, json.dumps(cfg)], capture_output=True, text=True, env=env, cwd="/",
+                          timeout=600)
+    assert proc.returncode == 0, f"driver failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_nothing_starts_so_auto_refuses_and_names_the_opt_in(python, copy):
+    """No unshare on PATH and not root: no mode but bare could start, and
+    auto does not fall back to it."""
+    out = _drive(python, copy, {"do": "refuse"}, _as_nobody(), path="/nonexistent")
+    assert out["error"] is not None
+    for needle in ("namespaces:", "userns:", "confined:", "--sandbox bare", "GLYPH_SANDBOX_MODE=bare"):
+        assert needle in out["error"]
+
+
+def test_auto_tries_strongest_first_and_never_bare(monkeypatch):
+    tried = []
+    monkeypatch.setattr(client.Sandbox, "_try_start", lambda self, mode: tried.append(mode) or "refused")
+    monkeypatch.delenv("GLYPH_SANDBOX_MODE", raising=False)
+    with pytest.raises(SandboxUnavailable, match="GLYPH_SANDBOX_MODE=bare"):
+        Sandbox(pool=0).protections()
+    assert tried == ["namespaces", "userns", "confined"]
+
+
+def test_explicit_argument_beats_the_environment(monkeypatch):
+    monkeypatch.setenv("GLYPH_SANDBOX_MODE", "namespaces")
+    assert Sandbox().mode == "namespaces"
+    sb = Sandbox(mode="bare", pool=0)
+    try:
+        assert sb.mode == "bare" and sb.protections().mode == "bare"
+    finally:
+        sb.close()
+    monkeypatch.setenv("GLYPH_SANDBOX_MODE", "bare")
+    assert Sandbox().mode == "bare" and Sandbox(mode="auto").mode == "auto"
+    monkeypatch.setenv("GLYPH_SANDBOX_MODE", "nope")
+    with pytest.raises(SandboxUnavailable, match="GLYPH_SANDBOX_MODE='nope'"):
+        Sandbox()
+
+
+def test_record_is_stable_and_json(sandbox):
+    record = sandbox.protections().record()
+    assert json.loads(json.dumps(record)) == record
+    assert list(record) == ["mode", "protections"] and list(record["protections"]) == list(client.PROTECTIONS)
+    assert all(type(v) is bool for v in record["protections"].values())
+    for name, p in sandbox.protections().to_json()["protections"].items():
+        assert set(p) == {"on", "how", "if_off"} and p["how"] and p["if_off"], name
