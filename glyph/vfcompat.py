@@ -26,11 +26,16 @@ is named.
    either.
 3. A model call that fails at the interception server (an HTTP 500 from the
    endpoint, say) is stashed on the session in both (``v1/interception/
-   server.py:864-867``; a60a606 ``:612-615``). In 0.4.0 a harness that then
-   completes cleanly handled it (``v1/rollout.py:529-532``): glyph's program
-   ends with ``endpoint_error`` and finalize scores it 0. At a60a606 the
+   server.py:864-867``; a60a606 ``:612-615``), and the provider's status is
+   relayed so the harness retries 5xx/429. In 0.4.0 a harness that then
+   completes cleanly handled it (``v1/rollout.py:529-532``); at a60a606 the
    rollout fails with it after the harness returns, however the harness
-   ended (a60a606 ``v1/rollout.py:418-420``).
+   ended (a60a606 ``v1/rollout.py:418-420``). glyph's programs retry 5xx/429
+   (``glyph.env.program._post``) and, when the call failed for good (still
+   5xx after the retries, unreachable, or past ``model_timeout``), exit 97
+   (5.), so such a rollout is errored and unscored in both. The difference
+   left: a call that failed once and succeeded on a retry is handled in
+   0.4.0 and fails the rollout at a60a606.
 4. ``TaskData.id`` exists in 0.4.0 (``v1/task.py:86``) and not at a60a606
    (``v1/task.py:80-118``), whose model drops the keyword. glyph sets
    ``name`` to the same MBPP id, and readers of saved traces
@@ -40,17 +45,24 @@ is named.
    (``MODEL_TRANSPORT_ERROR_EXIT_CODE``, ``v1/errors.py:45``; raised at
    ``v1/harness.py:187-190``) and ``HarnessError`` for any other code
    (``:191-193``); a60a606 raises ``HarnessError`` for every code (a60a606
-   ``v1/harness.py:150-161``). glyph-conventions' single-turn program exits
-   97 when the model call failed for good (``glyph.env.single``), so that
-   rollout is errored and unscored under either version; nothing reads
-   which error class it was.
+   ``v1/harness.py:150-161``), and where a model call had failed records the
+   stashed model error instead, the harness's as its cause (a60a606
+   ``v1/rollout.py:404-408``). Either way a failed harness skips finalize and
+   scoring (``v1/rollout.py:584``; a60a606 ``:472``). glyph-conventions'
+   single-turn program (``glyph.env.single``) and glyph-mbpp's agent program
+   (``glyph.env.program``) exit 97 when the model call failed for good, and
+   the agent program exits 98 when the test service faulted; on the local
+   runtime the harness passes those exits on (``glyph.env.harness``), with
+   the cause in ``trace.info["glyph"]["reason"]``, so the rollout is errored
+   and unscored under either version; nothing reads which error class it was.
 
 Not bridged (2. and 3.): at a60a606 a failed rollout skips finalize and
 scoring (``v1/rollout.py:472``, ``if not self._failed and self._opened``), so
-a timed-out rollout and one whose endpoint failed are errored, unscored
-traces there (``ok`` false, no ``passed`` reward, the cause in
-``trace.errors``; PRIME-RL counts them as errored instead of training on a
-0), where 0.4.0 finalizes them and glyph scores them 0 with the reason. The
+a timed-out rollout and one whose model call failed once and then succeeded
+are errored, unscored traces there (``ok`` false, no ``passed`` reward, the
+cause in ``trace.errors``; PRIME-RL counts them as errored instead of
+training on a 0), where 0.4.0 finalizes them and glyph scores the timed-out
+one 0 with the reason (and the retried one as it ended). The
 a60a606 ``RolloutTimeouts`` and ``TimeoutConfig`` have no setting that makes
 a deadline a stop, nothing lets a harness mark a failed model call handled,
 and a Task runs no code after a skipped finalize, so glyph cannot change this
@@ -87,8 +99,9 @@ def timed_out(trace: Any) -> bool:
 
 def failures_are_scored() -> bool:
     """Whether a rollout whose agent deadline expired, or whose model call
-    failed while the program went on, is finalized and scored (0.4.0) rather
-    than left an errored, unscored trace (a60a606). ``Trace.is_timeout`` marks
-    the 0.4.0 line."""
+    failed once and succeeded on the program's retry, is finalized and scored
+    (0.4.0) rather than left an errored, unscored trace (a60a606). A model
+    call that failed for good is errored in both (3., 5.).
+    ``Trace.is_timeout`` marks the 0.4.0 line."""
     from verifiers.v1 import Trace
     return "is_timeout" in Trace.model_fields

@@ -13,13 +13,13 @@ import pytest
 
 from glyph import protocol
 from glyph.env import program
+from glyph.env.harness import limits_for, limits_record
 from glyph.env.service import SandboxTestService
 from glyph.env.verify import TaskTests, verify
 from glyph.policies.policies import HACKS, Planner
 from glyph.policies.server import PolicyServer
-from glyph.sandbox import Limits
 
-LIMITS = Limits(cpu_s=3, wall_s=6)
+LIMITS = limits_for(3)  # what --env.agent.harness.tool-timeout 3 grades under
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +43,7 @@ def episode(tmp_path, server, service, task, arm, policy, tester="service", **ov
     secret = secrets.token_hex(16)
     service.register(secret, task.test_setup_code, list(task.test_list), LIMITS)
     cfg = {"arm": arm, "max_tool_calls": 8, "test_cost": 1, "revise_feedback": "none", "tool_timeout": 3,
-           "model_timeout": 10,
+           "limits": limits_record(LIMITS), "model_timeout": 10,
            "messages": [{"role": "system", "content": protocol.system_prompt(arm)},
                         {"role": "user", "content": protocol.user_prompt(task.text, task.test_list)}],
            "tester": {"kind": "service", "url": service.url} if tester == "service" else
@@ -131,6 +131,8 @@ def test_faults_end_the_episode_and_are_recorded(tmp_path, server, service, mbpp
     trace, info, _ = episode(tmp_path, server, service, mbpp_tasks["mbpp_11"], "a", policy)
     assert trace["end"] == end and why in trace["error"]
     assert info["reward"] == 0.0 and end in info["reason"]
+    # the model's own faults end the program normally; an endpoint fault is the program's fault exit
+    assert program.exit_status(trace) == (program.ENDPOINT_FAILED if end == "endpoint_error" else 0)
 
 
 def test_a_hanging_endpoint_times_out(tmp_path, server, service, mbpp_tasks):
@@ -289,25 +291,6 @@ def test_vf_eval_end_to_end_both_arms(tmp_path, server, mbpp_tasks, mbpp_path):
             assert set(r["metrics"]) >= {"passed", "prediction_accuracy", "tampered", "revise_count"}
 
 
-def test_vf_eval_scores_a_broken_endpoint_instead_of_dropping_it(tmp_path, server, mbpp_path):
-    """0.4.0: the program ends with endpoint_error and is scored 0. At PRIME-RL's
-    verifiers pin the failed model call fails the rollout: recorded, unscored
-    (``glyph.vfcompat``)."""
-    from glyph.demo import read_rollouts, vf_eval_command
-    from glyph.vfcompat import failures_are_scored
-    cmd = vf_eval_command(server.base_url, "fault-500", "a", 2, tmp_path, mbpp_path)
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, PRIME_RUNS_MODE="disabled"),
-                          timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = read_rollouts(tmp_path)
-    assert len(rows) == 2, rows
-    if failures_are_scored():
-        assert all(r["ok"] and r["reward"] == 0.0 and "endpoint_error" in r["reason"] for r in rows), rows
-    else:
-        assert all(not r["ok"] and r["reward"] is None and [e["status_code"] for e in r["errors"]] == [500]
-                   for r in rows), rows
-
-
 def test_vf_eval_records_a_timed_out_rollout(tmp_path, server, mbpp_path):
     """0.4.0 finalizes a timed-out rollout, and glyph scores it 0 with the
     reason; at PRIME-RL's verifiers pin it stays an errored, unscored trace
@@ -338,7 +321,8 @@ def test_the_trace_is_saved_after_every_turn(tmp_path, server, service, mbpp_tas
     secret = secrets.token_hex(8)
     service.register(secret, task.test_setup_code, list(task.test_list), LIMITS)
     (tmp_path / "solution.py").write_text(protocol.PLACEHOLDER)
-    cfg = {"arm": "b", "max_tool_calls": 8, "tool_timeout": 3, "tester": {"kind": "service", "url": service.url},
+    cfg = {"arm": "b", "max_tool_calls": 8, "limits": limits_record(LIMITS),
+           "tester": {"kind": "service", "url": service.url},
            "messages": [{"role": "system", "content": protocol.system_prompt("b")},
                         {"role": "user", "content": protocol.user_prompt(task.text, task.test_list)}],
            "endpoint": {"base_url": server.base_url, "model": "oracle"}}

@@ -296,7 +296,7 @@ def test_cli_continues_with_a_model_endpoint(tmp_path, monkeypatch, task, mbpp_p
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
     assert doc["continuation"] == "model stub" and doc["earliest_unreachable"] == 0
-    assert len(asked) == 8 and asked[0] == ("stub", ["system", "user"])
+    assert len(asked) == 10 and asked[0] == ("stub", ["system", "user"])
     assert asked[4][1] == ["system", "user"] + ["assistant", "user"] * 4
     # a failed model call is an error, never scored as an unreachable snapshot
     assert broken.exit_code == 2 and "HTTP 500" in broken.stderr and len(broken.stderr.strip().splitlines()) == 1

@@ -38,6 +38,7 @@ GLYPH_PIN_TESTS = (
     "tests/pin",
     "tests/test_env.py",
     "tests/test_conventions_env.py",
+    "tests/test_faults.py",
     "tests/test_recipe_smoke.py",
 )
 

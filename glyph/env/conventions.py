@@ -43,6 +43,7 @@ from glyph.env.harness import PROGRAM_DIR, GlyphHarness, GlyphHarnessConfig, _su
 from glyph.env.single import ENDPOINT_FAILED, SOLUTION_FILE
 from glyph.env.taskset import GlyphData
 from glyph.outcomes import Outcome
+from glyph.sandbox import get_sandbox
 from glyph.tasks import conventions
 from glyph.vfcompat import timed_out
 
@@ -133,7 +134,9 @@ def _info(data: ConventionsData, reward: float | None, reason: str, outcome: str
 
 class ConventionsTask(vf.Task[ConventionsData]):
     async def finalize(self, trace: vf.Trace, runtime: vf.Runtime) -> None:
-        """Grade the final solution.py (never raises: a failure here is recorded and scored 0)."""
+        """Grade the final solution.py. A failure of the grading itself is recorded and
+        raised, so verifiers fails the rollout (errored, not scored); ``info.glyph.sandbox``
+        records the sandbox mode and protections that graded it."""
         d = self.data
         try:
             code = await _read(runtime, SOLUTION_FILE)
@@ -144,8 +147,11 @@ class ConventionsTask(vf.Task[ConventionsData]):
                 passed = g.outcome is Outcome.PASS
                 reason = "passed" if passed else f"{g.outcome.value}: {g.detail}"
                 info = _info(d, 1.0 if passed else 0.0, reason, g.outcome.value, g.detail)
-        except Exception as exc:  # deliberate: record the fault, score 0
-            info = _info(d, 0.0, f"finalize failed: {type(exc).__name__}: {exc}")
+                info["sandbox"] = get_sandbox().protections().record()
+        except Exception as exc:
+            trace.info["glyph"] = dict(_info(d, None, f"finalize failed: {type(exc).__name__}: {exc}"),
+                                       fault="finalize_error")
+            raise
         if d.protocol == "agent":  # what the agent program says of itself: untrusted, for reading only
             end = trace.info.get("glyph_agent_end")
             if end and end != "final":

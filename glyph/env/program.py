@@ -11,9 +11,23 @@ its one tool call in the workspace, answer with a RESULT, until FINAL, a
 protocol error, budget exhaustion or an endpoint failure. ``python_test`` is
 answered by a tester: the trusted sandbox service on the local runtime
 (``tester.kind = "service"``), or the shipped stdlib runner where the
-container is the isolation (``"local"``). Arm B's prediction turns and every
-candidate are recorded. The trace goes to ``.glyph/trace.json``; it is
-untrusted: the environment re-grades every claim in it.
+container is the isolation (``"local"``), both under the grading limits the
+harness passes (``limits``: ``GlyphHarnessConfig.limits()``). Arm B's
+prediction turns and every candidate are recorded. The trace goes to
+``.glyph/trace.json``; it is untrusted: the environment checks every claim in
+it.
+
+Each POST to the test service names its test call (``request``: the
+tester's sequence number, visible or shadow, and the candidate's sha256), so
+a retried POST is graded once (``glyph.env.service``).
+
+Exit status: 0 when the episode ended on the model's account (FINAL, a
+protocol error, the budget); ``ENDPOINT_FAILED`` (97, verifiers'
+``MODEL_TRANSPORT_ERROR_EXIT_CODE``) when the model endpoint could not be
+reached, answered 5xx after retries, or timed out; ``TESTER_FAILED`` (98)
+when the tester failed. Both faults are written to stderr as one line
+(``endpoint_error: ...`` / ``tester_error: ...``), after the trace. The
+harness decides what a fault exit means (``glyph.env.harness``).
 """
 
 from __future__ import annotations
@@ -37,7 +51,11 @@ from glyph.outcomes import Outcome  # noqa: E402
 
 TRACE = os.path.join(".glyph", "trace.json")
 REPLY_CAP = 64 * 1024  # characters of a model reply kept; a longer one is cut and recorded
-RETRIES = 3  # for transient failures only: connection dropped, 502/503/504, 429
+RETRIES = 3  # for transient failures only: connection dropped, 5xx, 429
+ENDPOINT_FAILED = 97
+"""verifiers' reserved exit status for a model call that failed for good
+(``MODEL_TRANSPORT_ERROR_EXIT_CODE``, ``v1/errors.py:45`` in 0.4.0)."""
+TESTER_FAILED = 98
 TRANSIENT = (urllib.error.URLError, socket.timeout, TimeoutError, ConnectionError, http.client.HTTPException)
 
 
@@ -77,13 +95,16 @@ def chat(endpoint: dict, messages: list[dict], timeout: float, secret: str) -> s
 
 def _post(req: urllib.request.Request, timeout: float, cap: int) -> bytes:
     """POST with a few retries on transient failures (a dropped connection,
-    429/502/503/504); a timeout or any other HTTP error is final."""
+    429, any 5xx: verifiers' interception server relays the provider's status
+    so that 5xx/429 are retried, ``v1/interception/server.py:864-867``); a
+    timeout or any other HTTP error is final. Only idempotent requests come
+    here: a chat completion, and a test call named by its ``request`` id."""
     for attempt in range(RETRIES):
         try:
             with urllib.request.urlopen(req, timeout=timeout) as resp:
                 return resp.read(cap)
         except urllib.error.HTTPError as exc:
-            if exc.code not in (429, 502, 503, 504) or attempt == RETRIES - 1:
+            if not (exc.code == 429 or 500 <= exc.code <= 599) or attempt == RETRIES - 1:
                 raise
         except (socket.timeout, TimeoutError):
             raise
@@ -95,25 +116,50 @@ def _post(req: urllib.request.Request, timeout: float, cap: int) -> bytes:
 
 
 class Tester:
-    """Runs the visible tests on a candidate and returns its outcome class."""
+    """Runs the visible tests on a candidate and returns its outcome class,
+    under ``limits`` (``{"cpu_s", "wall_s"}``)."""
 
-    def __init__(self, spec: dict, secret: str, timeout: float) -> None:
-        self.spec, self.secret, self.timeout = spec, secret, timeout
+    def __init__(self, spec: dict, secret: str, limits: dict) -> None:
+        self.spec, self.secret = spec, secret
+        self.cpu_s, self.wall_s = float(limits["cpu_s"]), float(limits["wall_s"])
+        self.calls = 0
 
     def __call__(self, source: str, shadow: bool) -> str:
+        self.calls += 1
         if self.spec["kind"] == "service":
-            body = json.dumps({"secret": self.secret, "source": source, "shadow": shadow}).encode()
+            request = f"{self.calls}:{'shadow' if shadow else 'visible'}:{sha256(source)}"
+            body = json.dumps({"secret": self.secret, "request": request, "source": source,
+                               "shadow": shadow}).encode()
             req = urllib.request.Request(self.spec["url"], body, {"Content-Type": "application/json"})
             try:
-                outcome = json.loads(_post(req, 3 * self.timeout + 30, 1 << 16))["outcome"]
+                outcome = json.loads(_post(req, 2 * self.wall_s + 30, 1 << 16))["outcome"]
+            except urllib.error.HTTPError as exc:
+                raise RuntimeError(f"the test service answered HTTP {exc.code}: {_error_body(exc)}") from None
             except (*TRANSIENT, ValueError, KeyError, TypeError) as exc:
                 raise RuntimeError(f"the test service failed: {exc}") from None
         else:
             from glyph.env import runner
-            outcome = runner.run_tests(source, self.spec["setup"], self.spec["tests"], self.timeout)
+            outcome = runner.run_tests(source, self.spec["setup"], self.spec["tests"],
+                                       self.cpu_s, self.wall_s)
         if outcome not in Outcome.__members__:
             raise RuntimeError(f"the tester answered {outcome!r}")
         return outcome
+
+
+def _error_body(exc: urllib.error.HTTPError) -> str:
+    try:
+        return str(json.loads(exc.read(1 << 16)).get("error"))[:500]
+    except Exception:  # deliberate: the status alone still says what failed
+        return "(no readable body)"
+
+
+def limits_of(cfg: dict) -> dict:
+    """The grading limits the harness passed; a config without them (older
+    callers, tests) gets the historical rule: cpu = tool_timeout, wall = twice that."""
+    if "limits" in cfg:
+        return cfg["limits"]
+    t = float(cfg.get("tool_timeout", 10))
+    return {"cpu_s": t, "wall_s": 2 * t}
 
 
 def read_secret() -> str:
@@ -205,7 +251,7 @@ class Episode:
 
 
 def _loop(cfg: dict, secret: str, trace: dict, save) -> None:
-    tester = Tester(cfg["tester"], secret, float(cfg.get("tool_timeout", 10)))
+    tester = Tester(cfg["tester"], secret, limits_of(cfg))
     episode = Episode(cfg["arm"], int(cfg["max_tool_calls"]), int(cfg.get("test_cost", 1)), trace,
                       revise_feedback=cfg.get("revise_feedback", "none"))
     messages = trace["messages"] = [dict(m) for m in cfg["messages"]]
@@ -297,8 +343,19 @@ def main() -> int:
     cfg_path = os.environ.get("GLYPH_CONFIG", os.path.join(".glyph", "config.json"))
     with open(cfg_path) as f:
         cfg = json.load(f)
-    save_trace(run(cfg, read_secret(), save=save_trace))
-    return 0
+    trace = run(cfg, read_secret(), save=save_trace)
+    save_trace(trace)
+    return exit_status(trace)
+
+
+def exit_status(trace: dict) -> int:
+    """0, or the fault exit for a trace that ended on an endpoint or tester
+    fault (with its one-line reason on stderr)."""
+    code = {"endpoint_error": ENDPOINT_FAILED, "tester_error": TESTER_FAILED}.get(trace.get("end"))
+    if code is None:
+        return 0
+    print(f"{trace['end']}: {trace.get('error')}", file=sys.stderr)
+    return code
 
 
 if __name__ == "__main__":

@@ -29,12 +29,9 @@ import sys
 if not __package__:  # run as the shipped script: glyph/ lies beside it
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from glyph.env.program import EndpointError, chat, read_secret  # noqa: E402
+from glyph.env.program import ENDPOINT_FAILED, EndpointError, chat, read_secret  # noqa: E402,F401
 
 SOLUTION_FILE = "solution.py"
-ENDPOINT_FAILED = 97
-"""verifiers' reserved exit status for a model call that failed for good
-(``MODEL_TRANSPORT_ERROR_EXIT_CODE``, ``v1/errors.py:45`` in 0.4.0)."""
 
 _FENCE = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\r?\n(.*?)```", re.S | re.I)
 _OPEN_FENCE = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\r?\n(.*)\Z", re.S | re.I)

@@ -14,14 +14,18 @@ import json
 from typing import Literal
 
 import verifiers.v1 as vf
+from pydantic import field_validator
 
+from glyph.env.gold_check import validate_task
+from glyph.env.harness import limits_from_record
 from glyph.env.verify import TaskTests, metric_defaults, verify
 from glyph.protocol import SOLUTION_FILE
-from glyph.sandbox import Limits
+from glyph.sandbox import get_sandbox
 from glyph.tasks import mbpp, plus
 from glyph.vfcompat import timed_out
 
 TRACE_FILE = ".glyph/trace.json"
+DATA_OPTION = "--env.taskset.data-path"
 MAX_TRACE_BYTES = 32 << 20
 
 
@@ -41,11 +45,18 @@ class GlyphData(vf.TaskData):
 
 
 class GlyphTask(vf.Task[GlyphData]):
-    grade_limits = Limits(cpu_s=10, wall_s=20)
+    async def validate(self, runtime: vf.Runtime) -> bool:
+        """verifiers' gold check: the reference passes (``glyph.env.gold_check``)."""
+        return await validate_task(self, runtime)
 
     async def finalize(self, trace: vf.Trace, runtime: vf.Runtime) -> None:
-        """Re-grade everything the rollout claims (never raises: a failure
-        here is recorded and scored 0, so no rollout goes unscored)."""
+        """Check everything the rollout claims, under the grading limits the
+        harness recorded (``trace.info["glyph_limits"]``, from
+        ``GlyphHarnessConfig.limits()``), taking outcomes from the test
+        service's log where there is one (never raises: a failure here is
+        errored, never scored: a failure of glyph's own grading is not the
+        model's). ``info.glyph.sandbox`` records the sandbox mode and
+        protections that graded it."""
         try:
             raw = await _read(runtime, TRACE_FILE)
             final = await _read(runtime, SOLUTION_FILE)
@@ -57,11 +68,16 @@ class GlyphTask(vf.Task[GlyphData]):
             tests = TaskTests(d.hidden_setup, tuple(d.visible_tests), tuple(d.hidden_tests),
                               None if d.plus_tests is None else tuple(d.plus_tests), d.hidden)
             service_log = trace.info.get("glyph_service_log")
-            info = await asyncio.to_thread(verify, data, final, tests, self.grade_limits, service_log,
+            limits = limits_from_record(trace.info.get("glyph_limits"))
+            info = await asyncio.to_thread(verify, data, final, tests, limits, service_log,
                                            trace.info.get("glyph_program"))
-        except Exception as exc:  # deliberate: record the fault, score 0
-            info = {"reward": 0.0, "reason": f"finalize failed: {type(exc).__name__}: {exc}",
-                    "metrics": metric_defaults(self.data.plus_tests is not None), "candidates": []}
+            info["sandbox"] = get_sandbox().protections().record()
+        except Exception as exc:
+            # A fault of the trusted side: recorded, then raised, so verifiers fails the rollout
+            # (errored, not scored; 0.4.0 v1/rollout.py:590,621; a60a606 v1/rollout.py:474,494).
+            trace.info["glyph"] = {"reward": None, "fault": "finalize_error",
+                                   "reason": f"finalize failed: {type(exc).__name__}: {exc}"}
+            raise
         if timed_out(trace):
             info["reason"] = "the rollout timed out; " + info["reason"]
         trace.info["glyph"] = info
@@ -97,11 +113,22 @@ class GlyphTasksetConfig(vf.TasksetConfig):
     """The folder of plus tests (`glyph data plus`); default $GLYPH_PLUS_PATH, else artifacts/plus
     when it exists. Where a task's tests are found they are graded and recorded as a metric."""
 
+    @field_validator("data_path")
+    @classmethod
+    def _usable_data(cls, path: str | None) -> str | None:
+        """A missing or bad file given here is a config error naming this option (vf-eval shows it
+        as one error, not a traceback from ``load``). Not run on the default (None): verifiers
+        builds a default config at every CLI parse, ``--help`` included."""
+        problem = mbpp.data_problem(path, option=DATA_OPTION)
+        if problem:
+            raise ValueError(problem)
+        return path
+
 
 class GlyphTaskset(vf.Taskset[GlyphTask, GlyphTasksetConfig]):
     def load(self):
         cfg = self.config
-        source = mbpp.load_source(cfg.data_path)
+        source = mbpp.load_source(cfg.data_path, option=DATA_OPTION)
         by_id = {t.task_id: t for t in source.tasks}
         folder = plus.resolve_dir(cfg.plus_path)
         if cfg.hidden == "plus" and not folder.is_dir():

@@ -3,19 +3,31 @@ and verified PREDICT targets. Framework-free (no verifiers import), so it is
 tested directly.
 
 The trace (``.glyph/trace.json``) was written where the agent worked; it is
-untrusted. Every claim in it is checked against glyph's own grader:
+untrusted. Every claim in it is checked against a trusted outcome, graded
+under the rollout's one ``Limits`` (``GlyphHarnessConfig.limits()``):
 
+* on the local runtime the test service's own log of what it graded for this
+  rollout is the trusted record: the claims must match it (in order, visible
+  and shadow; an entry repeated under one ``request`` id, a retried POST,
+  counts once), and its outcomes are taken as they are, not graded again;
 * each candidate's source matches its recorded hash, and its recorded
-  outcome (visible or shadow test) matches a re-grade;
-* each visible test result matches a re-grade of the source it names;
-* on the local runtime, the claims match the test service's own log of what
-  it graded for this rollout (in order, visible and shadow);
+  outcome (visible or shadow test) matches the trusted one: the log's, or,
+  for a source with no trusted record (the container runtime, a candidate
+  never tested), glyph's grader's;
+* each visible test result matches the trusted outcome of the source it names;
 * the final ``solution.py`` is the last candidate (nothing changed it after
   the program ended).
 
-Any mismatch marks the rollout tampered: reward 0, metric ``tampered`` = 1.
+Any mismatch marks the rollout tampered: reward 0, metric ``tampered`` = 1,
+except a disagreement an honest grading reproduces: where a claim differs
+from glyph's grading, the source is graded again (``REGRADES`` times), and a
+claim one of those gradings gives (a run near its limit, a non-deterministic
+solution) is accepted (honest grading gives it) and counted in the metric
+``grade_disagreements``; so are two outcomes the service logged for one
+source. A forged outcome no grading gives stays tampering.
+
 Reward = 1 only for a terminal ``FINAL:``, a visible test that passed
-(re-graded), and a final solution that passes the hidden tests: the study's
+(by its trusted outcome), and a final solution that passes the hidden tests: the study's
 definition. A rollout with no trace, a crashed program or a timeout scores 0
 with the reason recorded.
 
@@ -67,20 +79,62 @@ class TaskTests:
             raise ValueError("the reward grades the plus tests, but the task has none recorded")
 
 
+REGRADES = 2  # further gradings of a source whose claimed outcome differs from glyph's grading
+
+
 @dataclass
 class Regrader:
-    """Grades each distinct source once."""
+    """Grades each distinct source once, trusting ``seed``: visible-test
+    outcomes already known per sha256 (the test service's log)."""
 
     tests: TaskTests
     limits: Limits
     cache: dict = field(default_factory=dict)
+    trusted: dict[str, set[str]] = field(default_factory=dict)
+    """Every outcome the trusted record (the service log) gives each sha256."""
+    gradings: int = 0
+    disagreements: int = 0
+
+    def seed(self, log: list[tuple[str, str, bool]]) -> None:
+        """Take ``(sha256, outcome, shadow)`` entries as trusted outcomes; a
+        source logged with two outcomes counts as a disagreement."""
+        for sha, outcome, _ in log:
+            seen = self.trusted.setdefault(sha, set())
+            if seen and outcome not in seen:
+                self.disagreements += 1
+            seen.add(outcome)
+            self.cache.setdefault(("v", sha), outcome)
+
+    def _grade_visible(self, source: str) -> str:
+        self.gradings += 1
+        tests = "\n".join(self.tests.visible)
+        return grade(source, self.tests.setup, tests, limits=self.limits).outcome.value
 
     def visible(self, source: str) -> str:
         key = ("v", sha256(source))
         if key not in self.cache:
-            self.cache[key] = grade(source, self.tests.setup, "\n".join(self.tests.visible),
-                                    limits=self.limits).outcome.value
+            self.cache[key] = self._grade_visible(source)
         return self.cache[key]
+
+    def agrees(self, source: str, claimed: object) -> bool:
+        """Whether ``claimed`` is a trusted outcome of ``source``: logged for
+        it, or given by glyph's grading (graded again up to ``REGRADES``
+        times where it differs: a reproduced claim is a disagreement, not
+        tampering)."""
+        sha = sha256(source)
+        if sha in self.trusted:
+            return claimed in self.trusted[sha]
+        if claimed == self.visible(source):
+            return True
+        if claimed not in Outcome.__members__:
+            return False
+        seen = self.trusted.setdefault(sha, {self.visible(source)})
+        for _ in range(REGRADES):
+            seen.add(self._grade_visible(source))
+            if claimed in seen:
+                self.disagreements += 1
+                return True
+        return False
 
     def hidden(self, source: str) -> dict[str, tuple[str, str] | None]:
         """The final solution's (outcome, detail) on each suite: ``base``,
@@ -114,7 +168,7 @@ class Regrader:
 METRICS = ("passed", "first_patch_correct", "prediction_accuracy", "predictions", "bad_patch_rejection_rate",
            "unnecessary_rejection_rate", "recovered_after_executed_failure", "had_executed_failure",
            "visible_test_calls", "visible_tool_calls", "tampered", "budget_exhausted", "revise_count",
-           "protocol_error", "no_trace", "base_passed")
+           "protocol_error", "no_trace", "base_passed", "grade_disagreements")
 PLUS_METRICS = ("plus_passed",)  # recorded only where the task has plus tests
 
 
@@ -125,6 +179,21 @@ def metric_defaults(plus: bool) -> dict[str, float]:
 
 def _rate(hits: int, n: int) -> float:
     return hits / n if n else 0.0
+
+
+def _logged(service_log: list[dict]) -> list[tuple[str, str, bool]]:
+    """The service log's ``(sha256, outcome, shadow)`` entries in order, an
+    entry repeated under one ``request`` id counted once (a retried POST)."""
+    seen: set[str] = set()
+    out = []
+    for e in service_log:
+        request = e.get("request")
+        if request is not None:
+            if request in seen:
+                continue
+            seen.add(request)
+        out.append((e["sha256"], e["outcome"], e["shadow"]))
+    return out
 
 
 def verify(trace: object, final_source: str | None, tests: TaskTests, limits: Limits,
@@ -149,15 +218,31 @@ def verify(trace: object, final_source: str | None, tests: TaskTests, limits: Li
         candidates = list(trace.get("candidates", []))
         test_calls = list(trace.get("tests", []))
         calls = list(trace.get("calls", []))
+        if service_log is not None:
+            logged = _logged(service_log)
+            rg.seed(logged)
+            claimed = [(t.get("sha256"), t.get("outcome"), False) for t in test_calls]
+            claimed_shadow = sorted((c["sha256"], c.get("verified_label"), True)
+                                    for c in candidates if c.get("shadow"))
+            if trace.get("end") == "tester_error" and logged:
+                logged = logged[:-1]  # graded, but the answer never reached the program
+            visible_logged, shadow_logged = [e for e in logged if not e[2]], sorted(e for e in logged if e[2])
+            if visible_logged != claimed or shadow_logged != claimed_shadow:
+                tamper.append("the trace's tests differ from what the test service graded")
         known = {sha256(PLACEHOLDER): PLACEHOLDER}
         for c in candidates:
             if sha256(c["source"]) != c["sha256"]:
                 tamper.append(f"candidate {c.get('index')}: source does not match its hash")
                 continue
             known[c["sha256"]] = c["source"]
-            verified = rg.visible(c["source"])
-            if "verified_label" in c and c["verified_label"] != verified:
-                tamper.append(f"candidate {c.get('index')}: recorded {c['verified_label']}, re-grade {verified}")
+            if "verified_label" in c:
+                verified = c["verified_label"] if rg.agrees(c["source"], c["verified_label"]) else None
+                if verified is None:
+                    verified = rg.visible(c["source"])
+                    tamper.append(f"candidate {c.get('index')}: recorded {c['verified_label']}, "
+                                  f"re-grade {verified}")
+            else:
+                verified = rg.visible(c["source"])
             out["candidates"].append({
                 "index": c.get("index"), "sha256": c["sha256"], "verified_label": verified,
                 "sampled_label": c.get("sampled_label"), "decision": c.get("decision"),
@@ -169,18 +254,12 @@ def verify(trace: object, final_source: str | None, tests: TaskTests, limits: Li
             if source is None:
                 tamper.append(f"test {t.get('call')}: tested source is no recorded candidate")
                 continue
-            regraded = rg.visible(source)
-            if t.get("outcome") != regraded:
-                tamper.append(f"test {t.get('call')}: recorded {t.get('outcome')}, re-grade {regraded}")
-            visible.append(regraded)
-        if service_log is not None:
-            claimed = [(t.get("sha256"), t.get("outcome"), False) for t in test_calls]
-            claimed_shadow = sorted((c["sha256"], c.get("verified_label"), True) for c in candidates if c.get("shadow"))
-            logged = [(e["sha256"], e["outcome"], e["shadow"]) for e in service_log]
-            if trace.get("end") == "tester_error" and logged:
-                logged = logged[:-1]  # graded, but the answer never reached the program
-            if [e for e in logged if not e[2]] != claimed or sorted(e for e in logged if e[2]) != claimed_shadow:
-                tamper.append("the trace's tests differ from what the test service graded")
+            if rg.agrees(source, t.get("outcome")):
+                visible.append(t.get("outcome"))
+            else:
+                trusted = rg.visible(source)
+                tamper.append(f"test {t.get('call')}: recorded {t.get('outcome')}, re-grade {trusted}")
+                visible.append(trusted)
         last = candidates[-1]["source"] if candidates else PLACEHOLDER
         if final_source is not None and final_source != last:
             tamper.append("solution.py changed after the last recorded patch")
@@ -207,6 +286,8 @@ def verify(trace: object, final_source: str | None, tests: TaskTests, limits: Li
     failing = [c for c in preds if c["verified_label"] != Outcome.PASS.value]
     passing = [c for c in preds if c["verified_label"] == Outcome.PASS.value]
     m["tampered"] = float(bool(tamper))
+    m["grade_disagreements"] = float(rg.disagreements)
+    out["visible_gradings"] = rg.gradings  # visible-test gradings finalize ran (none where the log had each)
     m["predictions"] = float(len(preds))
     m["prediction_accuracy"] = _rate(sum(c["sampled_label"] == c["verified_label"] for c in preds), len(preds))
     m["bad_patch_rejection_rate"] = _rate(sum(c["decision"] == "REVISE" for c in failing), len(failing))

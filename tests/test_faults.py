@@ -1,0 +1,385 @@
+"""Faults are errors, not zeros, and every grading fact has one source.
+
+* One ``Limits`` (``GlyphHarnessConfig.limits()``) grades python_test and
+  finalize: a ``--env.agent.harness.tool-timeout`` other than 10 grades a run
+  near its limit the same way in both (it used to read as tampered).
+* The test service grades a retried python_test POST once, answers a fault
+  with a 500 and a JSON body, and keeps rollouts apart.
+* A model endpoint that answers 500 or hangs ends the rollout errored
+  (``vf-eval``: ``ok`` false, no reward), the cause in ``info.glyph.reason``.
+"""
+
+import asyncio
+import contextlib
+import json
+import os
+import secrets
+import subprocess
+import threading
+import types
+import urllib.error
+import urllib.request
+
+import pytest
+
+from glyph import protocol
+from glyph.env import program
+from glyph.env import service as service_module
+from glyph.env.harness import GlyphHarness, GlyphHarnessConfig, limits_for, limits_from_record, limits_record
+from glyph.env.service import SandboxTestService
+from glyph.env.taskset import GlyphData
+from glyph.env.verify import TaskTests, verify
+from glyph.localhttp import JsonHandler, LocalServer
+from glyph.policies.policies import Step
+from glyph.policies.server import PolicyServer
+from glyph.protocol import Call
+
+SPIN = "import time as _t\n_s = _t.process_time()\nwhile _t.process_time() - _s < {s}:\n    pass\n"
+
+
+@pytest.fixture(scope="module")
+def service():
+    s = SandboxTestService()
+    yield s
+    s.close()
+
+
+def _post(url: str, body: dict) -> tuple[int, dict]:
+    req = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=120) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+# ---------------------------------------------------------------- one Limits
+
+
+def test_one_limits_source():
+    cfg = GlyphHarnessConfig(id="glyph-mbpp", tool_timeout=3)
+    assert (cfg.limits().cpu_s, cfg.limits().wall_s) == (3.0, 6.0)
+    assert limits_from_record(limits_record(cfg.limits())) == cfg.limits()
+    assert limits_from_record(None) == GlyphHarnessConfig(id="glyph-mbpp").limits() == limits_for(10)
+    with pytest.raises(ValueError, match="glyph_limits"):
+        limits_from_record({"cpu_s": 1})
+
+
+def test_the_container_runner_grades_under_the_same_limits(mbpp_tasks):
+    from glyph.env import runner
+    task = mbpp_tasks["mbpp_11"]
+    slow = SPIN.format(s=1.5) + task.code
+    assert runner.run_tests(slow, task.test_setup_code, list(task.test_list), 1, 30) == "TIMEOUT"  # CPU limit
+    assert runner.run_tests(slow, task.test_setup_code, list(task.test_list), 10, 30) == "PASS"
+    assert runner.run_tests("import time\ntime.sleep(30)\n", "", ["assert True"], 10, 1) == "TIMEOUT"  # wall
+
+
+class ScriptedEndpoint:
+    """An OpenAI-compatible endpoint that plays one task's fixed turns: write
+    ``source``, python_test, FINAL (the task found from the prompt)."""
+
+    def __init__(self, tasks: dict, make_source) -> None:
+        from glyph.policies.policies import Planner
+        planner = Planner(tasks)
+
+        class Handler(JsonHandler):
+            def do_POST(self) -> None:  # noqa: N802
+                body = self.read_json(64 << 20)
+                task = planner.task_of(body["messages"])
+                turn = sum(m["role"] == "assistant" for m in body["messages"])
+                patch = {"path": protocol.SOLUTION_FILE, "find": protocol.PLACEHOLDER, "replace": make_source(task)}
+                steps = [Step(Call("1", "apply_patch", patch)),
+                         Step(Call("2", "python_test", {})), Step(None)]
+                self.send_json(200, {"id": f"scripted-{turn}", "object": "chat.completion", "created": 0,
+                                     "model": body["model"],
+                                     "choices": [{"index": 0, "finish_reason": "stop", "message": {
+                                         "role": "assistant", "content": steps[min(turn, 2)].text()}}],
+                                     "usage": {"prompt_tokens": 0, "completion_tokens": 1, "total_tokens": 1}})
+
+        self.httpd = LocalServer(Handler)
+        self.httpd.start("scripted-endpoint")
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.port}/v1"
+
+
+def _eval(tmp_path, base_url: str, model: str, mbpp_path: str, extra: list[str]) -> list[dict]:
+    from glyph.demo import read_rollouts, vf_eval_command
+    cmd = vf_eval_command(base_url, model, "a", 1, tmp_path, mbpp_path, extra)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, PRIME_RUNS_MODE="disabled"),
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return read_rollouts(tmp_path)
+
+
+def _traces(tmp_path) -> list[dict]:
+    [path] = tmp_path.glob("**/traces.jsonl")
+    return [t for line in path.read_text().splitlines() if line.strip() for t in json.loads(line)["traces"]]
+
+
+def test_vf_eval_tool_timeout_1_grades_a_slow_solution_honestly(tmp_path, mbpp_tasks, mbpp_path):
+    """A correct solution that spends 1.5 s of CPU at import: over a 1 s limit
+    (``--env.agent.harness.tool-timeout 1``), under the default 10 s. The
+    service and finalize both grade it TIMEOUT: scored 0, not tampered (with
+    finalize's old fixed 10 s it re-graded PASS and read as tampered)."""
+    endpoint = ScriptedEndpoint(mbpp_tasks, lambda t: SPIN.format(s=1.5) + t.code)
+    try:
+        rows = _eval(tmp_path, endpoint.base_url, "scripted", mbpp_path,
+                     ["--env.agent.harness.tool-timeout", "1"])
+    finally:
+        endpoint.httpd.close()
+    assert len(rows) == 1 and rows[0]["ok"], rows
+    assert rows[0]["reward"] == 0.0 and rows[0]["metrics"]["tampered"] == 0.0, rows[0]["reason"]
+    assert rows[0]["reason"] == "no visible test passed", rows[0]["reason"]
+    [t] = _traces(tmp_path)
+    assert t["info"]["glyph_limits"] == {"cpu_s": 1.0, "wall_s": 2.0}
+    assert [e["outcome"] for e in t["info"]["glyph_service_log"]] == ["TIMEOUT"]
+    g = t["info"]["glyph"]
+    assert g["final_outcome"] == "TIMEOUT" and g["visible_gradings"] == 0  # the test's outcome came from the log
+
+
+# ---------------------------------------------------------------- the service
+
+
+def test_a_retried_post_is_graded_once(service, mbpp_tasks):
+    task = mbpp_tasks["mbpp_11"]
+    secret = secrets.token_hex(8)
+    service.register(secret, task.test_setup_code, list(task.test_list), limits_for(3))
+    source = SPIN.format(s=0.3) + task.code  # slow enough that the retries arrive while it is graded
+    body = {"secret": secret, "request": "1:visible:x", "source": source, "shadow": False}
+    answers = []
+    threads = [threading.Thread(target=lambda: answers.append(_post(service.url, body))) for _ in range(3)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    answers.append(_post(service.url, body))  # and once more after it finished
+    record = service.release(secret)
+    assert answers == [(200, {"outcome": "PASS"})] * 4
+    assert record["gradings"] == 1 and len(record["log"]) == 1 and record["faults"] == []
+
+
+def test_the_program_retries_a_dropped_answer_and_it_is_graded_once(tmp_path, service, mbpp_tasks):
+    """A proxy drops the connection after the service answered the first
+    POST: the program retries it, the service answers from its record, and
+    finalize finds one log entry per test: rewarded, not tampered."""
+    task = mbpp_tasks["mbpp_11"]
+    seen = []
+
+    class Dropper(JsonHandler):
+        def do_POST(self) -> None:  # noqa: N802
+            raw = self.rfile.read(int(self.headers["Content-Length"]))
+            req = urllib.request.Request(service.url, raw, {"Content-Type": "application/json"})
+            with urllib.request.urlopen(req, timeout=120) as resp:
+                answer = json.loads(resp.read())
+            seen.append(json.loads(raw)["request"])
+            if len(seen) == 1:
+                self.close_connection = True  # graded, but the answer never arrives
+                return
+            self.send_json(200, answer)
+
+    proxy = LocalServer(Dropper)
+    proxy.start("dropper")
+    policy = PolicyServer(mbpp_tasks).start()
+    secret = secrets.token_hex(8)
+    limits = limits_for(3)
+    service.register(secret, task.test_setup_code, list(task.test_list), limits)
+    (tmp_path / "solution.py").write_text(protocol.PLACEHOLDER)
+    cfg = {"arm": "a", "max_tool_calls": 8, "limits": limits_record(limits),
+           "tester": {"kind": "service", "url": f"http://127.0.0.1:{proxy.port}/test"},
+           "messages": [{"role": "system", "content": protocol.system_prompt("a")},
+                        {"role": "user", "content": protocol.user_prompt(task.text, task.test_list)}],
+           "endpoint": {"base_url": policy.base_url, "model": "oracle"}}
+    try:
+        with contextlib.chdir(tmp_path):
+            trace = program.run(cfg, secret)
+    finally:
+        record = service.release(secret)
+        proxy.close()
+        policy.close()
+    assert trace["end"] == "final" and len(seen) == 2 and seen[0] == seen[1]
+    assert record["gradings"] == 1 and len(record["log"]) == 1
+    final = (tmp_path / "solution.py").read_bytes().decode()
+    tests = TaskTests(task.test_setup_code, tuple(task.test_list), tuple(task.test_list))
+    info = verify(json.loads(json.dumps(trace)), final, tests, limits, record["log"])
+    assert info["reward"] == 1.0 and info["metrics"]["tampered"] == 0.0, info["reason"]
+    # a log that repeats an entry under one request id (a retry) is not tampering; a second request is
+    doubled = verify(trace, final, tests, limits, record["log"] * 2)
+    assert doubled["reward"] == 1.0 and doubled["metrics"]["tampered"] == 0.0
+    other = dict(record["log"][0], request="2:visible:x")
+    assert verify(trace, final, tests, limits, record["log"] + [other])["metrics"]["tampered"] == 1.0
+
+
+def test_a_service_fault_is_a_500_with_a_body_and_stays_in_its_rollout(service, mbpp_tasks, monkeypatch):
+    """The grader raises for one rollout's source while another rollout is
+    graded at the same time: the first gets a 500 naming the fault (recorded
+    in its faults, and graded again on a retry), the second its outcome."""
+    task = mbpp_tasks["mbpp_11"]
+    real = service_module.grade
+
+    def grade(source, *args, **kw):
+        if "BOOM" in source:
+            raise RuntimeError("the sandbox server died")
+        return real(source, *args, **kw)
+
+    monkeypatch.setattr(service_module, "grade", grade)
+    bad, good = secrets.token_hex(8), secrets.token_hex(8)
+    for s in (bad, good):
+        service.register(s, task.test_setup_code, list(task.test_list), limits_for(3))
+    answers = {}
+    jobs = {bad: {"secret": bad, "request": "1:visible:b", "source": "# BOOM\n" + task.code, "shadow": False},
+            good: {"secret": good, "request": "1:visible:g", "source": task.code, "shadow": False}}
+    threads = [threading.Thread(target=lambda s=s: answers.__setitem__(s, _post(service.url, jobs[s])))
+               for s in jobs]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert answers[good] == (200, {"outcome": "PASS"})
+    code, body = answers[bad]
+    assert code == 500 and "RuntimeError: the sandbox server died" in body["error"]
+    monkeypatch.setattr(service_module, "grade", real)
+    assert _post(service.url, jobs[bad]) == (200, {"outcome": "PASS"})  # a faulted request is graded on retry
+    bad_record, good_record = service.release(bad), service.release(good)
+    assert [f["error"] for f in bad_record["faults"]] == ["RuntimeError: the sandbox server died"]
+    assert bad_record["gradings"] == 2 and len(bad_record["log"]) == 1
+    assert good_record["faults"] == [] and len(good_record["log"]) == 1
+    assert _post(service.url, {"secret": "nobody", "source": "", "shadow": False})[0] == 403
+
+
+def test_a_service_fault_ends_the_program_with_its_fault_exit(tmp_path, service, mbpp_tasks, monkeypatch):
+    task = mbpp_tasks["mbpp_11"]
+    def grade(*args, **kw):
+        raise OSError("no space left")
+
+    monkeypatch.setattr(service_module, "grade", grade)
+    monkeypatch.setattr(program.time, "sleep", lambda s: None)  # the retries, without the back-off
+    policy = PolicyServer(mbpp_tasks).start()
+    secret = secrets.token_hex(8)
+    service.register(secret, task.test_setup_code, list(task.test_list), limits_for(3))
+    (tmp_path / "solution.py").write_text(protocol.PLACEHOLDER)
+    cfg = {"arm": "a", "max_tool_calls": 8, "limits": limits_record(limits_for(3)),
+           "tester": {"kind": "service", "url": service.url},
+           "messages": [{"role": "system", "content": protocol.system_prompt("a")},
+                        {"role": "user", "content": protocol.user_prompt(task.text, task.test_list)}],
+           "endpoint": {"base_url": policy.base_url, "model": "oracle"}}
+    try:
+        with contextlib.chdir(tmp_path):
+            trace = program.run(cfg, secret)
+    finally:
+        record = service.release(secret)
+        policy.close()
+    assert trace["end"] == "tester_error"
+    assert trace["error"] == ("the test service answered HTTP 500: "
+                              "the test service failed to grade: OSError: no space left")
+    assert program.exit_status(trace) == program.TESTER_FAILED
+    assert len(record["faults"]) == program.RETRIES and record["log"] == []
+
+
+# ---------------------------------------------------------------- the harness's fault exits
+
+
+class FakeRuntime:
+    """Answers run_program as the program would have; holds nothing else."""
+
+    def __init__(self, exit_code: int, stderr: str) -> None:
+        self.exit_code, self.stderr = exit_code, stderr
+
+    async def write(self, path: str, data: bytes) -> None:
+        pass
+
+    async def run_program(self, argv, env):
+        from verifiers.v1 import ProgramResult
+        return ProgramResult(exit_code=self.exit_code, stdout="", stderr=self.stderr)
+
+
+@pytest.mark.parametrize("local", [True, False])
+@pytest.mark.parametrize("code,line", [(97, "endpoint_error: endpoint answered HTTP 500"),
+                                       (98, "tester_error: the test service answered HTTP 500: x")])
+def test_the_harness_errors_a_fault_exit_only_where_it_is_trusted(monkeypatch, local, code, line):
+    """Local runtime: the fault exit fails the rollout with its reason. A
+    container runtime (solution code runs beside the program): scored by
+    finalize instead."""
+    from glyph.env import harness
+    monkeypatch.setattr(harness, "_subprocess_runtime", lambda: FakeRuntime if local else type(None))
+    trace = types.SimpleNamespace(info={})
+    h = GlyphHarness(GlyphHarnessConfig(id="glyph-mbpp", tool_timeout=2))
+    res = asyncio.run(h.launch(types.SimpleNamespace(model="m"), trace, FakeRuntime(code, f"noise\n{line}\n"),
+                               "http://x/v1", "s", {}, GlyphData(name="t")))
+    assert trace.info["glyph_limits"] == {"cpu_s": 2.0, "wall_s": 4.0}
+    if local:
+        assert res.exit_code == code and trace.info["glyph"] == {"reward": None, "reason": line,
+                                                                 "fault": line.split(":")[0]}
+    else:
+        assert res.exit_code == 0 and "glyph" not in trace.info
+
+
+# ---------------------------------------------------------------- vf-eval: endpoint faults are errored
+
+
+@pytest.fixture(scope="module")
+def policy_server(mbpp_tasks):
+    with PolicyServer(mbpp_tasks) as s:
+        yield s
+
+
+@pytest.mark.parametrize("policy,extra,why", [
+    ("fault-500", [], "endpoint_error: endpoint answered HTTP 500"),
+    ("fault-hang", ["--env.agent.harness.model-timeout", "2"], "endpoint_error: endpoint unreachable or too slow"),
+])
+def test_vf_eval_an_endpoint_fault_is_an_errored_rollout(tmp_path, policy_server, mbpp_path, policy, extra, why):
+    """In both verifiers versions (``glyph.vfcompat``, 3. and 5.): errored,
+    unscored, the cause recorded; never a 0 that training would learn from."""
+    rows = _eval(tmp_path, policy_server.base_url, policy, mbpp_path, extra)
+    assert len(rows) == 1, rows
+    r = rows[0]
+    assert not r["ok"] and r["reward"] is None and r["errors"], r
+    assert r["reason"].startswith(why), r["reason"]
+    [t] = _traces(tmp_path)
+    assert t["info"]["glyph"]["reward"] is None and t["info"]["glyph"]["fault"] == "endpoint_error"
+
+
+# ---------------------------------------------------------------- disagreements are a metric
+
+
+def _scripted_grades(monkeypatch, outcomes: list[str]) -> list[str]:
+    """finalize's visible gradings answer ``outcomes`` in turn (what a
+    non-deterministic solution, or one near its limit, does)."""
+    from glyph.env import verify as verify_module
+    from glyph.outcomes import Outcome
+    left = list(outcomes)
+    monkeypatch.setattr(verify_module, "grade",
+                        lambda *a, **k: types.SimpleNamespace(outcome=Outcome(left.pop(0))))
+    return left
+
+
+def _claims(outcome: str) -> dict:
+    src = "def f():\n    return 1\n"
+    sha = program.sha256(src)
+    return {"candidates": [{"index": 0, "call": "1", "source": src, "sha256": sha, "verified_label": outcome,
+                            "shadow": False}],
+            "tests": [{"call": "2", "sha256": sha, "outcome": outcome}],
+            "calls": [{"id": "1", "tool": "apply_patch", "status": "ok"}, {"id": "2", "tool": "python_test"}],
+            "end": "final", "final": True}
+
+
+def test_a_claim_an_honest_regrade_reproduces_is_a_disagreement_not_a_tamper(monkeypatch):
+    tests = TaskTests("", ("assert f() == 1",), ("assert f() == 1",))
+    left = _scripted_grades(monkeypatch, ["TIMEOUT", "PASS"])
+    info = verify(_claims("PASS"), None, tests, limits_for(1))
+    assert info["metrics"]["tampered"] == 0.0 and info["metrics"]["grade_disagreements"] == 1.0 and left == []
+    _scripted_grades(monkeypatch, ["ASSERTION_FAILURE"] * 3)  # a forged PASS no grading gives
+    info = verify(_claims("PASS"), None, tests, limits_for(1))
+    assert info["metrics"]["tampered"] == 1.0
+    assert "recorded PASS, re-grade ASSERTION_FAILURE" in info["tamper"][0]
+    # the service logged two outcomes for one source: trusted as logged, counted, never graded again
+    _scripted_grades(monkeypatch, [])
+    trace = _claims("PASS")
+    trace["tests"].insert(0, {"call": "0", "sha256": trace["tests"][0]["sha256"], "outcome": "TIMEOUT"})
+    log = [{"request": f"{i}:visible:x", "sha256": t["sha256"], "outcome": t["outcome"], "shadow": False}
+           for i, t in enumerate(trace["tests"])]
+    trace["candidates"][0]["verified_label"] = "TIMEOUT"
+    info = verify(trace, None, tests, limits_for(1), log)
+    assert info["metrics"]["tampered"] == 0.0 and info["metrics"]["grade_disagreements"] == 1.0
+    assert info["visible_gradings"] == 0
