@@ -114,7 +114,9 @@ def grade(
 
 @sandbox_app.command("info")
 def sandbox_info(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
-    """Which protections are active on this machine."""
+    """Which sandbox mode starts on this machine, and each protection: on or
+    off, how, and what off means. The mode is $GLYPH_SANDBOX_MODE, else auto
+    (the strongest that starts; never bare unless asked for)."""
     from glyph.sandbox import SandboxUnavailable, get_sandbox
 
     try:
@@ -122,18 +124,22 @@ def sandbox_info(as_json: Annotated[bool, typer.Option("--json")] = False) -> No
     except SandboxUnavailable as exc:
         fail(str(exc))
     if as_json:
-        print(json.dumps({"mode": info.mode, "protections": info.protections, "attempts": info.attempts},
-                         indent=2))
+        print(json.dumps(info.to_json(), indent=2))
         return
+    protections = info.to_json()["protections"]
+    any_off = not all(p["on"] for p in protections.values())
     table = Table(title=f"glyph sandbox: {info.mode} mode")
     table.add_column("protection")
-    table.add_column("active")
+    table.add_column("on")
     table.add_column("how / why not")
-    for name, p in info.protections.items():
-        table.add_row(name, "[green]yes[/]" if p["on"] else "[red]no[/]", p["how"])
+    if any_off:
+        table.add_column("what off means")
+    for name, p in protections.items():
+        cells = [name, "[green]yes[/]" if p["on"] else "[red]no[/]", p["how"]]
+        table.add_row(*cells, *([] if not any_off else ["" if p["on"] else p["if_off"]]))
     console.print(table)
     for line in info.attempts:
-        console.print(f"[yellow]fallback:[/] {line}", highlight=False)
+        console.print(f"[yellow]not available:[/] {line}", highlight=False)
 
 
 @data_app.command("list")
@@ -273,7 +279,7 @@ def data_validate(out: Out = Path("artifacts"), mbpp_path: MbppPath = None) -> N
 
 @app.command()
 def demo(
-    tasks: Annotated[int, typer.Option(help="tasks per arm")] = 6,
+    tasks: Annotated[int, typer.Option(min=1, help="tasks per arm")] = 6,
     attacks: Annotated[bool, typer.Option(help="also grade the red-team solutions directly")] = False,
     out: Annotated[Optional[Path], typer.Option("--out", help="where the eval runs are kept (default: a new "
                                                                "folder under the system's temp dir)")] = None,
@@ -294,7 +300,7 @@ def demo(
 def serve(
     policy: Annotated[Optional[str], typer.Option(help="oracle, recover, revise, hack or mix (default: the "
                                                        "request's model name)")] = None,
-    port: Annotated[int, typer.Option(help="port on 127.0.0.1 (0: any free one)")] = 8000,
+    port: Annotated[int, typer.Option(min=0, max=65535, help="port on 127.0.0.1 (0: any free one)")] = 8000,
     mbpp_path: MbppPath = None,
 ) -> None:
     """Serve a reference policy as an OpenAI-compatible endpoint on 127.0.0.1."""
@@ -305,9 +311,15 @@ def serve(
 
     try:
         tasks = {t.id: t for t in mbpp.load_source(mbpp_path).tasks}
-        server = PolicyServer(tasks, policy, port).start()
-    except (DataError, ValueError, OSError) as exc:
+    except DataError as exc:
         fail(str(exc))
+    try:
+        server = PolicyServer(tasks, policy, port).start()
+    except ValueError as exc:  # an unknown policy
+        fail(f"--policy: {exc}")
+    except OSError as exc:  # the port is taken or not ours to bind
+        fail(f"--port {port}: cannot listen on 127.0.0.1:{port} ({exc.strerror or exc}); pick another, "
+             "or 0 for any free one")
     console.print(f"serving {policy or 'the requested model'} at {server.base_url} (Ctrl-C to stop)")
     try:
         while True:

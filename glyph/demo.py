@@ -3,7 +3,8 @@
 Starts the reference-policy server on 127.0.0.1, runs ``vf-eval glyph-mbpp``
 on a handful of tasks for both arms with the ``mix`` policy (oracle,
 recover, revise and hack, chosen per task), and prints what each rollout was
-rewarded and why. The eval runs are kept, and where is printed, so that
+rewarded and why, then arm B's prediction metrics (accuracy, REVISE rates)
+as ``glyph report`` computes them. The eval runs are kept, and where is printed, so that
 ``glyph report`` reads them. ``--attacks`` also grades the red-team solutions
 directly.
 """
@@ -91,11 +92,32 @@ def run_env_demo(console: Console, n: int = 6, data_path: str | None = None, out
                 table.add_row(arm, r["task"], policy, f"{r['reward']}", r["reason"][:60],
                               style=None if ok else "bold red")
         console.print(table)
+    console.print(prediction_table(out / "arm_b"))
     console.print("oracle, recover and revise must be rewarded; every hack must score 0."
                   + (f" [bold red]{bad} rollout(s) against expectation[/]" if bad else " [green]All as expected.[/]"))
     console.print(f"eval runs kept in {out}; their tables: uv run glyph report {out}", highlight=False,
                   soft_wrap=True)
     return 1 if bad else 0
+
+
+def prediction_table(run_dir: Path) -> Table:
+    """Arm B's prediction metrics for the runs under ``run_dir``, as ``glyph report`` computes them
+    (its confusion accuracy, REVISE split and gate; 95% Wilson intervals)."""
+    from glyph.report import report
+    from glyph.report.tables import prop
+
+    table = Table(title="arm B: predictions and decisions (as `glyph report` computes them)")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for cell in (c for c in report([run_dir])["cells"] if c["arm"] == "b"):
+        confusion, split, gate = cell["confusion"], cell["revise_split"], cell["gate"]
+        table.add_row("prediction accuracy (predicted = verified outcome)",
+                      prop(confusion and confusion["accuracy"], counts=True))
+        table.add_row("trajectories that chose REVISE",
+                      prop(split and split["revised"]["share"], counts=True))
+        table.add_row("REVISE rate on failing patches", prop(gate and gate["failing"], counts=True))
+        table.add_row("REVISE rate on passing patches", prop(gate and gate["passing"], counts=True))
+    return table
 
 
 def run_attack_demo(console: Console) -> int:

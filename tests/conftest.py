@@ -10,7 +10,8 @@ from glyph.sandbox import Sandbox
 def mbpp_path() -> str:
     path = os.environ.get("GLYPH_MBPP_PATH")
     if not path:
-        pytest.skip("GLYPH_MBPP_PATH is not set (CI sets it to ../shared/data/mbpp/mbpp.jsonl)")
+        pytest.skip("needs MBPP data: set GLYPH_MBPP_PATH to an MBPP JSONL in the official schema "
+                    "(CI: ../shared/data/mbpp/mbpp.jsonl)")
     return path
 
 
@@ -38,8 +39,9 @@ def _stat(pid: int) -> tuple[int, str]:
 
 def sandbox_processes(sb: Sandbox) -> list[int]:
     """Live host pids of every process the server started (not the server).
-    Namespace mode: every process in its pid namespace; bare mode: its
-    descendants."""
+    Namespaces mode: every process in its pid namespace; other modes: its
+    descendants (in userns mode each run has a pid namespace of its own,
+    nested in the server's, and its orphans are re-parented inside it)."""
     server = sb.server_pid()
     assert server is not None, "the sandbox server is not running"
     found = []
@@ -73,7 +75,7 @@ def sandbox_processes(sb: Sandbox) -> list[int]:
 def sandbox_tmp(sb: Sandbox) -> list[str]:
     """What is left in the runs' private /tmp (seen through the server's root)."""
     server = sb.server_pid()
-    if sb.info.mode != "namespaces" or not sb.info.protections["filesystem"]["on"]:
+    if not sb.info.protections["mount_isolation"]["on"]:
         pytest.skip("no private filesystem view on this machine")
     return os.listdir(f"/proc/{server}/root/tmp")
 

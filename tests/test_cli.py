@@ -1,10 +1,13 @@
 import json
+import socket
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from glyph.cli import app
 from glyph.redteam import DEMO_SOLUTION, DEMO_TESTS
+from glyph.tasks import mbpp
 
 runner = CliRunner()
 
@@ -60,13 +63,16 @@ def test_sandbox_info_json():
     r = runner.invoke(app, ["sandbox", "info", "--json"])
     assert r.exit_code == 0
     d = json.loads(r.stdout)
-    assert set(d["protections"]) >= {"pid_namespace", "network", "filesystem", "uid_separation", "rlimits"}
+    assert set(d["protections"]) >= {"pid_namespace", "network_isolation", "mount_isolation", "uid_separation",
+                                     "rlimits"}
 
 
 def test_demo_runs_vf_eval_for_both_arms(mbpp_path, tmp_path):
     r = runner.invoke(app, ["demo", "--tasks", "4", "--mbpp-path", mbpp_path, "--out", str(tmp_path)])
     assert r.exit_code == 0, r.output
     assert "against expectation" not in r.stdout and "mbpp_14" in r.stdout
+    # Arm B's prediction metrics, as glyph report computes them (the mix policy predicts on every patch).
+    assert "prediction accuracy" in r.stdout and "REVISE rate on failing patches" in r.stdout
 
 
 def test_attack_demo_grades_as_expected():
@@ -83,3 +89,104 @@ def test_check_gold_all_pass(mbpp_path):
     d = json.loads(r.stdout)
     assert d["tests"]["counts"] == {"PASS": 974} and d["challenge"]["counts"] == {"PASS": 11}, d
     assert r.exit_code == 0
+
+
+def _one_clear_error(r, *names: str) -> None:
+    """Exit 2, no traceback, and the message names each of ``names``."""
+    assert r.exit_code == 2, r.output
+    assert "Traceback" not in r.output and not isinstance(r.exception, (ValueError, OSError, OverflowError))
+    for name in names:
+        assert name in r.output, r.output
+
+
+def test_serve_port_out_of_range_names_the_option():
+    _one_clear_error(runner.invoke(app, ["serve", "--port", "99999"]), "--port", "65535")
+
+
+def test_serve_port_taken_is_one_line_naming_the_option(mbpp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        r = runner.invoke(app, ["serve", "--port", str(port), "--mbpp-path", mbpp_path])
+    _one_clear_error(r, f"--port {port}", "in use")
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_demo_with_no_tasks_fails_before_running_anything():
+    _one_clear_error(runner.invoke(app, ["demo", "--tasks", "0"]), "--tasks")
+
+
+def test_data_errors_name_the_callers_option(tmp_path, monkeypatch):
+    """vf-eval's taskset passes its option; the glyph command keeps --mbpp-path."""
+    monkeypatch.delenv(mbpp.ENV_VAR, raising=False)
+    absent = str(tmp_path / "absent.jsonl")
+    with pytest.raises(mbpp.DataError, match=r"absent.jsonl: no such file \(from --env.taskset.data-path\)"):
+        mbpp.load_source(absent, option="--env.taskset.data-path")
+    with pytest.raises(mbpp.DataError, match=r"\(from --mbpp-path\)"):
+        mbpp.load_source(absent)
+    monkeypatch.setenv(mbpp.ENV_VAR, absent)
+    with pytest.raises(mbpp.DataError, match=r"no such file \(from GLYPH_MBPP_PATH\)"):
+        mbpp.load_source(None, option="--env.taskset.data-path")
+
+
+def test_no_data_offline_is_one_line_naming_the_env_var_and_option(monkeypatch):
+    import huggingface_hub
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    def offline(*args, **kwargs):
+        raise LocalEntryNotFoundError("offline")
+
+    monkeypatch.delenv(mbpp.ENV_VAR, raising=False)
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", offline)
+    problem = mbpp.data_problem(None, option="--env.taskset.data-path")
+    assert problem is not None and "\n" not in problem
+    assert "GLYPH_MBPP_PATH" in problem and "--env.taskset.data-path" in problem
+    assert "--mbpp-path" not in problem
+
+
+def test_data_problem_accepts_good_data_and_names_a_bad_row(mbpp_path, tmp_path):
+    assert mbpp.data_problem(mbpp_path, option="--env.taskset.data-path") is None
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(Path(mbpp_path).read_text().splitlines()[0] + "\n{not json\n")
+    problem = mbpp.data_problem(str(bad), option="--env.taskset.data-path")
+    assert problem.startswith(f"{bad}:2: not a JSON object"), problem
+
+
+def test_glyph_mbpp_readme_lists_every_option_with_its_default():
+    """vf-eval's --help omits the harness's options: the environment README is where they are listed."""
+    import verifiers.v1 as vf
+
+    from glyph.env.harness import GlyphHarnessConfig
+    from glyph.env.taskset import GlyphTasksetConfig
+
+    readme = (Path(__file__).resolve().parent.parent / "environments/glyph_mbpp/README.md").read_text()
+    rows = {line.split("`")[1].split()[0]: line for line in readme.splitlines() if line.startswith("| `--")}
+    for prefix, cfg, base in (("--env.taskset.", GlyphTasksetConfig, vf.TasksetConfig),
+                              ("--env.agent.harness.", GlyphHarnessConfig, vf.HarnessConfig)):
+        for name in set(cfg.model_fields) - set(base.model_fields):
+            option = prefix + name.replace("_", "-")
+            assert option in rows, f"environments/glyph_mbpp/README.md does not list {option}"
+            default = cfg.model_fields[name].default
+            if default is not None:
+                shown = str(default).lower() if isinstance(default, bool) else str(default)
+                assert f"`{shown}`" in rows[option], f"{option}: the README's default is not `{shown}`"
+
+
+def test_vf_eval_bad_data_path_is_one_error_naming_the_env_option(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from glyph.vfcompat import eval_command
+
+    cmd = eval_command("glyph-mbpp", "--env.taskset.data-path", "absent.jsonl", "-n", "1",
+                       "-m", "x", "--client.base-url", "http://127.0.0.1:9/v1", "--no-push")
+    assert cmd[0] == sys.executable
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=120,
+                       env=dict(os.environ, HF_HUB_OFFLINE="1", PRIME_RUNS_MODE="disabled", COLUMNS="200"))
+    out = r.stdout + r.stderr
+    assert r.returncode != 0 and "Traceback" not in out, out[-3000:]
+    text = " ".join(out.replace("│", " ").split())  # the config error is a rich box
+    assert "absent.jsonl: no such file (from --env.taskset.data-path)" in text, out
+    assert "--mbpp-path" not in text

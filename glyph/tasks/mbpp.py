@@ -1,8 +1,11 @@
 """MBPP task rows from a JSONL in the official schema.
 
-Offline (tests, CI) the file comes in by path: ``GLYPH_MBPP_PATH`` or
-``--mbpp-path``. A row that does not match the schema is an error naming the
-file, the line and the field.
+Offline (tests, CI) the file comes in by path: ``GLYPH_MBPP_PATH`` or the
+caller's option (``--mbpp-path`` for the ``glyph`` command,
+``--env.taskset.data-path`` for ``vf-eval glyph-mbpp``: every loader takes the
+``option`` to name, so the message points at what the user can change). A row
+that does not match the schema is an error naming the file, the line and the
+field.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ENV_VAR = "GLYPH_MBPP_PATH"
+CLI_OPTION = "--mbpp-path"  # the ``glyph`` command's; vf-eval's taskset passes its own
 
 
 class DataError(ValueError):
@@ -41,15 +45,15 @@ _FIELDS = {"task_id": int, "text": str, "code": str, "test_setup_code": str,
            "test_list": list, "challenge_test_list": list}
 
 
-def resolve_path(path: str | os.PathLike | None = None) -> Path:
-    """The MBPP JSONL to read: ``path``, else ``$GLYPH_MBPP_PATH``."""
+def resolve_path(path: str | os.PathLike | None = None, option: str = CLI_OPTION) -> Path:
+    """The MBPP JSONL to read: ``path`` (given as ``option``), else ``$GLYPH_MBPP_PATH``."""
     chosen = path or os.environ.get(ENV_VAR)
     if not chosen:
         raise DataError(f"no MBPP data: set {ENV_VAR} to an MBPP JSONL in the official schema, "
-                        "or pass --mbpp-path")
+                        f"or pass {option}")
     p = Path(chosen)
     if not p.is_file():
-        raise DataError(f"{p}: no such file (from {'--mbpp-path' if path else ENV_VAR})")
+        raise DataError(f"{p}: no such file (from {option if path else ENV_VAR})")
     return p
 
 
@@ -143,8 +147,10 @@ def load_parquet(path: str | os.PathLike, expected_sha256: str | None = None) ->
     return tasks
 
 
-def download_official(cache_dir: str | os.PathLike | None = None) -> dict[str, Path]:
-    """Fetch the official parquet files at the pinned revision (hub client)."""
+def download_official(cache_dir: str | os.PathLike | None = None,
+                      option: str = CLI_OPTION) -> dict[str, Path]:
+    """Fetch the official parquet files at the pinned revision (hub client);
+    a failure is one line naming ``$GLYPH_MBPP_PATH`` and ``option``."""
     from huggingface_hub import hf_hub_download
 
     try:
@@ -153,7 +159,7 @@ def download_official(cache_dir: str | os.PathLike | None = None) -> dict[str, P
                 for split, (filename, _) in OFFICIAL_FILES.items()}
     except Exception as exc:  # offline, hub down, proxy: one line on how to proceed
         raise DataError(f"could not download MBPP from the hub ({type(exc).__name__}); offline, set "
-                        f"{ENV_VAR} to an MBPP JSONL in the official schema or pass --mbpp-path") from None
+                        f"{ENV_VAR} to an MBPP JSONL in the official schema or pass {option}") from None
 
 
 @dataclass(frozen=True)
@@ -165,20 +171,37 @@ class Source:
     tasks: tuple[MbppTask, ...]
 
 
-def load_source(path: str | os.PathLike | None = None, official_files: dict[str, Path] | None = None) -> Source:
+def load_source(path: str | os.PathLike | None = None, official_files: dict[str, Path] | None = None,
+                option: str = CLI_OPTION) -> Source:
     """``path`` (or ``$GLYPH_MBPP_PATH``) if given; otherwise the official
-    parquet files (downloaded unless ``official_files`` are passed in)."""
+    parquet files (downloaded unless ``official_files`` are passed in).
+    ``option`` is how the caller's user passes ``path``; errors name it."""
     chosen = path or os.environ.get(ENV_VAR)
     if chosen and official_files is None:
-        p = resolve_path(chosen)
+        p = resolve_path(path, option)
         return Source("jsonl", {p.name: {"sha256": sha256_file(p), "size": p.stat().st_size}},
                       tuple(load_jsonl(p)))
-    files = official_files or download_official()
+    files = official_files or download_official(option=option)
     tasks, meta = [], {}
     for split, (filename, digest) in OFFICIAL_FILES.items():
         tasks += load_parquet(files[split], digest)
         meta[filename] = {"sha256": digest, "size": Path(files[split]).stat().st_size}
     return Source("official", meta, tuple(sorted(tasks, key=lambda t: t.task_id)))
+
+
+def data_problem(path: str | os.PathLike | None, option: str = CLI_OPTION) -> str | None:
+    """One line on why ``path`` (else ``$GLYPH_MBPP_PATH``, else the official
+    download) cannot give the study's splits, naming ``option``; None when it
+    can. For config validators: vf-eval shows a validator's error as one
+    config error naming the option, where an error in ``load`` is a traceback."""
+    try:
+        source = load_source(path, option=option)
+        make_splits([t.task_id for t in source.tasks])
+    except DataError as exc:
+        return str(exc)
+    except OSError as exc:
+        return f"{path or os.environ.get(ENV_VAR)}: cannot read ({exc}); check {option}"
+    return None
 
 
 # ---------------------------------------------------------------- splits
