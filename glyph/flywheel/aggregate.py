@@ -18,7 +18,8 @@ import statistics
 from pathlib import Path
 from typing import Sequence
 
-from glyph.flywheel.outputs import _figure, draw_curve, png_bytes
+from glyph.flywheel.outputs import draw_curve
+from glyph.report.plots import figure, png
 
 
 def _spread(xs: Sequence[float | None]) -> dict:
@@ -96,7 +97,7 @@ def sweep_doc(by_k: dict[int, list[tuple[dict, str]]]) -> dict:
 def replicate_png(docs: Sequence[dict]) -> bytes:
     from matplotlib import colormaps
 
-    fig = _figure(7.5, 4.2)
+    fig = figure(7.5, 4.2)
     ax = fig.add_subplot()
     cmap = colormaps["tab10"]
     for i, d in enumerate(docs):
@@ -109,13 +110,13 @@ def replicate_png(docs: Sequence[dict]) -> bytes:
     ax.set_title(f"{len(docs)} replicate runs (K={docs[0]['K']}, band {docs[0]['noise_band_pp']:.1f} pp)",
                  fontsize=10)
     ax.legend(fontsize=8, loc="lower right")
-    return png_bytes(fig)
+    return png(fig)
 
 
 def sweep_png(doc: dict) -> bytes:
     import numpy as np
 
-    fig = _figure(10, 4)
+    fig = figure(10, 4)
     a, b = fig.subplots(1, 2)
     ks = doc["K"]
     for p in doc["per_K"]:
@@ -142,7 +143,7 @@ def sweep_png(doc: dict) -> bytes:
     b.grid(alpha=0.3)
     b.legend(fontsize=8)
     b.set_title("band vs K", fontsize=10)
-    return png_bytes(fig)
+    return png(fig)
 
 
 def write_json(path: Path, doc: dict) -> None:

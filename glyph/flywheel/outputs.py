@@ -10,25 +10,11 @@ the HTML page embeds it as base64 and loads nothing from anywhere.
 from __future__ import annotations
 
 import base64
-import io
 import json
 from html import escape
 from pathlib import Path
 
-
-def _figure(width: float, height: float):
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(width, height), dpi=100, layout="constrained")
-    FigureCanvasAgg(fig)
-    return fig
-
-
-def png_bytes(fig) -> bytes:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    return buf.getvalue()
+from glyph.report.plots import figure, png
 
 
 def pct(x: float | None, nd: int = 1) -> str:
@@ -68,7 +54,7 @@ def draw_curve(ax, doc: dict, *, label: str | None = "accepted holdout rate", de
 
 
 def curve_png(doc: dict) -> bytes:
-    fig = _figure(7.5, 4.2)
+    fig = figure(7.5, 4.2)
     ax = fig.add_subplot()
     draw_curve(ax, doc)
     ax.set_xlabel("round")
@@ -80,7 +66,7 @@ def curve_png(doc: dict) -> bytes:
     ax.set_ylim(0, 100)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="lower right")
-    return png_bytes(fig)
+    return png(fig)
 
 
 def _css() -> str:
@@ -141,10 +127,10 @@ def write_run(out: str | Path, doc: dict) -> dict[str, Path]:
     out = Path(out)
     paths = {"json": out / "run.json", "png": out / "curve.png", "html": out / "curve.html"}
     paths["json"].write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    png = curve_png(doc)
-    paths["png"].write_bytes(png)
+    image = curve_png(doc)
+    paths["png"].write_bytes(image)
     paths["html"].write_text(html_page(
-        "glyph flywheel run", run_intro(doc), [("Learning curve: accepted level, candidates and the band", png)],
+        "glyph flywheel run", run_intro(doc), [("Learning curve: accepted level, candidates and the band", image)],
         LESSON_COLUMNS, lesson_rows(doc),
         "gain: candidate rate minus the accepted level, over the tasks scored on both sides. band: "
         "1.96*sqrt(0.25/N) for the N scored candidate rollouts. paired: per-task difference, t interval "

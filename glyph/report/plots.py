@@ -20,7 +20,8 @@ ARM_COLOURS = {"a": "#1f77b4", "b": "#d62728", None: "#7f7f7f"}
 SHORT = {"ASSERTION_FAILURE": "ASSERT", "RUNTIME_ERROR": "RUNTIME", "SYNTAX_ERROR": "SYNTAX"}
 
 
-def _figure(width: float, height: float):
+def figure(width: float, height: float):
+    """A constrained-layout Agg figure (no pyplot state): every plot glyph draws starts here."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -29,7 +30,7 @@ def _figure(width: float, height: float):
     return fig
 
 
-def _png(fig) -> bytes:
+def png(fig) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
     return buf.getvalue()
@@ -72,7 +73,7 @@ def figures(doc: dict) -> list[tuple[str, bytes]]:
 
 def _pass(doc: dict) -> bytes:
     cells = doc["cells"]
-    fig = _figure(max(5.0, 0.7 * len(cells) + 2), 3.6)
+    fig = figure(max(5.0, 0.7 * len(cells) + 2), 3.6)
     ax = fig.add_subplot()
     for x, c in enumerate(cells):
         v, lo, hi = _err(c["pass_at_1"])
@@ -98,11 +99,11 @@ def _pass(doc: dict) -> bytes:
     ax.set_ylabel("pass@1 (%)" + (" ; hollow: plus" if any(c["plus"] for c in cells) else ""))
     ax.set_ylim(0, 100)
     ax.grid(axis="y", alpha=0.3)
-    return _png(fig)
+    return png(fig)
 
 
 def _split(cells: list[dict]) -> bytes:
-    fig = _figure(max(5.0, 1.1 * len(cells) + 2), 3.6)
+    fig = figure(max(5.0, 1.1 * len(cells) + 2), 3.6)
     ax = fig.add_subplot()
     for x, c in enumerate(cells):
         for dx, name, colour in ((-0.18, "never", "#2ca02c"), (0.18, "revised", "#ff7f0e")):
@@ -122,7 +123,7 @@ def _split(cells: list[dict]) -> bytes:
     ax.set_ylabel("pass@1 (%)")
     ax.set_ylim(0, 100)
     ax.legend(fontsize=8)
-    return _png(fig)
+    return png(fig)
 
 
 def _heatmaps(cells: list[dict]) -> bytes:
@@ -130,7 +131,7 @@ def _heatmaps(cells: list[dict]) -> bytes:
 
     cols = min(2, len(cells))
     rows = (len(cells) + cols - 1) // cols
-    fig = _figure(5.2 * cols, 4.4 * rows)
+    fig = figure(5.2 * cols, 4.4 * rows)
     for i, c in enumerate(cells):
         ax = fig.add_subplot(rows, cols, i + 1)
         conf = c["confusion"]
@@ -155,11 +156,11 @@ def _heatmaps(cells: list[dict]) -> bytes:
                     fontsize=7,
                     color="white" if norm[r, k] > 0.6 else "black",
                 )
-    return _png(fig)
+    return png(fig)
 
 
 def _calibration(cells: list[dict]) -> bytes:
-    fig = _figure(10, 4)
+    fig = figure(10, 4)
     left, right = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
     left.plot([0, 100], [0, 100], color="grey", lw=0.8, ls="--")
     labels = cells[0]["confusion"]["labels"]
@@ -206,13 +207,13 @@ def _calibration(cells: list[dict]) -> bytes:
     right.set_ylabel("precision (%), 95% Wilson")
     right.set_ylim(0, 105)
     right.set_title("when the agent predicts a class, how often it is that class", fontsize=9)
-    return _png(fig)
+    return png(fig)
 
 
 def _tool_calls(cells: list[dict]) -> bytes:
     cols = min(3, len(cells))
     rows = (len(cells) + cols - 1) // cols
-    fig = _figure(4.2 * cols, 3.0 * rows)
+    fig = figure(4.2 * cols, 3.0 * rows)
     for i, c in enumerate(cells):
         ax = fig.add_subplot(rows, cols, i + 1)
         tc = c["tool_calls"]
@@ -241,4 +242,4 @@ def _tool_calls(cells: list[dict]) -> bytes:
         ax.xaxis.get_major_locator().set_params(integer=True)
         if groups:
             ax.legend(fontsize=6)
-    return _png(fig)
+    return png(fig)
