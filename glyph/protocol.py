@@ -46,6 +46,9 @@ TOOLS = ("read_file", "apply_patch", "python_test")
 TOOL_ARGS = {"read_file": ("path",), "apply_patch": ("path", "find", "replace"), "python_test": ()}
 DECISIONS = ("KEEP", "REVISE")
 SOLUTION_FILE = "solution.py"
+DEFAULT_BUDGET = 8
+"""Tool calls an episode may make unless the harness says otherwise
+(``GlyphHarnessConfig.max_tool_calls`` defaults to it)."""
 PLACEHOLDER = "# TODO: write the solution here\n"
 
 _CALL = re.compile(r"^CALL[ \t]+(\{.*\})[ \t]*$", re.M)
@@ -190,7 +193,7 @@ patched file, then decide:
 running the tests."""
 
 
-def system_prompt(arm: str, budget: int = 8) -> str:
+def system_prompt(arm: str, budget: int = DEFAULT_BUDGET) -> str:
     if arm not in ("a", "b"):
         raise ValueError(f"arm must be 'a' or 'b', not {arm!r}")
     text = _COMMON.format(file=SOLUTION_FILE, budget=budget, outcomes=", ".join(Outcome.__members__))
@@ -201,3 +204,13 @@ def user_prompt(task_text: str, visible_tests: list[str] | tuple[str, ...]) -> s
     tests = "\n".join(visible_tests)
     return (f"{task_text.strip()}\nYour code must pass these tests:\n\n{tests}\n\n"
             f"The project lives in the current directory; write the function in {SOLUTION_FILE}.")
+
+
+def messages(arm: str, task_text: str, visible_tests: list[str] | tuple[str, ...],
+             budget: int = DEFAULT_BUDGET) -> list[dict]:
+    """The messages an episode opens with: the arm's system prompt (naming
+    ``budget``, the harness's ``max_tool_calls``) and the task's user prompt.
+    The one place they are built: the harness sends them, the task rows record
+    them (at ``DEFAULT_BUDGET``), the SFT traces start with them."""
+    return [{"role": "system", "content": system_prompt(arm, budget)},
+            {"role": "user", "content": user_prompt(task_text, visible_tests)}]

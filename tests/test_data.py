@@ -5,6 +5,7 @@ import shutil
 
 import pytest
 
+from glyph import protocol
 from glyph.outcomes import Outcome
 from glyph.tasks import artifacts, mbpp, sft
 
@@ -39,6 +40,10 @@ def test_task_rows(mbpp_tasks):
     assert "Your code must pass these tests:" in user and 'assert remove_Occ("hello","l") == "heo"' in user
     assert row["prompt"]["a"][1] == row["prompt"]["b"][1]
     assert "<PREDICTION>" in row["prompt"]["b"][0]["content"] and "<PREDICTION>" not in row["prompt"]["a"][0]["content"]
+    # The prompt is protocol.messages at the default budget, and the row says so and keeps the parts.
+    assert row["prompt_budget"] == protocol.DEFAULT_BUDGET
+    for arm in "ab":
+        assert row["prompt"][arm] == protocol.messages(arm, row["text"], row["visible_tests"], row["prompt_budget"])
 
 
 def test_prepare_and_validate(prepared, mbpp_path):

@@ -44,8 +44,7 @@ def episode(tmp_path, server, service, task, arm, policy, tester="service", **ov
     service.register(secret, task.test_setup_code, list(task.test_list), LIMITS)
     cfg = {"arm": arm, "max_tool_calls": 8, "test_cost": 1, "revise_feedback": "none", "tool_timeout": 3,
            "limits": limits_record(LIMITS), "model_timeout": 10,
-           "messages": [{"role": "system", "content": protocol.system_prompt(arm)},
-                        {"role": "user", "content": protocol.user_prompt(task.text, task.test_list)}],
+           "messages": protocol.messages(arm, task.text, task.test_list),
            "tester": {"kind": "service", "url": service.url} if tester == "service" else
            {"kind": "local", "setup": task.test_setup_code, "tests": list(task.test_list)},
            "endpoint": {"base_url": server.base_url, "model": policy}}
@@ -152,10 +151,10 @@ def test_budget_and_test_cost(tmp_path, server, service, mbpp_tasks):
 
 
 def test_paths_outside_the_project_are_refused(tmp_path, server, service, mbpp_tasks):
-    from glyph.env.program import _workspace_path
+    from glyph.env.tools import workspace_path
     with contextlib.chdir(tmp_path):
-        assert _workspace_path("../etc/passwd") is None and _workspace_path(".glyph/trace.json") is None
-        assert _workspace_path("solution.py") == str(tmp_path.resolve() / "solution.py")
+        assert workspace_path("../etc/passwd") is None and workspace_path(".glyph/trace.json") is None
+        assert workspace_path("solution.py") == str(tmp_path.resolve() / "solution.py")
 
 
 # ---------------------------------------------------------------- tampering
@@ -323,8 +322,7 @@ def test_the_trace_is_saved_after_every_turn(tmp_path, server, service, mbpp_tas
     (tmp_path / "solution.py").write_text(protocol.PLACEHOLDER)
     cfg = {"arm": "b", "max_tool_calls": 8, "limits": limits_record(LIMITS),
            "tester": {"kind": "service", "url": service.url},
-           "messages": [{"role": "system", "content": protocol.system_prompt("b")},
-                        {"role": "user", "content": protocol.user_prompt(task.text, task.test_list)}],
+           "messages": protocol.messages("b", task.text, task.test_list),
            "endpoint": {"base_url": server.base_url, "model": "oracle"}}
     with contextlib.chdir(tmp_path):
         program.run(cfg, secret, save=lambda t: saved.append(json.loads(json.dumps(t))))
@@ -334,3 +332,67 @@ def test_the_trace_is_saved_after_every_turn(tmp_path, server, service, mbpp_tas
     assert partial["reward"] == 0.0 and partial["metrics"]["tampered"] == 1.0  # solution.py differs from the patch
     partial = verify(saved[1], saved[1]["candidates"][-1]["source"], _task_tests(task), LIMITS)
     assert partial["reward"] == 0.0 and partial["metrics"]["tampered"] == 0.0 and "did not finish" in partial["reason"]
+
+
+# ---------------------------------------------------------------- the harness, in process
+
+
+class FakeRuntime:
+    """A container-style runtime (not verifiers' subprocess one) that records
+    what the harness writes and answers run_program as a finished program."""
+
+    def __init__(self) -> None:
+        self.written: dict[str, bytes] = {}
+
+    async def write(self, path: str, data: bytes) -> None:
+        self.written[path] = data
+
+    async def run_program(self, argv, env):
+        from verifiers.v1 import ProgramResult
+        return ProgramResult(exit_code=0, stdout="", stderr="")
+
+
+@pytest.mark.parametrize("budget", [3, protocol.DEFAULT_BUDGET])
+def test_the_harness_prompt_names_its_own_budget(mbpp_tasks, budget):
+    """The budget is the harness's: the program is given ``protocol.messages``
+    at ``max_tool_calls``, which at the default budget is the task row's prompt;
+    every shipped file goes in beside the program."""
+    import asyncio
+    import types
+
+    from glyph.env.harness import PROGRAM_DIR, SHIPPED, GlyphHarness, GlyphHarnessConfig
+    from glyph.env.taskset import GlyphData
+    from glyph.tasks import mbpp
+
+    task = mbpp_tasks["mbpp_11"]
+    row = mbpp.task_row(task, "test")
+    h = GlyphHarness(GlyphHarnessConfig(id="glyph-mbpp", max_tool_calls=budget))
+    for arm in ("a", "b"):
+        runtime = FakeRuntime()
+        data = GlyphData(name=task.id, arm=arm, task_text=row["text"], visible_tests=row["visible_tests"])
+        asyncio.run(h.launch(types.SimpleNamespace(model="m"), types.SimpleNamespace(info={}), runtime,
+                             "http://127.0.0.1:9/v1", "s", {}, data))
+        cfg = json.loads(runtime.written[".glyph/config.json"])
+        assert cfg["max_tool_calls"] == budget
+        assert cfg["messages"] == protocol.messages(arm, task.text, task.test_list, budget)
+        assert f"budget of {budget} tool calls" in cfg["messages"][0]["content"]
+        assert (cfg["messages"] == row["prompt"][arm]) == (budget == row["prompt_budget"])
+        assert {f"{PROGRAM_DIR}/{t}" for t in SHIPPED} <= set(runtime.written)
+
+
+def test_the_shipped_program_imports_from_its_shipped_files_alone(tmp_path):
+    """What ``SHIPPED`` writes into the runtime is all the program imports
+    (``-S``: not even glyph's own installed package is on the path)."""
+    from glyph.env.harness import PROGRAM_DIR, SHIPPED
+
+    for target, source in SHIPPED.items():
+        (tmp_path / PROGRAM_DIR / target).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / PROGRAM_DIR / target).write_bytes(source.read_bytes())
+    probe = ("import sys; sys.path.insert(0, sys.argv[1]); import program; "
+             "assert program.execute.__module__ == 'glyph.env.tools'; "
+             "shipped = (program.protocol, sys.modules['glyph.env.tools']); "
+             "assert not any(m.__file__.startswith(sys.argv[2]) for m in shipped)")
+    here = str(protocol.__file__).rsplit(os.sep, 1)[0]
+    proc = subprocess.run([sys.executable, "-I", "-S", "-c", probe, PROGRAM_DIR, here], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-2000:]

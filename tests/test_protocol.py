@@ -1,7 +1,7 @@
 import pytest
 
-from glyph.protocol import (Call, ProtocolError, apply_patch, parse_result_status, parse_turn, result_message,
-                            system_prompt)
+from glyph.protocol import (DEFAULT_BUDGET, Call, ProtocolError, apply_patch, messages, parse_result_status,
+                            parse_turn, result_message, system_prompt, user_prompt)
 
 READ = 'CALL {"id": "1", "tool": "read_file", "args": {"path": "solution.py"}}'
 TEST = 'CALL {"id": "2", "tool": "python_test", "args": {}}'
@@ -74,3 +74,13 @@ def test_result_messages_round_trip_the_status():
 def test_prompts_differ_by_arm_only_in_the_prediction_part():
     a, b = system_prompt("a"), system_prompt("b")
     assert b.startswith(a) and "<PREDICTION>" in b and "<PREDICTION>" not in a
+
+
+def test_messages_name_the_budget_they_are_given():
+    for budget in (1, DEFAULT_BUDGET, 13):
+        system, user = messages("b", "Write f.", ["assert f() == 1"], budget)
+        assert system == {"role": "system", "content": system_prompt("b", budget)}
+        assert f"budget of {budget} tool calls" in system["content"]
+        assert user == {"role": "user", "content": user_prompt("Write f.", ["assert f() == 1"])}
+    assert messages("a", "Write f.", ["assert f() == 1"]) == messages("a", "Write f.", ["assert f() == 1"],
+                                                                     DEFAULT_BUDGET)

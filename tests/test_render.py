@@ -59,8 +59,7 @@ def protocol_conversation(rng: random.Random) -> list[dict]:
     and then an empty turn."""
     arm, budget = rng.choice("ab"), rng.randint(1, 8)
     tests = [f"assert {protocol_text(rng, 4)} == {protocol_text(rng, 3)}" for _ in range(rng.randint(0, 3))]
-    messages = [{"role": "system", "content": protocol.system_prompt(arm, budget)},
-                {"role": "user", "content": protocol.user_prompt(protocol_text(rng) or "task", tests)}]
+    messages = protocol.messages(arm, protocol_text(rng) or "task", tests, budget)
     for n in range(1, rng.randint(0, budget) + 1):
         tool = rng.choice(protocol.TOOLS)
         args = {name: protocol_text(rng) for name in protocol.TOOL_ARGS[tool]}

@@ -58,6 +58,7 @@ SHIPPED = {
     "glyph/protocol.py": GLYPH / "protocol.py",
     "glyph/env/__init__.py": GLYPH / "env" / "__init__.py",
     "glyph/env/program.py": GLYPH / "env" / "program.py",
+    "glyph/env/tools.py": GLYPH / "env" / "tools.py",
     "glyph/env/single.py": GLYPH / "env" / "single.py",
 }
 IMPORT_CHECK = "import solution  # python_test checks only that solution.py imports\n" \
@@ -221,8 +222,7 @@ class ConventionsTaskset(vf.Taskset[ConventionsTask, ConventionsTasksetConfig]):
         for t in chosen:
             text = conventions.user_prompt(t, lessons)
             prompt = conventions.messages(t, lessons) if cfg.protocol == "single" else \
-                [{"role": "system", "content": protocol.system_prompt("a")},
-                 {"role": "user", "content": protocol.user_prompt(text, [IMPORT_CHECK])}]
+                protocol.messages("a", text, [IMPORT_CHECK])
             yield ConventionsTask(ConventionsData(
                 id=t.id, name=t.id, prompt=prompt, mode=t.mode, split=t.split, spec=t.spec, lessons=lessons,
                 task_text=text, protocol=cfg.protocol, hidden_test=t.hidden_test,

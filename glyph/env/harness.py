@@ -40,7 +40,7 @@ from glyph.sandbox import Limits
 
 GLYPH = Path(__file__).resolve().parent.parent
 PROGRAM_DIR = ".glyph/program"  # under .glyph: the agent's tools refuse every path there
-# What the program needs beside it in the runtime: the grammar and outcomes exist once.
+# What the program needs beside it in the runtime: the grammar, outcomes and tool semantics exist once.
 SHIPPED = {
     "program.py": GLYPH / "env" / "program.py",
     "glyph/__init__.py": GLYPH / "__init__.py",
@@ -48,6 +48,7 @@ SHIPPED = {
     "glyph/protocol.py": GLYPH / "protocol.py",
     "glyph/env/__init__.py": GLYPH / "env" / "__init__.py",
     "glyph/env/runner.py": GLYPH / "env" / "runner.py",
+    "glyph/env/tools.py": GLYPH / "env" / "tools.py",
 }
 
 
@@ -56,7 +57,8 @@ FAULTS = {ENDPOINT_FAILED: "endpoint_error", TESTER_FAILED: "tester_error"}
 
 
 class GlyphHarnessConfig(vf.HarnessConfig):
-    max_tool_calls: int = Field(8, ge=1)
+    max_tool_calls: int = Field(protocol.DEFAULT_BUDGET, ge=1)
+    """Tool calls an episode may make: the system prompt names it (``protocol.messages``)."""
     tool_timeout: float = Field(10.0, gt=0)
     """Seconds of CPU one grading may use (wall clock: twice that): each python_test and
     finalize's gradings of the rollout (``limits()``)."""
@@ -108,8 +110,7 @@ class GlyphHarness(vf.Harness[GlyphHarnessConfig]):
             tester = {"kind": "service", "url": service.url}
         else:  # a container runtime: the container is the isolation
             tester = {"kind": "local", "setup": data.hidden_setup, "tests": data.visible_tests}
-        messages = [{"role": "system", "content": protocol.system_prompt(data.arm, cfg.max_tool_calls)},
-                    {"role": "user", "content": protocol.user_prompt(data.task_text, data.visible_tests)}]
+        messages = protocol.messages(data.arm, data.task_text, data.visible_tests, cfg.max_tool_calls)
         config = {"arm": data.arm, "max_tool_calls": cfg.max_tool_calls, "test_cost": cfg.test_cost,
                   "revise_feedback": cfg.revise_feedback, "tool_timeout": cfg.tool_timeout,
                   "limits": limits_record(limits),

@@ -1,8 +1,10 @@
 """The agent program: the study's protocol, run inside the rollout's runtime.
 
 Stdlib only (``urllib`` for the model endpoint): it is shipped into the
-runtime with ``glyph/outcomes.py`` and ``glyph/protocol.py`` beside it, so
-the grammar exists once. It reads its configuration from ``.glyph/config.json``
+runtime with ``glyph/outcomes.py``, ``glyph/protocol.py`` and
+``glyph/env/tools.py`` beside it, so the grammar and the tools' semantics
+(``glyph.env.tools.execute``, which the SFT and credit replays run too)
+exist once. It reads its configuration from ``.glyph/config.json``
 (or ``$GLYPH_CONFIG``) and the rollout secret from ``$GLYPH_ROLLOUT_SECRET``
 (or the file named by ``$GLYPH_SECRET_FILE``), never from argv.
 
@@ -32,7 +34,6 @@ harness decides what a fault exit means (``glyph.env.harness``).
 
 from __future__ import annotations
 
-import hashlib
 import http.client
 import json
 import os
@@ -47,6 +48,7 @@ if not __package__:  # run as the shipped script: glyph/ lies beside it
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from glyph import protocol  # noqa: E402
+from glyph.env.tools import execute, sha256  # noqa: E402,F401  (re-exported: glyph.flywheel.credit)
 from glyph.outcomes import Outcome  # noqa: E402
 
 TRACE = os.path.join(".glyph", "trace.json")
@@ -57,10 +59,6 @@ ENDPOINT_FAILED = 97
 (``MODEL_TRANSPORT_ERROR_EXIT_CODE``, ``v1/errors.py:45`` in 0.4.0)."""
 TESTER_FAILED = 98
 TRANSIENT = (urllib.error.URLError, socket.timeout, TimeoutError, ConnectionError, http.client.HTTPException)
-
-
-def sha256(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()
 
 
 class EndpointError(RuntimeError):
@@ -172,13 +170,6 @@ def read_secret() -> str:
     return ""
 
 
-def _workspace_path(path: str, root: str = ".") -> str | None:
-    """The path inside the workspace, or None if it points outside (or into .glyph)."""
-    root = os.path.realpath(root)
-    full = os.path.realpath(os.path.join(root, path))
-    return full if full.startswith(root + os.sep) and ".glyph" not in os.path.relpath(full, root).split(os.sep) else None
-
-
 def run(cfg: dict, secret: str, save=None) -> dict:
     """One episode; never raises: an unexpected failure ends it as
     ``program_error`` with the traceback, keeping what was recorded.
@@ -287,48 +278,6 @@ def _loop(cfg: dict, secret: str, trace: dict, save) -> None:
         save(trace)
     trace["budget_left"] = episode.budget
     trace["seconds"] = time.monotonic() - t0
-
-
-def execute(call: protocol.Call, tester, trace: dict, root: str = ".") -> tuple[str, str]:
-    """Run one tool call in the workspace at ``root``; return (status, body).
-    ``tester(source, shadow)`` gives an outcome class. Records tests and
-    candidates in ``trace``. The SFT replay runs its traces through this too."""
-    if call.tool == "python_test":
-        source = _read(os.path.join(root, protocol.SOLUTION_FILE)) or ""
-        outcome = tester(source, shadow=False)
-        trace["tests"].append({"call": call.id, "sha256": sha256(source), "outcome": outcome})
-        if trace["candidates"] and trace["candidates"][-1]["sha256"] == sha256(source):
-            cand = trace["candidates"][-1]
-            cand.setdefault("verified_label", outcome)
-            cand.setdefault("shadow", False)
-        return outcome, ""
-    full = _workspace_path(call.args["path"], root)
-    if full is None:
-        return "error: the path is outside the project", ""
-    if call.tool == "read_file":
-        text = _read(full)
-        return ("ok", text) if text is not None else (f"error: no such file {call.args['path']!r}", "")
-    text = _read(full)
-    if text is None:
-        return f"error: no such file {call.args['path']!r}", ""
-    try:
-        new = protocol.apply_patch(text, call.args["find"], call.args["replace"])
-    except ValueError as exc:
-        return f"error: {exc}", ""
-    with open(full, "w", encoding="utf-8", errors="surrogateescape", newline="") as f:
-        f.write(new)
-    if os.path.relpath(full, os.path.realpath(root)) == protocol.SOLUTION_FILE:  # each patched solution is a candidate
-        trace["candidates"].append({"index": len(trace["candidates"]), "call": call.id, "source": new,
-                                    "sha256": sha256(new)})
-    return "ok", ""
-
-
-def _read(path: str) -> str | None:
-    try:
-        with open(path, encoding="utf-8", errors="surrogateescape", newline="") as f:
-            return f.read()
-    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
-        return None
 
 
 def save_trace(trace: dict) -> None:

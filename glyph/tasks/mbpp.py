@@ -237,21 +237,26 @@ def make_splits(task_ids, seed: int = 42) -> dict[str, list[int]]:
 # ---------------------------------------------------------------- task rows
 
 
-def task_row(task: MbppTask, split: str, budget: int = 8, plus_tests: list[str] | None = None) -> dict:
+def task_row(task: MbppTask, split: str, plus_tests: list[str] | None = None) -> dict:
     """One environment row: prompts per arm, the workspace blueprint, the
     hidden tests (trusted side only), ``plus_tests`` (the generated plus
     tests, ``glyph.tasks.plus``, graded after the hidden tests; trusted side
     only; None where not generated) and the reference solution (for the
-    reference policies; never shown to the model)."""
+    reference policies; never shown to the model).
+
+    The budget is the harness's (``GlyphHarnessConfig.max_tool_calls``), not
+    the task's: ``prompt`` is ``protocol.messages`` at the default budget,
+    recorded as ``prompt_budget``; a harness with another budget builds its
+    own from the same parts (``text`` and ``visible_tests``)."""
     from glyph import protocol
 
-    user = {"role": "user", "content": protocol.user_prompt(task.text, task.test_list)}
     return {
         "id": task.id,
         "task_id": task.task_id,
         "split": split,
-        "prompt": {arm: [{"role": "system", "content": protocol.system_prompt(arm, budget)}, user]
-                   for arm in ("a", "b")},
+        "text": task.text,
+        "prompt": {arm: protocol.messages(arm, task.text, task.test_list) for arm in ("a", "b")},
+        "prompt_budget": protocol.DEFAULT_BUDGET,
         "workspace": {protocol.SOLUTION_FILE: protocol.PLACEHOLDER},
         "visible_tests": list(task.test_list),
         "hidden": {"setup": task.test_setup_code, "tests": list(task.test_list),

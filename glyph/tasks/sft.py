@@ -17,8 +17,9 @@ trace ends with ``FINAL:`` and its SFT sample, as PRIME-RL builds it with
 glyph's one renderer (``glyph.render.sft_sample``: Qwen3, thinking off), fits
 ``MAX_TOKENS``, the SFT ``seq_len``; a task whose trace would not fit is left
 out and listed. ``replay`` re-runs
-a trace through the protocol parser, the patch semantics and the grader and
-names the first step whose recorded result differs.
+a trace through the protocol parser, the agent's tools (``glyph.env.tools``,
+the code the runtime runs) and the grader and names the first step whose
+recorded result differs.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import tokenize
 from dataclasses import dataclass
 
 from glyph import protocol
+from glyph.env.tools import execute
 from glyph.grading import grade
 from glyph.outcomes import Outcome
 from glyph.protocol import Call, ProtocolError, parse_turn, result_message
@@ -106,8 +108,7 @@ class _Episode:
 
     def __init__(self, task: MbppTask, arm: str, budget: int) -> None:
         self.arm, self.budget, self.n = arm, budget, 0
-        self.messages = [{"role": "system", "content": protocol.system_prompt(arm, budget)},
-                         {"role": "user", "content": protocol.user_prompt(task.text, task.test_list)}]
+        self.messages = protocol.messages(arm, task.text, task.test_list, budget)
         self.shadow: list[dict] = []
 
     def call(self, tool: str, args: dict, status: str, body: str = "", thought: str = "",
@@ -125,7 +126,8 @@ class _Episode:
         self.messages.append({"role": "assistant", "content": f"FINAL: {summary}"})
 
 
-def build_traces(task: MbppTask, mutant: Mutant | None, variant: str, budget: int = 8) -> dict[str, dict]:
+def build_traces(task: MbppTask, mutant: Mutant | None, variant: str,
+                 budget: int = protocol.DEFAULT_BUDGET) -> dict[str, dict]:
     """The Arm A and Arm B traces of one task (``variant``: Arm B's
     recovery, ``keep`` or ``revise``; ignored for direct traces)."""
     path = protocol.SOLUTION_FILE
@@ -212,7 +214,8 @@ def build_sft(tasks: list[MbppTask], seed: int = 42, tokenizer=None, max_tokens:
 
 def replay(trace: dict, task: MbppTask) -> list[str]:
     """Re-run a trace: parse each assistant turn with the protocol, run its
-    call through the agent program's own tool code in a scratch workspace,
+    call through the agent's own tool code (``glyph.env.tools``, shipped
+    into the runtime) in a scratch workspace,
     grade its tests (and shadow tests) in the sandbox, and compare every
     recorded RESULT. Returns the mismatches (empty when it replays)."""
     with tempfile.TemporaryDirectory(prefix="glyph-replay-") as root:
@@ -220,8 +223,6 @@ def replay(trace: dict, task: MbppTask) -> list[str]:
 
 
 def _replay(trace: dict, task: MbppTask, root: str) -> list[str]:
-    from glyph.env.program import execute
-
     msgs = trace["messages"]
     problems = []
     solution = os.path.join(root, protocol.SOLUTION_FILE)
@@ -235,8 +236,9 @@ def _replay(trace: dict, task: MbppTask, root: str) -> list[str]:
     def tester(source: str, shadow: bool) -> str:
         return grade(source, task.test_setup_code, task.tests(), limits=LIMITS).outcome.value
 
-    if [m["role"] for m in msgs[:2]] != ["system", "user"]:
-        return ["a trace starts with the system and user messages"]
+    if msgs[:2] != protocol.messages(trace["arm"], task.text, task.test_list, protocol.DEFAULT_BUDGET):
+        return [f"task {task.task_id} arm {trace['arm']}: a trace starts with the arm's system prompt "
+                f"and the task's user prompt (protocol.messages, budget {protocol.DEFAULT_BUDGET})"]
     for i in range(2, len(msgs), 2):
         where = f"task {task.task_id} arm {trace['arm']} message {i}"
         try:
