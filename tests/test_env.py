@@ -235,11 +235,13 @@ def test_solution_code_cannot_reach_the_workspace_or_the_secret(tmp_path):
     probe = f"""
 import os
 def found():
-    marker = secret = False
-    for root, dirs, files in os.walk("/"):
-        if root.startswith(("/proc", "/sys", "/usr")):
-            dirs[:] = []
-        marker = marker or {marker.name!r} in files
+    secret = False
+    # The workspace file at its host path and in its folder's listing (a walk of the whole disk can
+    # outlast the wall limit on a machine with large caches under /tmp).
+    try:
+        marker = {marker.name!r} in os.listdir({str(marker.parent)!r}) and os.path.isfile({str(marker)!r})
+    except OSError:
+        marker = False
     for p in os.listdir("/proc"):
         try:
             secret = secret or {secret!r}.encode() in open(f"/proc/{{p}}/environ", "rb").read()

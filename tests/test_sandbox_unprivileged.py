@@ -37,7 +37,7 @@ from glyph.sandbox import Limits, Sandbox, SandboxUnavailable
 from glyph.grading import grade
 from glyph.redteam import ATTACKS, DEMO_SOLUTION, DEMO_TESTS, REFEREE_TESTS
 
-cfg = json.loads(sys.argv[1])
+cfg = json.loads(sys.stdin.read())  # not argv: /proc/<pid>/cmdline is world-readable
 here = os.path.dirname(os.path.abspath(__file__))
 out = {"failures": []}
 
@@ -241,7 +241,7 @@ def copy(python):
 def _drive(python: str, copy: Path, cfg: dict, prefix: list[str], path: str = "/usr/local/bin:/usr/bin:/bin",
            timeout: float = 600) -> dict:
     env = {"PATH": path, "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"}
-    proc = subprocess.run([*prefix, python, "-I", "-S", str(copy / "driver.py"), json.dumps(cfg)],
+    proc = subprocess.run([*prefix, python, "-I", "-S", str(copy / "driver.py")], input=json.dumps(cfg),
                           capture_output=True, text=True, env=env, cwd="/", timeout=timeout)
     assert proc.returncode == 0, f"driver failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -341,7 +341,7 @@ def no_sys_admin(python, copy) -> list[str]:
 
 
 def test_root_without_cap_sys_admin_gets_confined(python, copy, no_sys_admin):
-    cmd = ["-c", " ".join(["exec", *map(_quote, [python, "-I", "-S", str(copy / "driver.py")])]) + ' "$0"']
+    cmd = ["-c", " ".join(["exec", *map(_quote, [python, "-I", "-S", str(copy / "driver.py")])])]
     out = _drive_shell(no_sys_admin, cmd, {"do": "attacks", "secret": SECRET, "skip": ["read_test_files"]})
     assert out["mode"] == "confined"
     assert [a.split(":")[0] for a in out["attempts"]] == ["namespaces", "userns"]
@@ -363,8 +363,8 @@ def _quote(s: str) -> str:
 
 def _drive_shell(prefix: list[str], cmd: list[str], cfg: dict) -> dict:
     env = {"PATH": "/nonexistent", "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"}
-    proc = subprocess.run([*prefix, *cmd, json.dumps(cfg)], capture_output=True, text=True, env=env, cwd="/",
-                          timeout=600)
+    proc = subprocess.run([*prefix, *cmd], input=json.dumps(cfg), capture_output=True, text=True, env=env,
+                          cwd="/", timeout=600)
     assert proc.returncode == 0, f"driver failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
