@@ -42,6 +42,7 @@ import builtins
 import functools
 import sys
 import symtable
+import threading
 import time
 import warnings
 from dataclasses import asdict, dataclass, field
@@ -55,6 +56,28 @@ DETAIL_CAP = 300
 MAX_SOLUTION_BYTES = 8 << 20
 _BUILTINS = frozenset(dir(builtins))
 _STDLIB = frozenset(sys.stdlib_module_names)
+
+
+# CPython 3.11 before 3.11.8 can raise "SystemError: AST constructor recursion depth mismatch"
+# when threads build ASTs at once (python/cpython#106905, fixed by PR #106906). finalize grades
+# from threads (asyncio.to_thread) and benchmarks/load.py hit it on honest rollouts: every parse
+# of the trusted side goes through this lock.
+_PARSE_LOCK = threading.Lock()
+
+
+def parse(source: str | bytes, filename: str = "<unknown>", mode: str = "exec") -> ast.AST:
+    """``ast.parse`` under the process-wide parse lock."""
+    with _PARSE_LOCK:
+        return ast.parse(source, filename, mode)
+
+
+SERVER_RETRIES = 1
+"""Gradings repeated when the sandbox server died (and was restarted) during one."""
+
+
+class SandboxFault(RuntimeError):
+    """The sandbox server died under the grading (killed, out of memory): the
+    result says nothing about the solution, so it is raised, not graded."""
 
 
 class InvalidTests(ValueError):
@@ -162,7 +185,8 @@ def _module_bindings(tree: ast.Module) -> tuple[set[str], set[str]]:
 
 def _free_names(source: str, filename: str) -> set[str]:
     """Names the program reads from its global scope but never binds there."""
-    top = symtable.symtable(source, filename, "exec")
+    with _PARSE_LOCK:
+        top = symtable.symtable(source, filename, "exec")
     bound = {s.get_name() for s in top.get_symbols()
              if s.is_assigned() or s.is_imported() or s.is_namespace()}
     free = set()
@@ -184,7 +208,7 @@ def solution_bindings(source: bytes | str) -> frozenset[str]:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            defined, _ = _module_bindings(ast.parse(source))
+            defined, _ = _module_bindings(parse(source))
     except (SyntaxError, ValueError, MemoryError, RecursionError):
         return frozenset()
     return frozenset(defined & (_BUILTINS | _STDLIB))
@@ -198,8 +222,8 @@ def compile_tests(setup: str, tests: str, shadowed: frozenset[str] = frozenset()
     try:
         with warnings.catch_warnings():  # e.g. invalid escapes in MBPP's asserts: not ours to report
             warnings.simplefilter("ignore")
-            tree = ast.parse(tests, filename)
-            setup_tree = ast.parse(setup, "<test setup>")
+            tree = parse(tests, filename)
+            setup_tree = parse(setup, "<test setup>")
             free = _free_names(tests, filename)
     except SyntaxError as exc:
         raise InvalidTests(f"{exc.filename}:{exc.lineno}: the tests do not parse: {exc.msg}") from None
@@ -260,7 +284,14 @@ def grade(solution: bytes | str, setup: str, tests: str, *, limits: Limits = Lim
     suite = suite_for(setup, tests, source, filename)
     sandbox = sandbox or get_sandbox()
     grader = _fast if suite.program is None else _referee
-    result = grader(sandbox, suite, source, limits)
+    for _ in range(SERVER_RETRIES + 1):
+        restarts = sandbox.restarts
+        result = grader(sandbox, suite, source, limits)
+        if sandbox.restarts == restarts:
+            break
+    else:  # the server died under every attempt: a fault of the grader, never the solution's outcome
+        raise SandboxFault(f"the sandbox server died during each of {SERVER_RETRIES + 1} gradings; last: "
+                           f"{result.outcome.value}: {result.detail}")
     result.seconds = time.perf_counter() - t0
     result.path = suite.path
     result.sandbox = sandbox.protections().record()
@@ -329,7 +360,7 @@ def _references(sandbox: Sandbox, suite: TestSuite, limits: Limits) -> None:
 
 
 def _imports_only(suite: TestSuite) -> str:
-    tree = ast.parse(suite.setup)
+    tree = parse(suite.setup)
     return "\n".join(ast.unparse(n) for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))
                      and getattr(n, "module", None) != "solution")
 

@@ -152,3 +152,49 @@ def test_concurrent_gradings_from_threads():
     with ThreadPoolExecutor(8) as pool:
         grades = list(pool.map(lambda src: grade(src, "", DEMO_TESTS), jobs))
     assert [g.passed for g in grades] == [bool(i % 2) for i in range(32)]
+
+
+def test_a_server_killed_under_a_grading_is_regraded_or_raised_never_a_verdict():
+    """The sandbox server dies (SIGKILL) while a grading runs: the grading is
+    repeated on the restarted server and gives the solution's real outcome; a
+    server that dies under every attempt raises SandboxFault (benchmarks/load.py
+    saw an honest rollout scored 0 with OTHER before)."""
+    import os
+    import signal
+    import threading
+    import time
+
+    from glyph.grading import SandboxFault
+    from glyph.sandbox import Sandbox
+
+    slow = ("import time\ndef remove_first_last(s, ch):\n    time.sleep(1.5)\n"
+            "    return s.replace(ch, '', 1)[::-1].replace(ch, '', 1)[::-1]\n")
+    sb = Sandbox(pool=1)
+    try:
+        assert grade(slow, "", DEMO_TESTS, sandbox=sb).passed  # warm: the server is up
+        pid, kills = sb.server_pid(), []
+
+        def kill_once():
+            time.sleep(0.5)
+            os.kill(pid, signal.SIGKILL)
+            kills.append(pid)
+
+        killer = threading.Thread(target=kill_once)
+        killer.start()
+        g = grade(slow, "", DEMO_TESTS, sandbox=sb)
+        killer.join()
+        assert kills and sb.restarts == 1
+        assert g.passed, g.detail
+
+        real_open = sb.open  # now every attempt finds its server killed under it
+
+        def doomed_open(*args, **kwargs):
+            run = real_open(*args, **kwargs)
+            os.kill(sb.server_pid(), signal.SIGKILL)
+            return run
+
+        sb.open = doomed_open
+        with pytest.raises(SandboxFault):
+            grade(slow, "", DEMO_TESTS, sandbox=sb)
+    finally:
+        sb.close()

@@ -82,7 +82,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from glyph.grading import (InvalidTests, ProbeCheck, _module_bindings, compile_tests, grade,
+from glyph.grading import (InvalidTests, ProbeCheck, _module_bindings, compile_tests, grade, parse,
                            solution_bindings)
 from glyph.sandbox import Limits, Run, Sandbox, SandboxUnavailable
 from glyph.sandbox.runtime import wire
@@ -194,12 +194,12 @@ def seeds_of(task: MbppTask) -> tuple[list[Seed], list[ProbeCheck], str]:
     defined = set()
     for source in (task.code, task.test_setup_code):
         try:
-            defined |= _module_bindings(ast.parse(source))[0]
+            defined |= _module_bindings(parse(source))[0]
         except SyntaxError:
             pass
     seeds = []
     for check in suite.checks:
-        tree = ast.parse(check.probe, mode="eval").body
+        tree = parse(check.probe, mode="eval").body
         path = _find_call(tree, defined)
         if path is None:
             continue
@@ -221,7 +221,7 @@ def seeds_of(task: MbppTask) -> tuple[list[Seed], list[ProbeCheck], str]:
 def render(seed: Seed, args: tuple, keywords: tuple) -> str:
     """The probe with the target call's arguments replaced."""
     def node(v):
-        return ast.parse(v.source if isinstance(v, Fixed) else repr(v), mode="eval").body
+        return parse(v.source if isinstance(v, Fixed) else repr(v), mode="eval").body
 
     call = _at(seed.tree, seed.path)
     new = ast.Call(call.func, [node(a) for a in args], [ast.keyword(k, node(v)) for k, v in keywords])
