@@ -39,6 +39,7 @@ import verifiers.v1 as vf
 from pydantic import field_validator
 
 from glyph import protocol
+from glyph.env import harness
 from glyph.env.harness import PROGRAM_DIR, GlyphHarness, GlyphHarnessConfig, _subprocess_runtime
 from glyph.env.single import ENDPOINT_FAILED, SOLUTION_FILE
 from glyph.env.taskset import GlyphData
@@ -50,15 +51,12 @@ from glyph.vfcompat import timed_out
 GLYPH = Path(__file__).resolve().parent.parent
 CONFIG_FILE = ".glyph/config.json"
 AGENT_TRACE = ".glyph/trace.json"
-# The single program and what it imports; the grammar and the endpoint client exist once.
+# The single program and what it imports: glyph-mbpp's shipped library (grammar, outcomes, tool
+# semantics), plus program.py for its endpoint client. One list, so a new module is shipped to both.
 SHIPPED = {
     "single.py": GLYPH / "env" / "single.py",
-    "glyph/__init__.py": GLYPH / "__init__.py",
-    "glyph/outcomes.py": GLYPH / "outcomes.py",
-    "glyph/protocol.py": GLYPH / "protocol.py",
-    "glyph/env/__init__.py": GLYPH / "env" / "__init__.py",
+    **{target: source for target, source in harness.SHIPPED.items() if target != "program.py"},
     "glyph/env/program.py": GLYPH / "env" / "program.py",
-    "glyph/env/tools.py": GLYPH / "env" / "tools.py",
     "glyph/env/single.py": GLYPH / "env" / "single.py",
 }
 IMPORT_CHECK = "import solution  # python_test checks only that solution.py imports\n" \
