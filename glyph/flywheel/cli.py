@@ -3,6 +3,7 @@ command imports what it needs."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
@@ -162,6 +163,78 @@ _FwRetryEx = Annotated[bool, typer.Option("--retry-excluded", help="on resume, r
 _FwQuiet = Annotated[bool, typer.Option("--quiet", help="no progress bars")]
 
 
+def _run_options_template(
+    tasks: _FwTasks = None, agent: _FwAgent = _AgentKind.reference, base_url: _FwBaseUrl = None,
+    model: _FwModel = None, temperature: _FwTemp = 1.0, max_tokens: _FwMaxTok = 2048,
+    writer: _FwWriter = _AgentKind.reference, writer_base_url: _FwWBaseUrl = None, writer_model: _FwWModel = None,
+    gate: _FwGate = _GateKind.band, max_rounds: _FwRounds = 20, concurrency: _FwConc = 8,
+    p_lucky: _FwLucky = 0.1, p_slip: _FwSlip = 0.05, timeout: _FwTimeout = 120.0, retries: _FwRetries = 6,
+    backoff: _FwBackoff = 1.0, retry_excluded: _FwRetryEx = False, quiet: _FwQuiet = False,
+) -> None:
+    """The options ``run``, ``replicate`` and ``sweep`` share, declared once
+    (``_with_run_options`` adds them to each command)."""
+
+
+@dataclass(frozen=True)
+class _RunOptions:
+    """What ``_run_options_template`` declares, as one value."""
+
+    tasks: Optional[Path]
+    agent: _AgentKind
+    base_url: Optional[str]
+    model: Optional[str]
+    temperature: float
+    max_tokens: int
+    writer: _AgentKind
+    writer_base_url: Optional[str]
+    writer_model: Optional[str]
+    gate: _GateKind
+    max_rounds: int
+    concurrency: int
+    p_lucky: float
+    p_slip: float
+    timeout: float
+    retries: int
+    backoff: float
+    retry_excluded: bool
+    quiet: bool
+
+    def config(self, K: int, seed: int):
+        """The run's configuration (``runner.make_config``) for one K and seed."""
+        keep = ("tasks", "agent", "base_url", "model", "temperature", "max_tokens", "writer", "writer_base_url",
+                "writer_model", "gate", "max_rounds", "p_lucky", "p_slip")
+        return _fw_config(K=K, seed=seed, **{k: getattr(self, k) for k in keep})
+
+    def calls(self):
+        from glyph.flywheel.runner import CallOptions
+        return CallOptions(self.timeout, self.retries, self.backoff, self.concurrency)
+
+    def run(self, config, out: Path, console):
+        return _fw_run(config, out, self.calls(), self.quiet, self.retry_excluded, console)
+
+
+def _with_run_options(func):
+    """A typer command whose ``opts: _RunOptions`` parameter is the shared
+    options: the command's signature (what typer reads, with
+    ``inspect.signature(func, eval_str=True)``) is its own parameters
+    followed by ``_run_options_template``'s."""
+    import functools
+    import inspect
+
+    own = inspect.signature(func, eval_str=True)
+    shared = inspect.signature(_run_options_template, eval_str=True).parameters
+    params = [p for p in own.parameters.values() if p.name != "opts"] + list(shared.values())
+
+    @functools.wraps(func)
+    def command(**kw):
+        return func(opts=_RunOptions(**{name: kw.pop(name) for name in shared}), **kw)
+
+    command.__signature__ = own.replace(parameters=params)
+    command.__annotations__ = {p.name: p.annotation for p in params} | {"return": own.return_annotation}
+    del command.__wrapped__  # typer must read the signature above, not func's
+    return command
+
+
 def _fw_config(**kw):
     from glyph.cli import fail
     from glyph.flywheel.runner import make_config
@@ -200,13 +273,9 @@ def _fw_timing(console, doc: dict, fw) -> None:
 
 
 @flywheel_app.command("run")
+@_with_run_options
 def flywheel_run(
-    out: _FwOut, tasks: _FwTasks = None, k: _FwK = 8, seed: _FwSeed = 0, agent: _FwAgent = _AgentKind.reference,
-    base_url: _FwBaseUrl = None, model: _FwModel = None, temperature: _FwTemp = 1.0, max_tokens: _FwMaxTok = 2048,
-    writer: _FwWriter = _AgentKind.reference, writer_base_url: _FwWBaseUrl = None, writer_model: _FwWModel = None,
-    gate: _FwGate = _GateKind.band, max_rounds: _FwRounds = 20, concurrency: _FwConc = 8,
-    p_lucky: _FwLucky = 0.1, p_slip: _FwSlip = 0.05, timeout: _FwTimeout = 120.0, retries: _FwRetries = 6,
-    backoff: _FwBackoff = 1.0, retry_excluded: _FwRetryEx = False, quiet: _FwQuiet = False,
+    out: _FwOut, opts: _RunOptions, k: _FwK = 8, seed: _FwSeed = 0,
 ) -> None:
     """One flywheel run: baseline, then lesson rounds gated on the holdout.
 
@@ -216,15 +285,9 @@ def flywheel_run(
     from rich.console import Console
 
     from glyph.flywheel.outputs import summary_table
-    from glyph.flywheel.runner import CallOptions
 
-    config = _fw_config(tasks=tasks, K=k, seed=seed, agent=agent, base_url=base_url, model=model,
-                        temperature=temperature, max_tokens=max_tokens, writer=writer,
-                        writer_base_url=writer_base_url, writer_model=writer_model, gate=gate,
-                        max_rounds=max_rounds, p_lucky=p_lucky, p_slip=p_slip)
     console = Console(stderr=True)
-    doc, fw = _fw_run(config, out, CallOptions(timeout, retries, backoff, concurrency), quiet, retry_excluded,
-                      console)
+    doc, fw = opts.run(opts.config(k, seed), out, console)
     Console(soft_wrap=True).print(summary_table(doc))
     console.print(f"wrote {out / 'run.json'}, {out / 'curve.png'}, {out / 'curve.html'}")
     _fw_timing(console, doc, fw)
@@ -245,14 +308,11 @@ def _fw_runs_table(title: str, rows: list[dict]):
 
 
 @flywheel_app.command("replicate")
+@_with_run_options
 def flywheel_replicate(
-    out: _FwOut, runs: Annotated[int, typer.Option("--runs", min=1, help="runs, with seeds seed..seed+runs-1")] = 4,
-    tasks: _FwTasks = None, k: _FwK = 8, seed: _FwSeed = 0, agent: _FwAgent = _AgentKind.reference,
-    base_url: _FwBaseUrl = None, model: _FwModel = None, temperature: _FwTemp = 1.0, max_tokens: _FwMaxTok = 2048,
-    writer: _FwWriter = _AgentKind.reference, writer_base_url: _FwWBaseUrl = None, writer_model: _FwWModel = None,
-    gate: _FwGate = _GateKind.band, max_rounds: _FwRounds = 20, concurrency: _FwConc = 8,
-    p_lucky: _FwLucky = 0.1, p_slip: _FwSlip = 0.05, timeout: _FwTimeout = 120.0, retries: _FwRetries = 6,
-    backoff: _FwBackoff = 1.0, retry_excluded: _FwRetryEx = False, quiet: _FwQuiet = False,
+    out: _FwOut, opts: _RunOptions,
+    runs: Annotated[int, typer.Option("--runs", min=1, help="runs, with seeds seed..seed+runs-1")] = 4,
+    k: _FwK = 8, seed: _FwSeed = 0,
 ) -> None:
     """Independent runs of one configuration, and how they compare.
 
@@ -264,18 +324,12 @@ def flywheel_replicate(
     from rich.console import Console
 
     from glyph.flywheel import aggregate
-    from glyph.flywheel.runner import CallOptions
 
     console = Console(stderr=True)
-    calls = CallOptions(timeout, retries, backoff, concurrency)
     docs, dirs, t0 = [], [], time.perf_counter()
     for i in range(runs):
-        config = _fw_config(tasks=tasks, K=k, seed=seed + i, agent=agent, base_url=base_url, model=model,
-                            temperature=temperature, max_tokens=max_tokens, writer=writer,
-                            writer_base_url=writer_base_url, writer_model=writer_model, gate=gate,
-                            max_rounds=max_rounds, p_lucky=p_lucky, p_slip=p_slip)
         console.rule(f"run {i + 1}/{runs} (seed {seed + i})")
-        doc, fw = _fw_run(config, out / f"run-{i}", calls, quiet, retry_excluded, console)
+        doc, fw = opts.run(opts.config(k, seed + i), out / f"run-{i}", console)
         _fw_timing(console, doc, fw)
         docs.append(doc)
         dirs.append(f"run-{i}")
@@ -289,17 +343,13 @@ def flywheel_replicate(
 
 
 @flywheel_app.command("sweep", context_settings={"allow_extra_args": True})
+@_with_run_options
 def flywheel_sweep(
     ctx: typer.Context, out: _FwOut,
     ks: Annotated[list[int], typer.Option("--K", "-K", help="the K values: --K 4 8 12 16 (or --K 4 --K 8 ...)")]
     = [4, 8, 12, 16],  # noqa: B006 (typer reads the default)
     runs: Annotated[int, typer.Option("--runs", min=1, help="runs per K, seeds seed..seed+runs-1")] = 1,
-    tasks: _FwTasks = None, seed: _FwSeed = 0, agent: _FwAgent = _AgentKind.reference,
-    base_url: _FwBaseUrl = None, model: _FwModel = None, temperature: _FwTemp = 1.0, max_tokens: _FwMaxTok = 2048,
-    writer: _FwWriter = _AgentKind.reference, writer_base_url: _FwWBaseUrl = None, writer_model: _FwWModel = None,
-    gate: _FwGate = _GateKind.band, max_rounds: _FwRounds = 20, concurrency: _FwConc = 8,
-    p_lucky: _FwLucky = 0.1, p_slip: _FwSlip = 0.05, timeout: _FwTimeout = 120.0, retries: _FwRetries = 6,
-    backoff: _FwBackoff = 1.0, retry_excluded: _FwRetryEx = False, quiet: _FwQuiet = False,
+    seed: _FwSeed = 0, opts: _RunOptions = None,
 ) -> None:
     """Runs over K (rollouts per task): final and band vs K.
 
@@ -312,7 +362,6 @@ def flywheel_sweep(
 
     from glyph.cli import fail
     from glyph.flywheel import aggregate
-    from glyph.flywheel.runner import CallOptions
 
     values = list(ks)
     for extra in ctx.args:  # `--K 4 8 12 16`: click binds 4 to --K and leaves the rest as arguments
@@ -321,18 +370,13 @@ def flywheel_sweep(
         values.append(int(extra))
     values = sorted(set(values))
     console = Console(stderr=True)
-    calls = CallOptions(timeout, retries, backoff, concurrency)
     by_k: dict[int, list] = {}
     t0 = time.perf_counter()
     for kv in values:
         for i in range(runs):
-            config = _fw_config(tasks=tasks, K=kv, seed=seed + i, agent=agent, base_url=base_url, model=model,
-                                temperature=temperature, max_tokens=max_tokens, writer=writer,
-                                writer_base_url=writer_base_url, writer_model=writer_model, gate=gate,
-                                max_rounds=max_rounds, p_lucky=p_lucky, p_slip=p_slip)
             console.rule(f"K={kv}, run {i + 1}/{runs} (seed {seed + i})")
             where = f"K{kv}/run-{i}"
-            doc, fw = _fw_run(config, out / where, calls, quiet, retry_excluded, console)
+            doc, fw = opts.run(opts.config(kv, seed + i), out / where, console)
             _fw_timing(console, doc, fw)
             by_k.setdefault(kv, []).append((doc, where))
     sw = aggregate.sweep_doc(by_k)
