@@ -190,3 +190,23 @@ def test_vf_eval_bad_data_path_is_one_error_naming_the_env_option(tmp_path):
     text = " ".join(out.replace("│", " ").split())  # the config error is a rich box
     assert "absent.jsonl: no such file (from --env.taskset.data-path)" in text, out
     assert "--mbpp-path" not in text
+
+
+def test_vf_eval_with_no_data_at_all_is_one_line_naming_the_env_option(tmp_path):
+    """No ``--env.taskset.data-path``, no ``GLYPH_MBPP_PATH``, and the hub
+    unreachable: one line on what to set, no traceback."""
+    import os
+    import subprocess
+
+    from glyph.vfcompat import eval_command
+
+    cmd = eval_command("glyph-mbpp", "-n", "1", "-m", "x", "--client.base-url", "http://127.0.0.1:9/v1",
+                       "--no-push")
+    env = {k: v for k, v in os.environ.items() if k != "GLYPH_MBPP_PATH"}
+    env.update(HF_HUB_OFFLINE="1", PRIME_RUNS_MODE="disabled", HF_HOME=str(tmp_path / "hf"), COLUMNS="200")
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=120, env=env)
+    out = r.stdout + r.stderr
+    assert r.returncode != 0 and "Traceback" not in out, out[-3000:]
+    last = out.strip().splitlines()[-1]
+    assert last.startswith("glyph-mbpp: could not download MBPP"), out[-3000:]
+    assert "GLYPH_MBPP_PATH" in last and "--env.taskset.data-path" in last
