@@ -38,6 +38,10 @@ SYSTEM = ("You fix a Python function in a small project. " * 40)[:1800]
 CELLS = [(arm, seed, ckpt) for arm in "ab" for seed in (42, 43) for ckpt in ("sft", "step100")]
 
 
+HARNESS = {"max_tool_calls": 8, "test_cost": 1, "revise_feedback": "none", "tool_timeout": 30.0}
+"""The harness configuration every synthetic run records (in its config and in each trace)."""
+
+
 def _node(rng: random.Random, role: str, parent: int | None, tokens: int) -> dict:
     sampled = role == "assistant"
     node = {
@@ -127,13 +131,7 @@ def episode(rng: random.Random, task: int, arm: str, seed: int, ckpt: str, pin: 
         "task": task_json,
         "agent": {
             "config": {
-                "harness": {
-                    "id": "glyph-mbpp",
-                    "max_tool_calls": 8,
-                    "test_cost": 1,
-                    "revise_feedback": "none",
-                    "tool_timeout": 30.0,
-                },
+                "harness": {"id": "glyph-mbpp", **HARNESS},
                 "model": ckpt,
                 "sampling": {"temperature": 0.0, "max_tokens": 512, "seed": seed},
             },
@@ -211,12 +209,7 @@ def build(root: Path, rollouts: int) -> list[Path]:
             "env": {
                 "taskset": {"id": "glyph-mbpp", "arm": arm, "split": "test", "seed": 42},
                 "agent": {
-                    "harness": {
-                        "max_tool_calls": 8,
-                        "test_cost": 1,
-                        "revise_feedback": "none",
-                        "tool_timeout": 30.0,
-                    }
+                    "harness": HARNESS
                 },
             },
             "model": ckpt,

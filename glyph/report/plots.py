@@ -126,14 +126,20 @@ def _split(cells: list[dict]) -> bytes:
     return png(fig)
 
 
+def _grid(n: int, max_cols: int, width: float, height: float):
+    """A figure of ``n`` panels, at most ``max_cols`` a row, each
+    ``width`` x ``height`` inches; (figure, the panels' axes in order)."""
+    cols = min(max_cols, n)
+    rows = (n + cols - 1) // cols
+    fig = figure(width * cols, height * rows)
+    return fig, [fig.add_subplot(rows, cols, i + 1) for i in range(n)]
+
+
 def _heatmaps(cells: list[dict]) -> bytes:
     import numpy as np
 
-    cols = min(2, len(cells))
-    rows = (len(cells) + cols - 1) // cols
-    fig = figure(5.2 * cols, 4.4 * rows)
-    for i, c in enumerate(cells):
-        ax = fig.add_subplot(rows, cols, i + 1)
+    fig, axes = _grid(len(cells), 2, 5.2, 4.4)
+    for c, ax in zip(cells, axes):
         conf = c["confusion"]
         m = np.array(conf["matrix"], dtype=float)
         with np.errstate(invalid="ignore", divide="ignore"):
@@ -211,11 +217,8 @@ def _calibration(cells: list[dict]) -> bytes:
 
 
 def _tool_calls(cells: list[dict]) -> bytes:
-    cols = min(3, len(cells))
-    rows = (len(cells) + cols - 1) // cols
-    fig = figure(4.2 * cols, 3.0 * rows)
-    for i, c in enumerate(cells):
-        ax = fig.add_subplot(rows, cols, i + 1)
+    fig, axes = _grid(len(cells), 3, 4.2, 3.0)
+    for c, ax in zip(cells, axes):
         tc = c["tool_calls"]
         groups = [
             (name, colour, label)
