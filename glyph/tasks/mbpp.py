@@ -1,17 +1,25 @@
-"""MBPP task rows from a JSONL in the official schema.
+"""MBPP task rows: the official parquet files, or a JSONL in the official schema.
 
-Offline (tests, CI) the file comes in by path: ``GLYPH_MBPP_PATH`` or the
-caller's option (``--mbpp-path`` for the ``glyph`` command,
-``--env.taskset.data-path`` for ``vf-eval glyph-mbpp``: every loader takes the
-``option`` to name, so the message points at what the user can change). A row
-that does not match the schema is an error naming the file, the line and the
-field.
+Online the official parquet files are downloaded at a pinned revision, their
+SHA-256 checked, and read through Hugging Face ``datasets``. Offline (tests,
+CI) a JSONL comes in by path: ``GLYPH_MBPP_PATH`` or the caller's option
+(``--mbpp-path`` for the ``glyph`` command, ``--env.taskset.data-path`` for
+``vf-eval glyph-mbpp``: every loader takes the ``option`` to name, so the
+message points at what the user can change).
+
+Both go through one row schema (``task_from_row``): a row that does not match
+it is an error naming the file, the place (``file:line`` in a JSONL,
+``file: row N`` in a parquet file, N from 0 as in ``Dataset[N]``) and the
+field; a task_id seen before in the same load (any file of it) is an error
+naming both places.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import tempfile
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,8 +49,51 @@ class MbppTask:
         return "\n".join(self.challenge_test_list if challenge else self.test_list)
 
 
+# The row schema, the official one (the dataset card's ``full`` config): every
+# field required, extra fields ignored. Hand-written rather than a pydantic
+# model: six flat fields, the messages are the ones users see (field, expected
+# type, got type), and pydantic's strict mode would need its error locations
+# translated back into them.
 _FIELDS = {"task_id": int, "text": str, "code": str, "test_setup_code": str,
            "test_list": list, "challenge_test_list": list}
+
+
+def task_from_row(row: object, where: str) -> MbppTask:
+    """One raw row (a dict, as read from either format) as a task, or a
+    ``DataError`` naming ``where`` and the field: each field present with its
+    type (a bool is not an int), the test lists lists of strings, ``test_list``
+    not empty."""
+    if not isinstance(row, dict):
+        raise DataError(f"{where}: not an object with the fields {', '.join(_FIELDS)}")
+    for name, kind in _FIELDS.items():
+        if name not in row:
+            raise DataError(f"{where}: field {name!r} is missing")
+        value = row[name]
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            raise DataError(f"{where}: field {name!r} should be {kind.__name__}, "
+                            f"got {type(value).__name__}")
+        if kind is list and not all(isinstance(t, str) for t in value):
+            raise DataError(f"{where}: field {name!r} should be a list of strings")
+    if not row["test_list"]:
+        raise DataError(f"{where}: field 'test_list' is empty")
+    return MbppTask(row["task_id"], row["text"], row["code"], row["test_setup_code"],
+                    tuple(row["test_list"]), tuple(row["challenge_test_list"]))
+
+
+def _tasks(rows: Iterable[tuple[str, object]], source: Path, seen: dict[int, str]) -> list[MbppTask]:
+    """The tasks of one file's ``(where, row)`` pairs; ``seen`` (task_id ->
+    where) is shared by the files of one load, so an id repeated in another
+    file is an error too. A file without rows is an error."""
+    tasks = []
+    for where, row in rows:
+        task = task_from_row(row, where)
+        if task.task_id in seen:
+            raise DataError(f"{where}: task_id {task.task_id} repeats {seen[task.task_id]}")
+        seen[task.task_id] = where
+        tasks.append(task)
+    if not tasks:
+        raise DataError(f"{source}: no rows")
+    return tasks
 
 
 def resolve_path(path: str | os.PathLike | None = None, option: str = CLI_OPTION) -> Path:
@@ -57,9 +108,7 @@ def resolve_path(path: str | os.PathLike | None = None, option: str = CLI_OPTION
     return p
 
 
-def load_jsonl(path: str | os.PathLike) -> list[MbppTask]:
-    p = Path(path)
-    tasks, seen = [], {}
+def _jsonl_rows(p: Path) -> Iterator[tuple[str, object]]:
     with p.open("rb") as f:
         for lineno, raw in enumerate(f, 1):
             if not raw.strip():
@@ -71,25 +120,13 @@ def load_jsonl(path: str | os.PathLike) -> list[MbppTask]:
                 raise DataError(f"{where}: not a JSON object ({exc})") from None
             if not isinstance(row, dict):
                 raise DataError(f"{where}: not a JSON object")
-            for name, kind in _FIELDS.items():
-                if name not in row:
-                    raise DataError(f"{where}: field {name!r} is missing")
-                value = row[name]
-                if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-                    raise DataError(f"{where}: field {name!r} should be {kind.__name__}, "
-                                    f"got {type(value).__name__}")
-                if kind is list and not all(isinstance(t, str) for t in value):
-                    raise DataError(f"{where}: field {name!r} should be a list of strings")
-            if row["task_id"] in seen:
-                raise DataError(f"{where}: task_id {row['task_id']} repeats line {seen[row['task_id']]}")
-            seen[row["task_id"]] = lineno
-            if not row["test_list"]:
-                raise DataError(f"{where}: field 'test_list' is empty")
-            tasks.append(MbppTask(row["task_id"], row["text"], row["code"], row["test_setup_code"],
-                                  tuple(row["test_list"]), tuple(row["challenge_test_list"])))
-    if not tasks:
-        raise DataError(f"{p}: no rows")
-    return tasks
+            yield where, row
+
+
+def load_jsonl(path: str | os.PathLike) -> list[MbppTask]:
+    """The tasks of a JSONL in the official schema, one object a line."""
+    p = Path(path)
+    return _tasks(_jsonl_rows(p), p, {})
 
 
 def load(path: str | os.PathLike | None = None) -> dict[str, MbppTask]:
@@ -127,24 +164,63 @@ def sha256_file(path: str | os.PathLike) -> str:
     return h.hexdigest()
 
 
-def load_parquet(path: str | os.PathLike, expected_sha256: str | None = None) -> list[MbppTask]:
-    """Rows of one official parquet file, after checking its SHA-256."""
-    import pyarrow.parquet as pq
+def _check_sha256(p: Path, expected: str) -> None:
+    got = sha256_file(p)
+    if got != expected:
+        raise DataError(f"{p}: SHA-256 {got} does not match the pinned {expected}")
 
+
+def _parquet_rows(p: Path) -> Iterator[tuple[str, object]]:
+    """The rows of a parquet file, read through ``datasets``
+    (``Dataset.from_parquet``). ``datasets`` writes the file as an Arrow cache
+    before serving it (datasets 5.2 ``io/parquet.py:65-72``:
+    ``download_and_prepare`` into ``cache_dir``, by default
+    ``~/.cache/huggingface/datasets``, ``builder.py:384``); here that cache goes
+    to a temporary directory, removed on return, and the rows are read into
+    memory first (``keep_in_memory``), so a read leaves nothing behind. A local
+    file needs no network: ``HF_HUB_OFFLINE=1`` works."""
+    import datasets
+    from datasets.exceptions import DatasetsError
+    from datasets.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
+
+    quiet = are_progress_bars_disabled()
+    disable_progress_bars()  # "Generating train split" for a few hundred rows: noise
+    try:
+        with tempfile.TemporaryDirectory(prefix="glyph-mbpp-") as cache:
+            rows = datasets.Dataset.from_parquet(str(p), keep_in_memory=True, cache_dir=cache).to_list()
+    # pyarrow's errors are OSError/ValueError/TypeError/NotImplementedError subclasses
+    # (ArrowInvalid is a ValueError); datasets wraps some in DatasetGenerationError
+    except (OSError, ValueError, TypeError, NotImplementedError, DatasetsError) as exc:
+        while exc.__cause__ is not None:
+            exc = exc.__cause__
+        detail = (str(exc).strip().splitlines() or [""])[0]
+        raise DataError(f"{p}: not a readable parquet file ({type(exc).__name__}: {detail})") from None
+    finally:
+        if not quiet:
+            enable_progress_bars()
+    for i, row in enumerate(rows):
+        yield f"{p}: row {i}", row
+
+
+def load_parquet(path: str | os.PathLike, expected_sha256: str | None = None) -> list[MbppTask]:
+    """The tasks of one parquet file in the official schema, after checking
+    its SHA-256 against ``expected_sha256`` (when given)."""
     p = Path(path)
     if expected_sha256 is not None:
-        got = sha256_file(p)
-        if got != expected_sha256:
-            raise DataError(f"{p}: SHA-256 {got} does not match the pinned {expected_sha256}")
-    tasks = []
-    for i, row in enumerate(pq.read_table(p).to_pylist()):
-        where = f"{p}: row {i}"
-        for name, kind in _FIELDS.items():
-            if not isinstance(row.get(name), kind):
-                raise DataError(f"{where}: field {name!r} should be {kind.__name__}")
-        tasks.append(MbppTask(row["task_id"], row["text"], row["code"], row["test_setup_code"],
-                              tuple(row["test_list"]), tuple(row["challenge_test_list"])))
-    return tasks
+        _check_sha256(p, expected_sha256)
+    return _tasks(_parquet_rows(p), p, {})
+
+
+def load_official(files: dict[str, str | os.PathLike]) -> list[MbppTask]:
+    """The tasks of the official parquet files (split -> path, the splits of
+    ``OFFICIAL_FILES``), sorted by task_id: every file's SHA-256 checked
+    against its pin before any is read; a task_id in two files is an error."""
+    paths = {split: Path(files[split]) for split in OFFICIAL_FILES}
+    for split, (_, digest) in OFFICIAL_FILES.items():
+        _check_sha256(paths[split], digest)
+    seen: dict[int, str] = {}
+    tasks = [t for split in OFFICIAL_FILES for t in _tasks(_parquet_rows(paths[split]), paths[split], seen)]
+    return sorted(tasks, key=lambda t: t.task_id)
 
 
 def download_official(cache_dir: str | os.PathLike | None = None,
@@ -182,11 +258,10 @@ def load_source(path: str | os.PathLike | None = None, official_files: dict[str,
         return Source("jsonl", {p.name: {"sha256": sha256_file(p), "size": p.stat().st_size}},
                       tuple(load_jsonl(p)))
     files = official_files or download_official(option=option)
-    tasks, meta = [], {}
-    for split, (filename, digest) in OFFICIAL_FILES.items():
-        tasks += load_parquet(files[split], digest)
-        meta[filename] = {"sha256": digest, "size": Path(files[split]).stat().st_size}
-    return Source("official", meta, tuple(sorted(tasks, key=lambda t: t.task_id)))
+    tasks = load_official(files)
+    meta = {filename: {"sha256": digest, "size": Path(files[split]).stat().st_size}
+            for split, (filename, digest) in OFFICIAL_FILES.items()}
+    return Source("official", meta, tuple(tasks))
 
 
 def data_problem(path: str | os.PathLike | None, option: str = CLI_OPTION) -> str | None:
