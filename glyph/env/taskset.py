@@ -62,7 +62,7 @@ class GlyphTask(vf.Task[GlyphData]):
             final = await _read(runtime, SOLUTION_FILE)
             try:
                 data = json.loads(raw) if raw is not None else None
-            except ValueError:
+            except (ValueError, RecursionError):  # a deeply nested trace is as malformed as a broken one
                 data = "unparseable"
             d = self.data
             tests = TaskTests(d.hidden_setup, tuple(d.visible_tests), tuple(d.hidden_tests),
@@ -126,20 +126,24 @@ class GlyphTasksetConfig(vf.TasksetConfig):
 
 
 class GlyphTaskset(vf.Taskset[GlyphTask, GlyphTasksetConfig]):
-    def load(self):
-        """The split's tasks. No usable data (none given and the official
+    def __iter__(self):
+        """The tasks, as verifiers reads them (``vf-eval``, ``eval``, PRIME-RL:
+        ``Taskset.__iter__`` calls ``load``, and every view is a copy of this
+        class; 0.4.0 ``v1/taskset.py:75-84,165-168``, a60a606
+        ``v1/taskset.py:54-67``). No usable data (none given and the official
         download failed, or plus tests asked for and absent) ends the command
         with one line naming the option to change: a ``SystemExit``, the way
         verifiers' own CLI ends on a plugin's config error (0.4.0
-        ``v1/cli/resolve.py:21-29``), not a traceback. The default data
-        (``data_path`` None) is not checked by the config's validator, since
-        verifiers builds a default config at every parse, ``--help`` included."""
+        ``v1/cli/resolve.py:21-29``), not a traceback. ``load`` itself raises
+        ``DataError``. The default data (``data_path`` None) is not checked by
+        the config's validator: verifiers builds a default config at every
+        parse, ``--help`` included."""
         try:
-            yield from self._load()
+            yield from super().__iter__()
         except mbpp.DataError as exc:
             raise SystemExit(f"glyph-mbpp: {exc}") from exc
 
-    def _load(self):
+    def load(self):
         cfg = self.config
         source = mbpp.load_source(cfg.data_path, option=DATA_OPTION)
         by_id = {t.task_id: t for t in source.tasks}
