@@ -300,6 +300,9 @@ def grade(solution: bytes | str, setup: str, tests: str, *, limits: Limits = Lim
 
 def _status_outcome(status: RunStatus, protocol_error: str | None) -> tuple[Outcome, str]:
     """Why a run ended without answering: from its exit status alone."""
+    if status.memory_exceeded:  # as a process over its address-space limit is (MemoryError): RUNTIME_ERROR
+        return Outcome.RUNTIME_ERROR, ("MemoryError: the run's processes together went over its memory cap "
+                                       "(Limits.run_memory_bytes); the kernel killed the run")
     if status.timed_out:
         how = "wall-clock" if status.wall_timeout else "CPU-time"
         return Outcome.TIMEOUT, f"{how} limit reached ({status.wall_s:.2f}s wall, {status.cpu_s:.2f}s CPU)"

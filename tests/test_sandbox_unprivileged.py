@@ -9,7 +9,11 @@ directory that uid can read, grades every attack of ``glyph.redteam`` and
 checks, from outside, what ``tests/test_redteam.py`` checks under root: not
 rewarded, no process left, no file changed outside the run, no secret in the
 output, no connection to the host's loopback, the server alive. When CI runs
-as root, the driver drops to uid 65534 with ``setpriv``.
+as root, the driver drops to uid 65534 with ``setpriv``. ``confined`` runs as
+root under ``capsh --drop=cap_sys_admin``; there a run is chrooted into a
+copy of the Python installation: it finds no world-readable file of the host
+(a planted copy of the benchmark data included), no /proc, nowhere to write
+but its run directory, and the copy is gone once the server stops.
 """
 
 from __future__ import annotations
@@ -82,6 +86,8 @@ t0 = time.monotonic()
 info = sb.protections()
 out["start_s"] = time.monotonic() - t0
 out["mode"], out["record"], out["attempts"] = info.mode, info.record(), info.attempts
+out["host_dir"] = sb._runs_dir  # confined, bare: what the server left on the host, the client removes
+out["protections"] = info.to_json()["protections"]
 server = sb.server_pid()
 t0 = time.monotonic()
 
@@ -104,6 +110,18 @@ try:
     facts["net"] = True
 except OSError as exc:
     facts["net"] = type(exc).__name__
+facts["more"] = {}
+for path in MORE:
+    try:
+        open(path, "w").write("pwned")
+        facts["more"][path] = True
+    except OSError as exc:
+        facts["more"][path] = type(exc).__name__
+try:
+    facts["proc"] = len(os.listdir("/proc"))
+except OSError as exc:
+    facts["proc"] = type(exc).__name__
+facts["cwd"] = os.getcwd()
 facts["uid"] = os.getuid()
 """
     listener = socket.socket()
@@ -111,7 +129,8 @@ facts["uid"] = os.getuid()
     listener.listen()
     listener.settimeout(0.2)
     port = listener.getsockname()[1]
-    src = f"PATHS = {cfg['paths']!r}\nOUTSIDE = {cfg['outside']!r}\nPORT = {port}\n" + src
+    src = f"PATHS = {cfg['paths']!r}\nOUTSIDE = {cfg['outside']!r}\nMORE = {cfg.get('more', [])!r}\n" \
+          f"PORT = {port}\n" + src
     run = sb.open({"mode": "solution"}, {"source": src.encode(), "setup": b""}, Limits(cpu_s=5, wall_s=10))
     assert run.recv() == {"ev": "ready"}, run.stderr
     run.send({"op": "eval", "id": 0, "expr": "repr(facts)"})
@@ -167,7 +186,15 @@ elif cfg["do"] == "attacks":
         if problems:
             out["failures"].append([attack.name, problems])
 out["seconds"] = time.monotonic() - t0
+if cfg.get("kill_server"):  # the client's cleanup after a dead server, not the server's own
+    os.kill(server, 9)
+if cfg.get("server_cleans"):  # the server's own cleanup: end its socket, wait, look before the client does
+    sb._sock.close()
+    sb._sock = None
+    sb._proc.wait(timeout=30)
+    out["left_by_server"] = os.path.exists(out["host_dir"])
 sb.close()
+out["host_dir_left"] = out["host_dir"] is not None and os.path.exists(out["host_dir"])
 out["left_after_close"] = descendants(os.getpid())
 print(json.dumps(out))
 '''
@@ -260,6 +287,14 @@ def userns(python, copy) -> list[str]:
     return prefix
 
 
+def _fixed(protections: dict) -> dict:
+    """The protections a mode has on every host: ``memory_cap`` depends on
+    whether the host has a writable cgroup (checked where it is built), so
+    only its presence is checked here."""
+    assert type(protections["memory_cap"]) is bool
+    return {name: on for name, on in protections.items() if name != "memory_cap"}
+
+
 # The data file attack of the issue: search the disk for the benchmark's own data and answer with
 # the reference code.
 DATA_ATTACK = r'''
@@ -288,7 +323,7 @@ else:
 def test_unprivileged_user_gets_userns_and_every_attack_is_held(python, copy, userns):
     out = _drive(python, copy, {"do": "attacks", "secret": SECRET}, userns)
     assert out["mode"] == "userns", out["attempts"]
-    assert out["record"]["protections"] == {
+    assert _fixed(out["record"]["protections"]) == {
         "uid_separation": False, "mount_isolation": True, "network_isolation": True, "pid_namespace": True,
         "rlimits": True, "wall_clock": True, "sweep": True, "no_capabilities": True,
         "minimal_environment": True}
@@ -340,20 +375,89 @@ def no_sys_admin(python, copy) -> list[str]:
         copy.chmod(0o755)
 
 
+def _confined_cmd(python: str, copy: Path) -> list[str]:
+    return ["-c", " ".join(["exec", *map(_quote, [python, "-I", "-S", str(copy / "driver.py")])])]
+
+
 def test_root_without_cap_sys_admin_gets_confined(python, copy, no_sys_admin):
-    cmd = ["-c", " ".join(["exec", *map(_quote, [python, "-I", "-S", str(copy / "driver.py")])])]
-    out = _drive_shell(no_sys_admin, cmd, {"do": "attacks", "secret": SECRET, "skip": ["read_test_files"]})
+    cmd = _confined_cmd(python, copy)
+    out = _drive_shell(no_sys_admin, cmd, {"do": "attacks", "secret": SECRET})
     assert out["mode"] == "confined"
     assert [a.split(":")[0] for a in out["attempts"]] == ["namespaces", "userns"]
-    assert out["record"]["protections"] == {
-        "uid_separation": True, "mount_isolation": False, "network_isolation": True, "pid_namespace": False,
+    assert _fixed(out["record"]["protections"]) == {
+        "uid_separation": True, "mount_isolation": True, "network_isolation": True, "pid_namespace": False,
         "rlimits": True, "wall_clock": True, "sweep": True, "no_capabilities": True,
         "minimal_environment": True}
+    assert "chroot into a copy of the Python installation" in out["protections"]["mount_isolation"]["how"]
+    # read_test_files (walk the whole disk for the hidden tests) included: the chroot shows no test file.
     assert out["failures"] == []
     assert out["left_after_close"] == []
+    assert Path(out["host_dir"]).name.startswith("glyph-root-") and not out["host_dir_left"]
     # The secret, the data and the copy are root's (0700 directory): the runs' uids cannot read them.
     data = _drive_shell(no_sys_admin, cmd, {"do": "data", "source": DATA_ATTACK})
     assert data["mode"] == "confined" and not data["passed"], data["detail"]
+
+
+@pytest.fixture
+def planted():
+    """Files any uid can read or write, where a run in confined mode would
+    find them without the chroot: a world-readable copy of the benchmark
+    data (with the planted row DATA_ATTACK answers from), a secret, and a
+    world-writable directory. Removed afterwards."""
+    root = Path(tempfile.mkdtemp(prefix="glyph-planted-"))
+    try:
+        from glyph.redteam import DEMO_SOLUTION
+        (root / "data").mkdir()
+        row = {"task_id": 9001, "marker": MARKER, "code": DEMO_SOLUTION,
+               "test_list": ['assert remove_first_last("hello", "l") == "heo"']}
+        (root / "data" / "mbpp.jsonl").write_text(json.dumps(row) + "\n")
+        (root / "secret.txt").write_text(SECRET)
+        for path in [root, *root.rglob("*")]:
+            path.chmod(0o755 if path.is_dir() else 0o644)
+        (root / "outbox").mkdir()
+        (root / "outbox").chmod(0o1777)
+        yield root
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_confined_cannot_answer_from_world_readable_benchmark_data(python, copy, no_sys_admin, planted):
+    cmd = _confined_cmd(python, copy)
+    out = _drive_shell(no_sys_admin, cmd, {"do": "data", "source": DATA_ATTACK, "server_cleans": True})
+    assert out["mode"] == "confined" and not out["passed"], out["detail"]
+    assert Path(out["host_dir"]).name.startswith("glyph-root-") and out["left_by_server"] is False
+    bare = _drive_shell(no_sys_admin, cmd, {"do": "data", "source": DATA_ATTACK, "mode": "bare"})
+    assert bare["passed"], "control: in bare mode the data file attack must succeed, else this shows nothing"
+
+
+def test_confined_sees_no_host_file_no_proc_and_writes_only_its_run_dir(python, copy, no_sys_admin, planted):
+    outside = planted / "outbox" / "pwned-by-run"
+    paths = {"secret": str(planted / "secret.txt"), "data": str(planted / "data" / "mbpp.jsonl"),
+             "proc_status": "/proc/self/status", "proc_init": "/proc/1/cmdline", "passwd": "/etc/passwd"}
+    more = ["/tmp/pwned-by-run", "/pwned-by-run", "/dev/shm/pwned-by-run", "pwned-in-cwd"]
+    cfg = {"do": "probe", "paths": paths, "outside": str(outside), "more": more, "kill_server": True}
+    cmd = _confined_cmd(python, copy)
+    out = _drive_shell(no_sys_admin, cmd, cfg)
+    assert out["mode"] == "confined"
+    facts = out["facts"]
+    assert facts["uid"] != 0
+    for name in paths:
+        assert facts[name] == "FileNotFoundError", (name, facts[name])
+    assert facts["proc"] == "FileNotFoundError"
+    assert facts["wrote_outside"] == "FileNotFoundError" and not out["outside_exists"]
+    written = {path: result for path, result in facts["more"].items()}
+    assert written.pop("pwned-in-cwd") is True  # its run directory: the one place it writes
+    assert set(written.values()) == {"PermissionError"}, written
+    assert facts["cwd"].startswith("/tmp/run-")
+    assert facts["net"] in ("OSError", "ConnectionRefusedError", "PermissionError") and not out["accepted"]
+    # The server was killed (SIGKILL): the client removed the copied root all the same.
+    assert Path(out["host_dir"]).name.startswith("glyph-root-") and not out["host_dir_left"]
+    assert out["left_after_close"] == []
+    # Control: bare mode, as the same root, reads and writes all of it.
+    bare = _drive_shell(no_sys_admin, cmd, dict(cfg, mode="bare", more=[]))  # nothing into the host's /tmp
+    assert bare["mode"] == "bare" and SECRET in bare["facts"]["secret"] and MARKER in bare["facts"]["data"]
+    assert isinstance(bare["facts"]["proc"], int) and bare["facts"]["wrote_outside"] is True
+    outside.unlink()
 
 
 def _quote(s: str) -> str:

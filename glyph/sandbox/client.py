@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import atexit
 import collections
+import errno
 import json
 import os
 import selectors
@@ -48,12 +49,18 @@ LATE_GRACE_S = 10.0  # after killing a run whose report is late, before deciding
 
 @dataclass(frozen=True)
 class Limits:
-    """Resource limits of one run. CPU and memory apply to the run's main
-    process (each child gets its own rlimits, and ``nproc`` bounds how many)."""
+    """Resource limits of one run. CPU and ``memory_bytes`` (address space)
+    apply to each process of the run (each child gets its own rlimits, and
+    ``nproc`` bounds how many). ``run_memory_bytes`` caps the memory (and
+    swap) of all the run's processes together, where the server could make
+    a cgroup (protection ``memory_cap``); at the cap the kernel kills the
+    run and ``RunStatus.memory_exceeded`` is set. Where there is no cgroup,
+    a run's memory is bounded by ``memory_bytes`` times ``nproc`` instead."""
 
     cpu_s: float = 10.0
     wall_s: float = 20.0
     memory_bytes: int = 1 << 30
+    run_memory_bytes: int = 1 << 30
     nproc: int = 32
     fsize_bytes: int = 16 << 20
     nofile: int = 64
@@ -72,7 +79,7 @@ class RunStatus:
     cpu_s: float = 0.0
     maxrss_kb: int = 0
     swept: int = 0
-    cleanup_error: str | None = None
+    memory_exceeded: bool = False  # the run went over ``Limits.run_memory_bytes``: the kernel killed it
     server_died: bool = False
 
     @property
@@ -119,9 +126,6 @@ class Run:
     @property
     def stderr(self) -> bytes:
         return bytes(self.bufs["stderr"])
-
-    def output_truncated(self, stream: str) -> int:
-        return self.seen[stream] - len(self.bufs[stream])
 
     # -- channel
     def send(self, msg: dict) -> bool:
@@ -241,7 +245,7 @@ class Run:
                 # in userns mode the run is pid 1 of its namespace, which ignores it). The kernel enforces
                 # the limit on a finer clock than the rusage it reports (measured: a 1 s limit reads as
                 # 0.87-0.97 s), hence the margin.
-                self.status.cpu_exceeded = (
+                self.status.cpu_exceeded = not self.status.memory_exceeded and (
                     self.status.signal == signal.SIGXCPU
                     or (self.status.signal == signal.SIGKILL and not report["wall_timeout"]
                         and not report["killed"] and report["cpu_s"] >= 0.75 * int(self.limits.cpu_s)))
@@ -289,7 +293,7 @@ class Run:
 MODES = ("namespaces", "userns", "confined", "bare")
 AUTO = ("namespaces", "userns", "confined")  # strongest first; ``bare`` only when asked for
 PROTECTIONS = ("uid_separation", "mount_isolation", "network_isolation", "pid_namespace", "rlimits",
-               "wall_clock", "sweep", "no_capabilities", "minimal_environment")
+               "wall_clock", "sweep", "no_capabilities", "minimal_environment", "memory_cap")
 BARE_HINT = ("to grade without isolation, opt in with GLYPH_SANDBOX_MODE=bare (or `--sandbox bare` where a "
              "command has that option); the solution can then read the workspace, the benchmark data and a "
              "rollout's secret, and use the network")
@@ -300,11 +304,14 @@ class ServerInfo:
     """Which mode the server runs in and what each protection is:
     ``protections[name] = {"on": bool, "how": str, "if_off": str}`` for every
     name in ``PROTECTIONS``. ``attempts``: the stronger modes that did not
-    start, each with why."""
+    start, each with why. ``cgroup``: the server's own memory cgroup (a
+    path on this machine; each run gets a child of it) where ``memory_cap``
+    is on, else None."""
 
     mode: str
     protections: dict
     attempts: list[str] = field(default_factory=list)
+    cgroup: str | None = None
 
     def record(self) -> dict:
         """What a grading or a rollout records: stable, JSON-able, small:
@@ -351,6 +358,7 @@ class Sandbox:
         self._proc: subprocess.Popen | None = None
         self._sock: socket.socket | None = None
         self._runs_dir: str | None = None
+        self._cgroup: str | None = None
         self.info: ServerInfo | None = None
         self.restarts = 0
         self._pid = os.getpid()
@@ -377,7 +385,9 @@ class Sandbox:
 
     def _try_start(self, mode: str) -> str | None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        opts = {"mode": mode, "pool": self.pool, "run_bytes": self.run_bytes, "run_inodes": self.run_inodes}
+        defaults = {k: getattr(Limits(), k) for k in ("run_memory_bytes", "memory_bytes", "nproc")}
+        opts = {"mode": mode, "pool": self.pool, "run_bytes": self.run_bytes, "run_inodes": self.run_inodes,
+                "defaults": defaults}  # what ``memory_cap`` states
         cmd = [sys.executable, "-I", "-S", "-B", str(SERVER), str(theirs.fileno()), json.dumps(opts)]
         if mode in ("namespaces", "userns"):
             unshare = shutil.which("unshare")
@@ -427,12 +437,13 @@ class Sandbox:
         ours.settimeout(None)
         self._proc, self._sock = proc, ours
         self._runs_dir = hello.get("runs_dir")
-        self.info = ServerInfo(mode=mode, protections=hello["protections"])
+        self._cgroup = hello.get("cgroup")
+        self.info = ServerInfo(mode=mode, protections=hello["protections"], cgroup=self._cgroup)
         return None
 
     def _ensure(self) -> socket.socket:
         if os.getpid() != self._pid:  # a forked child must not share our server
-            self._proc = self._sock = self._runs_dir = None
+            self._proc = self._sock = self._runs_dir = self._cgroup = None
             self._pid = os.getpid()
         if self._sock is None:
             self._start()
@@ -463,6 +474,9 @@ class Sandbox:
         if self._runs_dir is not None:  # confined and bare: the runs' directory is on the host
             shutil.rmtree(self._runs_dir, ignore_errors=True)
             self._runs_dir = None
+        if self._cgroup is not None:  # a server that could not remove its cgroup (killed, or died)
+            _remove_cgroup(self._cgroup)
+            self._cgroup = None
 
     def close(self) -> None:
         with self._lock:
@@ -536,6 +550,53 @@ class Sandbox:
                         raise
                     self._stop()
                     self.restarts += 1
+
+
+def _remove_cgroup(path: str, wait_s: float = 5.0) -> bool:
+    """Remove a stopped server's memory cgroup: its runs' children, then its
+    own. A cgroup cannot be removed while a process is in it: what is left
+    in a child (the runs of a server that died outside a pid namespace) is
+    killed (cgroup v2: cgroup.kill; v1: each pid of cgroup.procs, which are
+    that run's only), and the runs of a killed pid namespace die
+    asynchronously, so each rmdir is retried for up to ``wait_s``. False if
+    something was left."""
+    end = time.monotonic() + wait_s
+    while True:
+        try:
+            for entry in os.scandir(path):
+                if entry.is_dir(follow_symlinks=False):
+                    _kill_cgroup(entry.path)
+                    try:
+                        os.rmdir(entry.path)
+                    except FileNotFoundError:
+                        pass
+            os.rmdir(path)
+            return True
+        except FileNotFoundError:
+            return True
+        except OSError as exc:
+            if exc.errno != errno.EBUSY or time.monotonic() >= end:
+                return False
+            time.sleep(0.01)
+
+
+def _kill_cgroup(path: str) -> None:
+    try:
+        with open(os.path.join(path, "cgroup.kill"), "w") as f:
+            f.write("1")
+        return
+    except OSError:  # cgroup v1, or v2 before Linux 5.14
+        pass
+    try:
+        with open(os.path.join(path, "cgroup.procs")) as f:
+            pids = [int(p) for p in f.read().split()]
+    except (OSError, ValueError):
+        return
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
 
 
 _default: Sandbox | None = None

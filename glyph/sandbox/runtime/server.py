@@ -35,25 +35,50 @@ mode, and never falls back to ``bare`` on its own):
     first drops to an unprivileged uid of its own (kuid 0 would own root's
     files and is exempt from ``RLIMIT_NPROC``).
 ``confined`` (root without CAP_SYS_ADMIN, e.g. a default container)
-    no namespace can be created: each run has a uid of its own (so it reads
-    only world-readable files, cannot signal the server or another run, and
-    ``RLIMIT_NPROC`` counts its processes only), no capabilities, a seccomp
-    filter that fails ``socket()`` and ``io_uring_setup`` (no network; the
-    ``socketpair`` a program may use stays), rlimits, the wall clock and the
-    sweep, which also removes what the run's uid left in the usual
-    world-writable directories (/tmp, /var/tmp, /dev/shm, /run/lock). Not
-    protected: the run reads every world-readable file of the host (a
-    world-readable copy of the benchmark data included: make it unreadable
-    to other users), sees every process and its command line, and could
-    leave files in a world-writable directory other than those. There is no
-    chroot: without bind mounts its root would have to be a copy of the
-    Python installation and its libraries. If the Python installation is
-    not readable by other uids (a Python under root's home), it does not
-    start.
+    no namespace can be created, and without bind mounts a private root
+    has to be a copy: at start the server builds one in a fresh private
+    directory (``_build_copy``: the interpreter, its ELF loader, the shared
+    libraries it and every extension module map, the standard library
+    without its tests, site-packages and GUI, /etc/ld.so.cache and
+    /etc/localtime, a few devices where mknod works, an empty /tmp holding
+    the runs' directories; no /proc, no /usr, no shell), each file
+    hard-linked where it can be, else copied (about 0.2 s hard-linked, under
+    1 s copied). Each worker chroots into it (CAP_SYS_CHROOT, checked at
+    start), so a run sees none of the host's files (a world-readable copy
+    of the benchmark data included) and no process command line; it has a
+    uid of its own (it cannot signal the server or another run, and
+    ``RLIMIT_NPROC`` counts its processes only), writes only its run
+    directory, has no capabilities, a seccomp filter that fails
+    ``socket()`` and ``io_uring_setup`` (no network; the ``socketpair`` a
+    program may use stays), rlimits, the wall clock and the sweep (which
+    also removes what the run's uid left in the host's usual world-writable
+    directories). The copy is world-readable, so a Python installed under
+    root's home serves too. Not protected: the host's pid namespace (a run
+    can ``kill(-1)`` its own uid's processes only), and the run directory is
+    on the host's disk (its files bounded by ``RLIMIT_FSIZE``, not by a
+    filesystem of its own). The server removes the copy when it exits, the
+    client when the server died.
 ``bare`` (only when asked for)
     the caller's uid and capabilities, the host's files and network, no
     process limit; rlimits, the wall clock and the sweep of orphans only. A
     solution can read the workspace and a rollout's secret.
+
+In every mode, where this process can make a cgroup with the memory
+controller (cgroup v2 with ``memory`` in its cgroup's subtree_control, or
+the v1 memory hierarchy, found through /proc/self/cgroup and
+/proc/self/mountinfo), each run's processes together are capped at
+``Limits.run_memory_bytes`` (swap included): the server makes a cgroup of
+its own (``glyph-<pid>-<random>``) under its cgroup and a child per worker,
+puts each worker there before it does anything, writes the cap when the
+job comes, and removes the child once the run is swept. At the cap the
+kernel OOM-kills in that cgroup only (v2: the whole run, memory.oom.group;
+v1: one process, and the server, told by an eventfd, kills the rest); the
+status says ``memory_exceeded`` and the grader reports a MemoryError. Where
+there is no writable cgroup (``userns`` as an unprivileged user; a
+read-only /sys/fs/cgroup), protection ``memory_cap`` is off and says so: a
+run is then bounded by each process's address-space limit times the
+process limit (in ``userns``, that bound covers all runs together; in
+``bare``, nothing bounds a run's processes together).
 
 One run costs one fork of this already-warm interpreter, not an interpreter
 start, and that fork (with the confinement) happens ahead of the request:
@@ -76,6 +101,7 @@ Stdlib only.
 from __future__ import annotations
 
 import ctypes
+import errno
 import gc
 import json
 import os
@@ -146,6 +172,9 @@ IF_OFF = {
     "sweep": "processes a run leaves behind keep running after it is graded",
     "no_capabilities": "the run holds capabilities: it could undo the other protections",
     "minimal_environment": "the run inherits the caller's environment (API keys included)",
+    "memory_cap": "a run's processes together have no memory cap: each process is bounded by its "
+                  "address space limit only, so a run can take that times the process limit and push the "
+                  "machine (the server and concurrent runs included) out of memory",
 }
 
 
@@ -231,11 +260,14 @@ def _cap_last() -> int:
 
 
 def _effective_caps() -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("CapEff:"):
-                return int(line.split()[1], 16)
-    return 0
+    """This thread's effective capability set, from capget(2) (not
+    /proc/self/status: a ``confined`` worker has no /proc after its chroot)."""
+    header = _CapHeader(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3: two 32-bit words
+    data = (_CapData * 2)()
+    if _libc.capget(ctypes.byref(header), data) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"capget: {os.strerror(err)}")
+    return data[0].effective | data[1].effective << 32
 
 
 def _drop_bounding_set(cap_last: int) -> None:
@@ -327,6 +359,210 @@ def _build_root(opts: dict) -> str:
     return "/tmp"
 
 
+# ``confined``: no bind mounts without CAP_SYS_ADMIN, so each worker chroots into a copy, built once
+# per server, of what a run's Python needs, at the same absolute paths (lazy imports read those).
+COPY_SKIP = {"site-packages", "dist-packages", "test", "tests", "idle_test", "idlelib", "tkinter",
+             "turtledemo", "ensurepip"}
+DEVICES = ("null", "zero", "full", "random", "urandom")
+CAP_SYS_CHROOT = 18
+
+
+def _elf_interpreter(path: str) -> str | None:
+    """The PT_INTERP of an ELF64 little-endian executable (the loader an
+    exec of it needs, e.g. /lib64/ld-linux-x86-64.so.2); None otherwise."""
+    import struct
+    with open(path, "rb") as f:
+        head = f.read(64)
+        if len(head) < 64 or head[:4] != b"\x7fELF" or head[4:6] != b"\x02\x01":
+            return None
+        (phoff,) = struct.unpack_from("<Q", head, 32)
+        phentsize, phnum = struct.unpack_from("<HH", head, 54)
+        f.seek(phoff)
+        table = f.read(phentsize * phnum)
+        for i in range(phnum):
+            p_type, _, p_offset, _, _, p_filesz = struct.unpack_from("<IIQQQQ", table, i * phentsize)
+            if p_type == 3:  # PT_INTERP
+                f.seek(p_offset)
+                return f.read(p_filesz).rstrip(b"\0").decode()
+    return None
+
+
+def _mapped_files(dynload: list[str]) -> list[str]:
+    """The files a throwaway child of this process has mapped (the
+    interpreter, its shared libraries, the extension modules the server
+    imported) after importing every extension module of ``dynload``, so
+    that a run can import those the server did not, with their libraries."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(r)
+            signal.alarm(20)
+            for top in dynload:
+                for name in sorted(os.listdir(top)):
+                    if name.endswith(".so"):
+                        try:
+                            __import__(name.split(".")[0])
+                        except BaseException:
+                            pass
+            with open("/proc/self/maps") as f:
+                data = f.read().encode()
+            while data:
+                data = data[os.write(w, data):]
+        finally:
+            os._exit(0)
+    os.close(w)
+    with os.fdopen(r, "rb") as f:
+        data = f.read().decode()
+    os.waitpid(pid, 0)
+    paths = set()
+    for line in data.splitlines():
+        fields = line.split(None, 5)
+        if len(fields) == 6 and fields[5].startswith("/") and os.path.isfile(fields[5]):
+            paths.add(fields[5])
+    return sorted(paths)
+
+
+class _Copier:
+    """Builds the copy under ``top``: directories root's and 0755 (so a run
+    reads a Python installed under a home other uids cannot enter), files
+    hard-linked where they are world-readable and writable only by their
+    owner and on the same filesystem, else copied world-readable."""
+
+    def __init__(self, top: str) -> None:
+        self.top = top
+        self.linked = self.copied = self.size = 0
+        self.no_link: set[int] = set()  # st_dev of filesystems other than the copy's
+
+    def place(self, path: str, depth: int = 0) -> str:
+        """Create the directories and symlinks leading to host ``path`` in
+        the copy; return the real host path it resolves to."""
+        parts = [p for p in path.split("/") if p]
+        cur = ""
+        for i, part in enumerate(parts):
+            cur += "/" + part
+            dst = self.top + cur
+            if os.path.islink(cur):
+                link = os.readlink(cur)
+                if not os.path.lexists(dst):
+                    os.symlink(link, dst)
+                if depth > 40:
+                    raise OSError(f"too many symlinks resolving {path}")
+                return self.place(os.path.normpath(os.path.join(os.path.dirname(cur), link, *parts[i + 1:])),
+                                  depth + 1)
+            if i < len(parts) - 1 and not os.path.lexists(dst):
+                os.mkdir(dst)
+                os.chmod(dst, 0o755)
+        return cur
+
+    def file(self, path: str) -> None:
+        """Host file ``path`` (symlinks along it included) into the copy."""
+        real = self.place(path)
+        if os.path.isdir(real):
+            return self.tree(real)
+        dst = self.top + real
+        if os.path.lexists(dst):
+            return
+        st = os.stat(real)
+        self.size += st.st_size
+        if st.st_mode & 0o004 and not st.st_mode & 0o022 and st.st_dev not in self.no_link:
+            try:
+                os.link(real, dst)
+                self.linked += 1
+                return
+            except OSError as exc:  # another filesystem, or protected_hardlinks
+                if exc.errno == 18:  # EXDEV: no file of that filesystem will link
+                    self.no_link.add(st.st_dev)
+        shutil.copyfile(real, dst)
+        os.chmod(dst, 0o755 if st.st_mode & 0o111 else 0o644)
+        self.copied += 1
+
+    def tree(self, path: str) -> None:
+        """A directory tree, less ``COPY_SKIP`` and config-* (the static
+        libpython and its Makefile)."""
+        real = self.place(path)
+        dst = self.top + real
+        if not os.path.lexists(dst):
+            os.mkdir(dst)
+            os.chmod(dst, 0o755)
+        for root, dirs, files in os.walk(real):
+            dirs[:] = [d for d in dirs if d not in COPY_SKIP and not d.startswith("config-")]
+            for name in list(dirs) + files:
+                src = os.path.join(root, name)
+                if os.path.islink(src):
+                    if not os.path.lexists(self.top + src):
+                        os.symlink(os.readlink(src), self.top + src)
+                    if name in dirs:
+                        dirs.remove(name)
+                elif name in dirs:
+                    os.mkdir(self.top + src)
+                    os.chmod(self.top + src, 0o755)
+                else:
+                    self.file(src)
+
+
+def _build_copy() -> tuple[str, str, dict]:
+    """``confined``: build the root each worker chroots into, in a fresh
+    private directory (root's, 0755): the interpreter (``sys.executable``
+    and its real path), its ELF loader, every shared library a child of
+    this process maps after importing every extension module, the standard
+    library (``COPY_SKIP`` left out, lib-dynload kept) at the same absolute
+    paths, /etc/ld.so.cache and /etc/localtime, the devices ``DEVICES``
+    where mknod works (CAP_MKNOD, a filesystem without nodev), /dev/shm
+    (root's, read-only to runs) and /tmp, the runs' directory. No /proc.
+    Returns (top, runs directory, facts); the caller removes ``top``."""
+    import stat
+    import tempfile
+    t0 = time.monotonic()
+    top = tempfile.mkdtemp(prefix="glyph-root-")
+    os.chmod(top, 0o755)
+    try:
+        copier = _Copier(top)
+        stdlib = os.path.dirname(os.__file__)
+        dynload = [p for p in sys.path if os.path.basename(p) == "lib-dynload" and os.path.isdir(p)]
+        copier.tree(stdlib)
+        for path in dynload:
+            copier.tree(path)
+        for path in ("/bin", "/lib", "/lib32", "/lib64", "/libx32", "/sbin"):  # merged-/usr links
+            if os.path.islink(path):
+                copier.place(path)
+        exe = [sys.executable, os.path.realpath(sys.executable)]
+        loader = _elf_interpreter(exe[1])
+        mapped = _mapped_files(dynload)
+        for path in exe + ([loader] if loader else []) + mapped:
+            copier.file(path)
+        # The names the loader looks a library up by (its soname: libbz2.so.1.0 -> libbz2.so.1.0.4), for
+        # the extension modules a run imports that the server did not load.
+        libs = {path for path in mapped if ".so" in os.path.basename(path)}
+        for folder in sorted({os.path.dirname(path) for path in libs}):
+            for entry in os.scandir(folder):
+                if entry.is_symlink() and os.path.realpath(entry.path) in libs:
+                    copier.place(entry.path)
+        for path in ("/etc/ld.so.cache", "/etc/localtime"):
+            if os.path.isfile(path):
+                copier.file(path)
+        for name in ("dev", "dev/shm", "tmp"):
+            if not os.path.lexists(f"{top}/{name}"):
+                os.mkdir(f"{top}/{name}")
+            os.chmod(f"{top}/{name}", 0o755)
+        missing = []
+        for dev in DEVICES:
+            dst = f"{top}/dev/{dev}"
+            try:
+                os.mknod(dst, stat.S_IFCHR | 0o666, os.stat(f"/dev/{dev}").st_rdev)
+                os.chmod(dst, 0o666)
+                os.close(os.open(dst, os.O_RDONLY))  # fails where the filesystem is mounted nodev
+            except OSError:
+                missing.append(dev)
+                _unlink(dst)
+        facts = {"seconds": time.monotonic() - t0, "bytes": copier.size, "linked": copier.linked,
+                 "copied": copier.copied, "missing_devices": missing}
+        return top, f"{top}/tmp", facts
+    except BaseException:
+        _remove_tree(top)
+        raise
+
+
 def isolate(opts: dict) -> tuple[dict, str]:
     """Apply every protection of ``opts["mode"]``; return (protections, runs
     directory). Raises ``SystemExit`` naming what is missing when the mode
@@ -337,6 +573,8 @@ def isolate(opts: dict) -> tuple[dict, str]:
     if mode not in MODES:
         raise SystemExit(f"unknown sandbox mode {mode!r}")
     prot: dict[str, dict] = {}
+    global _CGROUPS
+    _CGROUPS, no_cgroup = _memory_cgroup()  # before any chroot: later it is reached through its fds
     namespaced = mode in ("namespaces", "userns")
     runs_dir = None
     if namespaced:
@@ -350,9 +588,19 @@ def isolate(opts: dict) -> tuple[dict, str]:
             runs_dir = _build_root(opts)
         except OSError as exc:
             raise SystemExit(f"could not build the private root: {exc}") from None
-    seccomp = None
+    seccomp = copy = None
     if mode == "confined":
         _check_confined()
+        try:
+            top, runs_dir, copy = _build_copy()
+        except OSError as exc:
+            raise SystemExit(f"could not build the copied root: {exc}") from None
+        try:
+            _probe_copy(top)
+        except BaseException:
+            _remove_tree(top)
+            raise
+        opts["chroot"] = top
         seccomp = _check_seccomp()
     user = "" if mode == "namespaces" else " of a user namespace (`unshare --user --map-root-user`)"
     prot["uid_separation"] = _prot(
@@ -365,12 +613,16 @@ def isolate(opts: dict) -> tuple[dict, str]:
         "share the (offline) network namespace"
         if mode == "userns" else "runs keep the caller's uid", "uid_separation")
     prot["mount_isolation"] = _prot(
-        namespaced,
+        namespaced or mode == "confined",
         f"root{user} in a private mount namespace; chroot into a read-only view of /usr and the Python "
         "installation; each run's cwd is a size-capped tmpfs of its own, the only place it can write; "
         "/proc with hidepid=2" if namespaced else
-        "no mount namespace without CAP_SYS_ADMIN: the run reads every world-readable file of the host; "
-        "it writes only its run directory and the world-writable directories, which the sweep cleans"
+        "no mount namespace without CAP_SYS_ADMIN; chroot into a copy of the Python installation (the "
+        "interpreter, its shared libraries and standard library; no /usr, no shell), built at server start; "
+        "no /proc; each run's cwd is a directory of its own, the only place it can write (its files bounded "
+        "by the file size limit, not by a filesystem of its own)"
+        + (f"; missing devices (no mknod): {', '.join('/dev/' + d for d in copy['missing_devices'])}"
+           if copy["missing_devices"] else "")
         if mode == "confined" else "the run sees and writes what the caller can", "mount_isolation")
     prot["network_isolation"] = _prot(
         namespaced or (mode == "confined" and seccomp is None),
@@ -382,7 +634,10 @@ def isolate(opts: dict) -> tuple[dict, str]:
         "the host's network", "network_isolation")
     prot["pid_namespace"] = _prot(
         namespaced, "unshare --pid: the run sees no process of the host; the server is its pid 1"
-        if namespaced else "the host's pid namespace", "pid_namespace")
+        if namespaced else
+        "the host's pid namespace; no /proc in the chroot: the run cannot list processes or read their "
+        "command lines, and signals only its own uid's" if mode == "confined" else "the host's pid namespace",
+        "pid_namespace")
     prot["rlimits"] = _prot(
         True, "address space, CPU time, file size, open files per process; processes per run"
         if mode in ("namespaces", "confined") else
@@ -403,6 +658,7 @@ def isolate(opts: dict) -> tuple[dict, str]:
         "(of the host or of its user namespace), the bounding set emptied and SECBIT_NOROOT locked too: no "
         "exec gains a capability", "no_capabilities")
     prot["minimal_environment"] = _prot(True, "PATH, HOME, TMPDIR and LANG only", "minimal_environment")
+    prot["memory_cap"] = _memory_cap_prot(mode, _CGROUPS, no_cgroup, opts)
     if runs_dir is None:
         import tempfile
         runs_dir = tempfile.mkdtemp(prefix="glyph-runs-")
@@ -438,28 +694,46 @@ def _check_seccomp() -> str | None:
 
 
 def _check_confined() -> None:
-    """``confined`` needs root (to give each run a uid of its own) and a
-    Python installation that such a uid can read (a run imports the stdlib
-    modules the server did not pre-import)."""
+    """``confined`` needs root (to give each run a uid of its own) and
+    CAP_SYS_CHROOT (to chroot each run into the copied root)."""
     if os.geteuid() != 0:
         raise SystemExit("needs root (to give each run a uid of its own)")
+    if not _effective_caps() >> CAP_SYS_CHROOT & 1:
+        raise SystemExit("needs CAP_SYS_CHROOT (to chroot each run into a copy of the Python installation)")
+
+
+def _probe_copy(top: str) -> None:
+    """In a throwaway child, what a worker does: chroot into ``top``, switch
+    to an unprivileged uid, and read the standard library there (a run
+    imports the modules the server did not pre-import). The copy is
+    world-readable, so a Python under root's home serves too."""
     probe = UID_BASE - 1
     stdlib = os.path.dirname(os.__file__)
     pid = os.fork()
     if pid == 0:
         try:
+            os.chroot(top)
+            os.chdir("/")
+        except BaseException:
+            os._exit(5)
+        try:
             os.setgroups([])
             os.setresgid(probe, probe, probe)
             os.setresuid(probe, probe, probe)
-            os._exit(0 if os.access(os.path.join(stdlib, "json", "__init__.py"), os.R_OK) else 3)
         except BaseException:
             os._exit(4)
+        try:
+            ok = os.access(os.path.join(stdlib, "json", "__init__.py"), os.R_OK) and os.listdir(stdlib)
+            os._exit(0 if ok else 3)
+        except BaseException:
+            os._exit(3)
     code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    if code == 5:
+        raise SystemExit("cannot chroot (no CAP_SYS_CHROOT?)")
     if code == 4:
         raise SystemExit("cannot switch to an unprivileged uid (no CAP_SETUID?)")
     if code != 0:
-        raise SystemExit(f"the Python standard library at {stdlib} is not readable by other "
-                         "users; run glyph with a Python installed for all users")
+        raise SystemExit(f"the copied Python standard library at {stdlib} is not readable by other users")
 
 
 def _no_network() -> bool:
@@ -472,6 +746,267 @@ def _no_network() -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         flags = struct.unpack("16sH", fcntl.ioctl(s.fileno(), 0x8913, struct.pack("16sH", b"lo", 0)))[1]
     return not flags & 1  # IFF_UP
+
+
+# ---------------------------------------------------------------- per-run memory cap (cgroups)
+#
+# Upstream contracts: Linux Documentation/admin-guide/cgroup-v2.rst ("memory.max", "memory.swap.max",
+# "memory.oom.group", "memory.events" oom_kill, "cgroup.kill", "cgroup.subtree_control" and the no
+# internal process constraint) and Documentation/admin-guide/cgroup-v1/memory.rst ("memory.limit_in_bytes",
+# "memory.memsw.limit_in_bytes", section "OOM Control": memory.oom_control and its eventfd notification
+# through cgroup.event_control); /proc/self/cgroup and /proc/self/mountinfo: proc(5), cgroups(7).
+
+
+def _unescape_mountinfo(field: str) -> str:
+    """mountinfo writes space, tab, newline and backslash as \\ooo (proc(5))."""
+    import re
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+
+
+def _own_memory_cgroups() -> tuple[list[tuple[int, str]], list[str]]:
+    """Where this process's own cgroup is in the cgroup v2 hierarchy and in
+    the v1 memory hierarchy, as paths in this mount namespace (from
+    /proc/self/cgroup and /proc/self/mountinfo: nothing hard-coded):
+    ``[(version, path)]``, v2 first; and why a hierarchy is not usable."""
+    with open("/proc/self/cgroup") as f:
+        own = f.read().splitlines()
+    with open("/proc/self/mountinfo") as f:
+        mounts = f.read().splitlines()
+    paths: dict[int, str] = {}
+    for line in own:
+        hid, ctrls, path = line.split(":", 2)
+        if hid == "0" and ctrls == "":
+            paths.setdefault(2, path)
+        elif "memory" in ctrls.split(","):
+            paths.setdefault(1, path)
+    found, why = [], []
+    for version in (2, 1):
+        path = paths.get(version)
+        if path is None:
+            continue
+        for line in mounts:
+            left, sep, right = line.partition(" - ")
+            fields, tail = left.split(), right.split()
+            if not sep or len(fields) < 5 or len(tail) < 3:
+                continue
+            if tail[0] != ("cgroup2" if version == 2 else "cgroup"):
+                continue
+            if version == 1 and "memory" not in tail[2].split(","):
+                continue
+            root, point = _unescape_mountinfo(fields[3]), _unescape_mountinfo(fields[4])
+            if root == "/" or path == root or path.startswith(root + "/"):
+                rel = path if root == "/" else path[len(root):]
+                found.append((version, os.path.normpath(point + "/" + rel)))
+                break
+        else:
+            why.append(f"cgroup v{version}: this process's cgroup is not mounted here")
+    return found, why
+
+
+class Cgroups:
+    """The server's own memory cgroup (``glyph-<pid>-<random>``, made at
+    start under this process's cgroup; the server itself stays outside it)
+    and one child per worker, named after the worker's run directory. The
+    server puts each pre-forked worker into its child before the worker
+    does anything, and writes the run's cap when the job comes. Both
+    directories are opened at start (before any chroot): every later access
+    is relative to those fds."""
+
+    def __init__(self, version: int, host: str) -> None:
+        self.version = version
+        self.name = f"glyph-{os.getpid()}-{secrets.token_hex(4)}"
+        self.path = f"{host}/{self.name}"
+        self.children: set[str] = set()
+        if version == 2:
+            with open(f"{host}/cgroup.subtree_control") as f:
+                if "memory" not in f.read().split():
+                    raise OSError(f"the memory controller is not enabled for the children of {host} "
+                                  "(its cgroup.subtree_control)")
+        self.up = os.open(host, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.mkdir(self.name, 0o755, dir_fd=self.up)
+        except OSError:
+            os.close(self.up)
+            raise
+        self.fd = -1
+        try:
+            self.fd = os.open(self.name, os.O_RDONLY | os.O_DIRECTORY, dir_fd=self.up)
+            if version == 2:
+                self._write("cgroup.subtree_control", "+memory")
+            self.add("probe")  # what each run will need: a child, a cap, a process moved into it
+            try:
+                self.cap("probe", 64 << 20)
+                r, w = os.pipe()
+                pid = os.fork()
+                if pid == 0:
+                    os.close(w)
+                    os.read(r, 1)
+                    os._exit(0)
+                os.close(r)
+                try:
+                    self.join("probe", pid)
+                finally:
+                    os.close(w)
+                    os.waitpid(pid, 0)
+            finally:
+                self.remove("probe")
+        except BaseException:
+            self.close()
+            raise
+
+    def _write(self, rel: str, value: object) -> None:
+        fd = os.open(rel, os.O_WRONLY, dir_fd=self.fd)
+        try:
+            os.write(fd, str(value).encode())
+        finally:
+            os.close(fd)
+
+    def _read(self, rel: str) -> str:
+        fd = os.open(rel, os.O_RDONLY, dir_fd=self.fd)
+        try:
+            return os.read(fd, 1 << 16).decode()
+        finally:
+            os.close(fd)
+
+    def add(self, name: str) -> None:
+        os.mkdir(name, 0o755, dir_fd=self.fd)
+        self.children.add(name)
+        if self.version == 2:
+            try:  # at the cap the kernel kills every process of the run, not one of them
+                self._write(f"{name}/memory.oom.group", 1)
+            except FileNotFoundError:  # before Linux 4.19: the server kills the rest
+                pass
+
+    def join(self, name: str, pid: int) -> None:
+        self._write(f"{name}/cgroup.procs", pid)
+
+    def cap(self, name: str, nbytes: int) -> None:
+        """Memory and swap together at most ``nbytes``. OSError (EBUSY) where
+        the cgroup already uses more than that."""
+        if self.version == 2:
+            self._write(f"{name}/memory.max", nbytes)
+            swap = f"{name}/memory.swap.max", 0
+        else:
+            self._write(f"{name}/memory.limit_in_bytes", nbytes)
+            swap = f"{name}/memory.memsw.limit_in_bytes", nbytes  # must not be below the line above
+        try:
+            self._write(*swap)
+        except FileNotFoundError:  # no swap accounting: nothing to bound
+            pass
+
+    def watch(self, name: str) -> int | None:
+        """v1: an eventfd the kernel signals when the cgroup runs out of
+        memory (it OOM-kills one process, not the run; the server then kills
+        the rest). v2 needs none: memory.oom.group kills the run whole."""
+        if self.version != 1 or not hasattr(os, "eventfd"):
+            return None
+        efd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
+        try:
+            ctl = os.open(f"{name}/memory.oom_control", os.O_RDONLY, dir_fd=self.fd)
+            try:
+                self._write(f"{name}/cgroup.event_control", f"{efd} {ctl}")
+            finally:
+                os.close(ctl)
+        except OSError:
+            os.close(efd)
+            return None
+        return efd
+
+    def oom_kills(self, name: str) -> int:
+        """Processes of the cgroup the kernel OOM-killed (``oom_kill`` of
+        memory.events, v2, or memory.oom_control, v1 since Linux 4.13)."""
+        try:
+            text = self._read(f"{name}/memory.events" if self.version == 2 else f"{name}/memory.oom_control")
+        except OSError:
+            return 0
+        for line in text.splitlines():
+            key, _, value = line.partition(" ")
+            if key == "oom_kill":
+                return int(value)
+        return 0
+
+    def kill(self, name: str) -> None:
+        """v2 since Linux 5.14: kill every process of the cgroup at once."""
+        if self.version == 2:
+            try:
+                self._write(f"{name}/cgroup.kill", 1)
+            except OSError:
+                pass
+
+    def remove(self, name: str, tries: int = 200) -> bool:
+        """rmdir, retried while processes killed a moment ago still leave it
+        (EBUSY); False if it could not be removed yet."""
+        for i in range(tries):
+            try:
+                os.rmdir(name, dir_fd=self.fd)
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                if exc.errno == errno.EBUSY and i + 1 < tries:
+                    time.sleep(0.005)
+                    continue
+                return False
+            self.children.discard(name)
+            return True
+        return False
+
+    def close(self) -> None:
+        """Remove every child left and the server's own cgroup."""
+        if self.fd >= 0:
+            for name in sorted(self.children):
+                self.remove(name)
+            os.close(self.fd)
+            self.fd = -1
+        try:
+            os.rmdir(self.name, dir_fd=self.up)
+        except OSError:
+            pass
+        os.close(self.up)
+
+
+def _memory_cgroup() -> tuple[Cgroups | None, str]:
+    """The server's own memory cgroup where one can be made here; else
+    None and why not."""
+    try:
+        found, why = _own_memory_cgroups()
+    except (OSError, ValueError) as exc:
+        return None, f"cannot read /proc/self/cgroup or /proc/self/mountinfo: {exc}"
+    for version, host in found:
+        try:
+            return Cgroups(version, host), ""
+        except OSError as exc:
+            why.append(f"cgroup v{version} at {host}: {exc.strerror or exc}")
+    return None, "; ".join(why) or "no cgroup hierarchy with the memory controller"
+
+
+def _gib(n: int) -> str:
+    return f"{n / (1 << 30):g} GiB" if n >= 1 << 30 else f"{n / (1 << 20):g} MiB"
+
+
+def _memory_cap_prot(mode: str, cgroups: Cgroups | None, why: str, opts: dict) -> dict:
+    """``memory_cap``: on with the cgroup that caps each run; off with why,
+    and what bounds a run's memory instead."""
+    defaults = opts.get("defaults") or {}
+    run_cap, mem, nproc = (int(defaults.get(k, 0)) for k in ("run_memory_bytes", "memory_bytes", "nproc"))
+    if cgroups is not None:
+        oom = ("the kernel kills every process of the run (memory.oom.group)" if cgroups.version == 2 else
+               "the kernel kills one of its processes and the server the rest")
+        return _prot(True, f"cgroup v{cgroups.version} memory controller ({cgroups.path}, a child per "
+                     f"run): a run's processes together get Limits.run_memory_bytes ({_gib(run_cap)} by "
+                     f"default), swap included; at the cap {oom}, reported as a memory error", "memory_cap")
+    if mode == "bare":
+        bound = "bare has no process limit: nothing bounds a run's processes together"
+    else:
+        bound = (f"a run is bounded by the address-space limit of each process times the process limit: "
+                 f"{_gib(mem)} x {nproc} = {_gib(mem * nproc)} with the default Limits")
+        if mode == "userns":
+            bound += (" (the process limit bounds the whole sandbox, so that is the bound of all runs "
+                      "together)")
+    return _prot(False, f"no writable cgroup with the memory controller ({why}); {bound}", "memory_cap")
+
+
+_CGROUPS: Cgroups | None = None  # set by isolate(), used by the Server
+
 
 
 # ---------------------------------------------------------------- server loop
@@ -503,13 +1038,20 @@ def main() -> None:
             __import__(name)
         except ImportError:
             pass
-    prot, runs_dir = isolate(opts)
+    try:
+        prot, runs_dir = isolate(opts)
+    except BaseException:
+        if _CGROUPS is not None:  # the mode could not be had: leave no cgroup behind
+            _CGROUPS.close()
+        raise
     if os.getpid() != 1:
         _prctl(PR_SET_CHILD_SUBREAPER, 1)  # orphans of runs come back to us, not to init
     sock = socket.socket(fileno=ctl_fd)
     hello = {"ev": "hello", "pid": os.getpid(), "protections": prot}
-    if not prot["mount_isolation"]["on"]:  # on the host's /tmp: the client removes it after killing us
-        hello["runs_dir"] = runs_dir
+    if _CGROUPS is not None:  # the client removes it if we die
+        hello["cgroup"] = _CGROUPS.path
+    if os.getpid() != 1:  # confined, bare: on the host's /tmp, so the client removes it after killing us
+        hello["runs_dir"] = opts.get("chroot") or runs_dir  # confined: the copied root, the runs' inside
     sock.send(wire.dumps(hello))
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     gc.collect()
@@ -528,7 +1070,8 @@ class Server:
         self.sock = sock
         self.mode = opts["mode"]
         self.uid_separation = prot["uid_separation"]["on"]
-        self.private_mounts = prot["mount_isolation"]["on"]
+        self.private_mounts = self.mode in ("namespaces", "userns")  # runs' directories: tmpfs mounts
+        self.chroot = opts.get("chroot")  # confined: the copied root each worker chroots into
         self.cap_last = _cap_last()
         confined_net = self.mode == "confined" and prot["network_isolation"]["on"]
         self.seccomp = _no_sockets_filter() if confined_net else None
@@ -542,6 +1085,11 @@ class Server:
         self.idle: dict[int, IdleWorker] = {}  # by pid, oldest first
         self.seq = 0
         self.uid_base = UID_BASE + secrets.randbelow(UID_BLOCKS) * UID_SPAN
+        self.cgroups = _CGROUPS  # the per-run memory cap, where a cgroup could be made
+        self.cg_of: dict[int, str] = {}  # worker pid -> its cgroup
+        self.oom_fd: dict[int, int] = {}  # run pid -> eventfd signalled when it runs out of memory (v1)
+        self.oom_of: dict[int, ActiveRun] = {}  # that eventfd -> the run
+        self.oom_hit: set[int] = set()  # pids of runs that went over their memory cap
 
     def loop(self) -> None:
         while True:
@@ -553,6 +1101,9 @@ class Server:
             for fd, _ in events:
                 if fd == self.sock.fileno():
                     self.accept()
+                    continue
+                if fd in self.oom_of:
+                    self._out_of_memory(fd)
                     continue
                 item = self.by_fd.get(fd)
                 if isinstance(item, IdleWorker):
@@ -588,13 +1139,17 @@ class Server:
         elif uid is not None:
             os.chown(rundir, uid, uid)
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        gate = self._cgroup_gate()
         pid = os.fork()
         if pid == 0:
             try:
-                _idle_worker(theirs.fileno(), uid, rundir, self.mode, self.cap_last, self.seccomp)
+                _await_gate(gate)
+                _idle_worker(theirs.fileno(), uid, rundir, self.mode, self.cap_last, self.seccomp,
+                             self.chroot)
             finally:
                 os._exit(120)
         theirs.close()
+        self._join_cgroup(pid, gate)
         idle = IdleWorker(pid, os.pidfd_open(pid), ours, uid, rundir)
         self.idle[pid] = idle
         self.by_fd[idle.pidfd] = idle
@@ -610,6 +1165,7 @@ class Server:
         idle.sock.close()
         os.waitpid(idle.pid, 0)
         self.sweep(idle.uid)
+        self._end_cgroup(idle.pid)
         self._remove_rundir(idle.rundir)
         self._sweep_files(idle.uid)
 
@@ -627,6 +1183,10 @@ class Server:
         while True:
             idle = self.idle.pop(next(iter(self.idle))) if self.idle else self.prefork()
             self.idle.pop(idle.pid, None)
+            over = not self._cap_cgroup(idle.pid, limits)
+            if over:  # the worker already uses more than the run's cap: the run ends at once, over it
+                self._kill(idle.pid)
+                break
             try:
                 socket.send_fds(idle.sock, [msg], fds)
                 break
@@ -642,6 +1202,7 @@ class Server:
         self.by_fd[run.pidfd] = run
         self.by_fd[run.ctl] = run
         self.poller.register(run.ctl, select.POLLIN)
+        self._watch_cgroup(run, over)
 
     def shutdown(self) -> None:
         """Exit. As pid 1 of a namespace, exiting kills everything left and
@@ -659,7 +1220,19 @@ class Server:
             for item in workers:
                 self.sweep(item.uid)
                 self._sweep_files(item.uid)
-            _remove_tree(self.runs_dir)
+            _remove_tree(self.chroot or self.runs_dir)
+        elif self.cgroups is not None:  # the kernel kills the rest only once we are gone: too late to rmdir
+            try:
+                os.kill(-1, signal.SIGKILL)
+            except OSError:
+                pass
+            while True:
+                try:
+                    os.waitpid(-1, 0)
+                except ChildProcessError:
+                    break
+        if self.cgroups is not None:
+            self.cgroups.close()
         os._exit(0)
 
     def finish(self, run: ActiveRun) -> None:
@@ -674,6 +1247,9 @@ class Server:
         os.close(run.pidfd)
         del self.runs[run.pid]
         swept = self.sweep(run.uid)
+        memory_exceeded = self._end_cgroup(run.pid)
+        self._remove_rundir(run.rundir)
+        self._sweep_files(run.uid)
         report = {
             "ev": "status",
             "exit": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
@@ -684,13 +1260,89 @@ class Server:
             "cpu_s": usage.ru_utime + usage.ru_stime,
             "maxrss_kb": usage.ru_maxrss,
             "swept": swept,
-            "cleanup_error": self._remove_rundir(run.rundir) or self._sweep_files(run.uid),
+            "memory_exceeded": memory_exceeded,
         }
         try:
             os.write(run.ctl, wire.dumps(report))
         except OSError:
             pass
         os.close(run.ctl)
+
+    # -- the per-run memory cap
+    def _cgroup_gate(self) -> tuple[int, int] | None:
+        """Before forking the next worker: its cgroup, and a pipe it waits
+        on until the server has put it there."""
+        if self.cgroups is None:
+            return None
+        self.cgroups.add(f"run-{self.seq}")
+        return os.pipe()
+
+    def _join_cgroup(self, pid: int, gate: tuple[int, int] | None) -> None:
+        """Put the new worker in its cgroup, then let it go on."""
+        if gate is None:
+            return
+        os.close(gate[0])
+        try:
+            self.cgroups.join(f"run-{self.seq}", pid)
+        except OSError:  # checked at start: something removed our cgroup
+            self._kill(pid)
+            raise
+        finally:
+            os.close(gate[1])
+        self.cg_of[pid] = f"run-{self.seq}"
+
+    def _cap_cgroup(self, pid: int, limits: dict) -> bool:
+        """Write the run's cap; False where the worker already uses more."""
+        name = self.cg_of.get(pid)
+        if name is None:
+            return True
+        try:
+            self.cgroups.cap(name, int(limits.get("run_memory_bytes") or 1 << 30))
+        except OSError:
+            return False
+        return True
+
+    def _watch_cgroup(self, run: ActiveRun, over: bool) -> None:
+        if over:
+            self.oom_hit.add(run.pid)
+        name = self.cg_of.get(run.pid)
+        efd = self.cgroups.watch(name) if name is not None and not over else None
+        if efd is not None:
+            self.oom_fd[run.pid] = efd
+            self.oom_of[efd] = run
+            self.poller.register(efd, select.POLLIN)
+
+    def _out_of_memory(self, efd: int) -> None:
+        """v1: the kernel OOM-killed a process of the run (one, not all):
+        end the run, as v2's memory.oom.group would."""
+        run = self.oom_of[efd]
+        self.poller.unregister(efd)  # once is enough; closed when the run is finished
+        self.oom_hit.add(run.pid)
+        self._kill_run(run.pid)
+
+    def _end_cgroup(self, pid: int) -> bool:
+        """After the sweep: whether the run went over its cap (the kernel
+        OOM-killed one of its processes); then remove its cgroup (and any
+        an earlier run could not leave yet)."""
+        efd = self.oom_fd.pop(pid, None)
+        if efd is not None:
+            self.oom_of.pop(efd, None)
+            try:
+                self.poller.unregister(efd)
+            except KeyError:
+                pass
+            os.close(efd)
+        over = pid in self.oom_hit
+        self.oom_hit.discard(pid)
+        name = self.cg_of.pop(pid, None)
+        if name is None:
+            return over
+        self.cgroups.kill(name)  # v2: whatever the sweep could not see
+        over = over or self.cgroups.oom_kills(name) > 0
+        self.cgroups.remove(name)
+        for stale in self.cgroups.children - set(self.cg_of.values()):
+            self.cgroups.remove(stale, tries=1)
+        return over
 
     def _remove_rundir(self, path: str) -> str | None:
         if self.private_mounts:
@@ -896,13 +1548,27 @@ def _own_pid_namespace() -> None:
     os._exit(128 + sig)
 
 
+def _await_gate(gate: tuple[int, int] | None) -> None:
+    """A new worker, before anything else: wait until the server has put it
+    in its run's cgroup (so whatever it forks is in there too)."""
+    if gate is not None:
+        os.close(gate[1])
+        os.read(gate[0], 1)  # EOF once the server is done
+        os.close(gate[0])
+
+
 def _idle_worker(job_fd: int, uid: int | None, rundir: str, mode: str, cap_last: int,
-                 seccomp: list | None) -> None:
+                 seccomp: list | None, chroot: str | None = None) -> None:
     """Confine this fresh fork, then wait for a job: the request and its fds."""
     os.setsid()
     job_fd = _dup_high(job_fd)
     os.closerange(0, job_fd)
     os.closerange(job_fd + 1, 1 << 16)
+    devnull = os.open("/dev/null", os.O_RDONLY)  # before the chroot: its /dev may lack null
+    if chroot is not None:  # confined: into the copied root, while CAP_SYS_CHROOT is held
+        os.chroot(chroot)
+        os.chdir("/")
+        rundir = rundir[len(chroot):]
     if mode in ("namespaces", "userns"):
         _unshare(CLONE_NEWIPC)  # SysV IPC objects: none shared between runs, none left after one
     if mode == "userns":
@@ -936,7 +1602,6 @@ def _idle_worker(job_fd: int, uid: int | None, rundir: str, mode: str, cap_last:
     limits = json.loads(msg)["limits"]
     payload_fd, result_w, out_w, err_w, ctl, req_r = fds
     os.close(ctl)
-    devnull = os.open("/dev/null", os.O_RDONLY)
     high = [_dup_high(fd) for fd in (devnull, out_w, err_w, result_w, req_r, payload_fd)]
     for target, fd in enumerate(high):
         os.dup2(fd, target)
