@@ -13,7 +13,7 @@ import pytest
 
 from glyph import protocol
 from glyph.env import program
-from glyph.env.harness import limits_for, limits_record
+from glyph.env.harness import LOCAL_SANDBOX, limits_for, limits_record
 from glyph.env.service import SandboxTestService
 from glyph.env.verify import TaskTests, verify
 from glyph.policies.policies import HACKS, Planner
@@ -46,7 +46,8 @@ def episode(tmp_path, server, service, task, arm, policy, tester="service", **ov
            "limits": limits_record(LIMITS), "model_timeout": 10,
            "messages": protocol.messages(arm, task.text, task.test_list),
            "tester": {"kind": "service", "url": service.url} if tester == "service" else
-           {"kind": "local", "setup": task.test_setup_code, "tests": list(task.test_list)},
+           {"kind": "local", "sandbox": LOCAL_SANDBOX, "setup": task.test_setup_code,
+            "tests": list(task.test_list)},
            "endpoint": {"base_url": server.base_url, "model": policy}}
     cfg.update(over)
     with contextlib.chdir(ws):
@@ -189,8 +190,9 @@ def test_claims_must_match_the_service_log(tmp_path, server, service, mbpp_tasks
 
 
 def test_background_process_rewriting_the_trace_after_the_program_ends(tmp_path, server, service, mbpp_tasks):
-    """With the container runner (no glyph sandbox), a solution leaves a daemon
-    that rewrites .glyph/trace.json after the program has written it."""
+    """With the container's tester (its own grader and sandbox, beside the
+    program), a solution leaves a daemon that rewrites .glyph/trace.json
+    after the program has written it."""
     task = mbpp_tasks["mbpp_11"]
     trace, info, ws = episode(tmp_path, server, service, task, "a", "recover", tester="local")
     assert info["reward"] == 1.0  # the honest run
@@ -334,6 +336,65 @@ def test_the_trace_is_saved_after_every_turn(tmp_path, server, service, mbpp_tas
     assert partial["reward"] == 0.0 and partial["metrics"]["tampered"] == 1.0  # solution.py differs from the patch
     partial = verify(saved[1], saved[1]["candidates"][-1]["source"], _task_tests(task), LIMITS)
     assert partial["reward"] == 0.0 and partial["metrics"]["tampered"] == 0.0 and "did not finish" in partial["reason"]
+
+
+class DirRuntime:
+    """A container-style runtime (not verifiers' subprocess one, so the harness
+    takes its container branch): files go under ``root``, and the program runs
+    there as the harness asks, in a Python that sees the stdlib and what the
+    harness wrote, nothing installed (``-S``): what a container without glyph has."""
+
+    def __init__(self, root) -> None:
+        self.root = root
+
+    async def write(self, path: str, data: bytes) -> None:
+        (self.root / path).parent.mkdir(parents=True, exist_ok=True)
+        (self.root / path).write_bytes(data)
+
+    async def run_program(self, argv, env):
+        import asyncio
+
+        from verifiers.v1 import ProgramResult
+        assert argv[:2] == ["python3", "-I"]
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-I", "-S", *argv[2:], cwd=self.root, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE, env={"PATH": "/usr/local/bin:/usr/bin:/bin", **env})
+        out, err = await asyncio.wait_for(proc.communicate(), 300)
+        return ProgramResult(exit_code=proc.returncode, stdout=out.decode(), stderr=err.decode())
+
+
+def test_the_container_path_grades_with_the_shipped_grader(tmp_path, server, mbpp_tasks):
+    """The harness's container branch end to end: the program and the shipped
+    grader, alone in the runtime, grade python_test under the harness's limits
+    in the sandbox mode it chose; finalize's re-grade reproduces every claim."""
+    import asyncio
+    import types
+
+    from glyph.env.harness import GlyphHarness, GlyphHarnessConfig
+    from glyph.env.taskset import GlyphData
+    from glyph.sandbox import get_sandbox
+    from glyph.tasks import mbpp
+
+    task = mbpp_tasks["mbpp_11"]
+    row = mbpp.task_row(task, "test")
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    h = GlyphHarness(GlyphHarnessConfig(id="glyph-mbpp", tool_timeout=3))
+    data = GlyphData(name=task.id, arm="a", task_text=row["text"], visible_tests=row["visible_tests"],
+                     hidden_setup=task.test_setup_code)
+    info = types.SimpleNamespace(info={})
+    res = asyncio.run(h.launch(types.SimpleNamespace(model="recover"), info, DirRuntime(ws), server.base_url,
+                               secrets.token_hex(8), {}, data))
+    assert res.exit_code == 0 and info.info["glyph_program"]["exit_code"] == 0, info.info
+    cfg = json.loads((ws / ".glyph" / "config.json").read_text())
+    assert cfg["tester"]["kind"] == "local" and cfg["tester"]["sandbox"] == LOCAL_SANDBOX == "auto-or-bare"
+    assert cfg["limits"] == info.info["glyph_limits"] == limits_record(LIMITS)
+    trace = json.loads((ws / ".glyph" / "trace.json").read_text())
+    assert [t["outcome"] for t in trace["tests"]] == ["ASSERTION_FAILURE", "PASS"], trace["tests"]
+    here = get_sandbox().protections().record()["mode"]  # auto's mode here: no fall back to bare
+    assert trace["tester_sandbox"]["mode"] == here != "bare" and "fallback" not in trace["tester_sandbox"]
+    got = verify(trace, (ws / "solution.py").read_bytes().decode(), _task_tests(task), LIMITS)
+    assert got["reward"] == 1.0 and got["metrics"]["tampered"] == 0.0, got["reason"]
 
 
 # ---------------------------------------------------------------- the harness, in process

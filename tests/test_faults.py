@@ -15,6 +15,7 @@ import json
 import os
 import secrets
 import subprocess
+import sys
 import threading
 import types
 import urllib.error
@@ -65,13 +66,99 @@ def test_one_limits_source():
         limits_from_record({"cpu_s": 1})
 
 
-def test_the_container_runner_grades_under_the_same_limits(mbpp_tasks):
-    from glyph.env import runner
+# What the program's "local" tester runs in a container, in a fresh ``python3 -I -S`` whose sys.path
+# holds the stdlib and a copy of what the harness ships (``harness.SHIPPED``), nothing else: the
+# shipped set grades on its own. It prints the outcomes, the grader's sandbox record, and every
+# imported module from outside the copy and the stdlib (none may be).
+_SHIPPED_DRIVER = r"""
+import json, os, sys, sysconfig
+prog = os.path.abspath(sys.argv[1])
+jobs = json.loads(sys.stdin.read())
+sys.path.insert(0, prog)
+if jobs.get("no_isolation"):  # a container where no isolating mode starts
+    from glyph.sandbox import client
+    real = client.Sandbox._try_start
+    client.Sandbox._try_start = lambda self, mode: real(self, mode) if mode == "bare" else "not here (test)"
+import program
+out = {"outcomes": [], "sandboxes": []}
+for job in jobs["runs"]:
+    tester = program.Tester(job["spec"], "", job["limits"])
+    try:
+        out["outcomes"].append(tester(job["source"], shadow=False))
+    except RuntimeError as exc:
+        out["outcomes"].append("fault: " + str(exc))
+    out["sandboxes"].append(tester.sandbox)
+    tester.close()
+roots = [prog] + [sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib")]
+out["outside"] = sorted(n for n, m in list(sys.modules.items()) if getattr(m, "__file__", None)
+                        and not any(os.path.abspath(m.__file__).startswith(r + os.sep) for r in roots))
+out["grader"] = sys.modules["glyph.grading"].__file__
+print(json.dumps(out))
+"""
+
+
+def shipped_copy(dest) -> str:
+    """The program and what it imports, laid out as the harness writes them into the runtime."""
+    from glyph.env.harness import SHIPPED
+    for target, source in SHIPPED.items():
+        (dest / target).parent.mkdir(parents=True, exist_ok=True)
+        (dest / target).write_bytes(source.read_bytes())
+    return str(dest)
+
+
+def run_shipped_testers(tmp_path, runs: list[dict], no_isolation: bool = False) -> dict:
+    prog = shipped_copy(tmp_path / "prog")
+    proc = subprocess.run([sys.executable, "-I", "-S", "-c", _SHIPPED_DRIVER, prog], cwd=tmp_path,
+                          input=json.dumps({"runs": runs, "no_isolation": no_isolation}),
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout)
+    assert out["outside"] == [] and out["grader"].startswith(prog + os.sep), out
+    return out
+
+
+def _local(task, sandbox: str = "auto-or-bare") -> dict:
+    return {"kind": "local", "sandbox": sandbox, "setup": task.test_setup_code, "tests": list(task.test_list)}
+
+
+def test_the_shipped_grader_grades_under_the_same_limits(tmp_path, mbpp_tasks):
+    """The container's python_test: glyph's grader from the shipped copy, under
+    the harness's limits (CPU = ``cpu_s``, wall clock = ``wall_s``; either
+    reached is TIMEOUT), in the strongest sandbox mode this machine starts."""
+    from glyph.env.harness import LOCAL_SANDBOX
     task = mbpp_tasks["mbpp_11"]
     slow = SPIN.format(s=1.5) + task.code
-    assert runner.run_tests(slow, task.test_setup_code, list(task.test_list), 1, 30) == "TIMEOUT"  # CPU limit
-    assert runner.run_tests(slow, task.test_setup_code, list(task.test_list), 10, 30) == "PASS"
-    assert runner.run_tests("import time\ntime.sleep(30)\n", "", ["assert True"], 10, 1) == "TIMEOUT"  # wall
+    sleeper = types.SimpleNamespace(test_setup_code="", test_list=["assert True"])
+    out = run_shipped_testers(tmp_path, [
+        {"spec": _local(task, LOCAL_SANDBOX), "limits": {"cpu_s": 1, "wall_s": 30}, "source": slow},  # CPU
+        {"spec": _local(task, LOCAL_SANDBOX), "limits": {"cpu_s": 10, "wall_s": 30}, "source": slow},
+        {"spec": _local(sleeper, LOCAL_SANDBOX), "limits": {"cpu_s": 10, "wall_s": 1},
+         "source": "import time\ntime.sleep(30)\n"},  # wall clock
+        {"spec": _local(task, LOCAL_SANDBOX), "limits": {"cpu_s": 10, "wall_s": 30},
+         "source": task.code.replace("return", "return None and", 1)},
+    ])
+    assert out["outcomes"] == ["TIMEOUT", "PASS", "TIMEOUT", "ASSERTION_FAILURE"], out
+    from glyph.sandbox import get_sandbox
+    here = get_sandbox().protections().record()["mode"]  # what auto starts on this machine
+    assert {s["mode"] for s in out["sandboxes"]} == {here} and here != "bare"
+    assert all(s["choice"] == "auto-or-bare" and "fallback" not in s for s in out["sandboxes"])
+
+
+def test_the_shipped_grader_falls_back_to_bare_only_when_the_harness_chose_it(tmp_path, mbpp_tasks):
+    """In a container where no isolating mode starts, ``auto-or-bare`` (the
+    harness's choice) grades in ``bare`` and records why; ``auto`` (the
+    grader's default) never does: python_test is a tester fault."""
+    task = mbpp_tasks["mbpp_11"]
+    limits = {"cpu_s": 10, "wall_s": 30}
+    runs = [{"spec": _local(task, choice), "limits": limits, "source": task.code}
+            for choice in ("auto-or-bare", "auto", "nonsense")]
+    out = run_shipped_testers(tmp_path, runs, no_isolation=True)
+    ok, refused, bad = out["outcomes"]
+    assert ok == "PASS" and out["sandboxes"][0]["mode"] == "bare"
+    assert "not here (test)" in out["sandboxes"][0]["fallback"]
+    assert out["sandboxes"][0]["choice"] == "auto-or-bare"
+    assert refused.startswith("fault: the grader failed: SandboxUnavailable") and out["sandboxes"][1] is None
+    assert bad.startswith("fault: the grader failed: RuntimeError: tester.sandbox is 'nonsense'")
 
 
 class ScriptedEndpoint:
@@ -294,25 +381,67 @@ class FakeRuntime:
         return ProgramResult(exit_code=self.exit_code, stdout="", stderr=self.stderr)
 
 
+def _calls(*errors):
+    """``trace.calls`` as verifiers' interception server records them (its own
+    ``ModelCall``/``Error``): one per exchange, ``None`` for a call that committed a turn."""
+    from verifiers.v1.trace import Error, ModelCall
+    return [ModelCall(endpoint="/chat/completions", error=None if e is None else Error(**e)) for e in errors]
+
+
+E500 = {"type": "ProviderError", "message": "upstream 500: x", "status_code": 500}
+
+
+def _launch(monkeypatch, local: bool, code: int, line: str, calls=(), stop=None):
+    from glyph.env import harness
+    monkeypatch.setattr(harness, "_subprocess_runtime", lambda: FakeRuntime if local else type(None))
+    trace = types.SimpleNamespace(info={}, calls=list(calls), stop_condition=stop)
+    h = GlyphHarness(GlyphHarnessConfig(id="glyph-mbpp", tool_timeout=2))
+    res = asyncio.run(h.launch(types.SimpleNamespace(model="m"), trace, FakeRuntime(code, f"noise\n{line}\n"),
+                               "http://x/v1", "s", {}, GlyphData(name="t")))
+    assert trace.info["glyph_limits"] == {"cpu_s": 2.0, "wall_s": 4.0}
+    return res, trace
+
+
 @pytest.mark.parametrize("local", [True, False])
 @pytest.mark.parametrize("code,line", [(97, "endpoint_error: endpoint answered HTTP 500"),
                                        (98, "tester_error: the test service answered HTTP 500: x")])
 def test_the_harness_errors_a_fault_exit_only_where_it_is_trusted(monkeypatch, local, code, line):
     """Local runtime: the fault exit fails the rollout with its reason. A
-    container runtime (solution code runs beside the program): scored by
-    finalize instead."""
-    from glyph.env import harness
-    monkeypatch.setattr(harness, "_subprocess_runtime", lambda: FakeRuntime if local else type(None))
-    trace = types.SimpleNamespace(info={})
-    h = GlyphHarness(GlyphHarnessConfig(id="glyph-mbpp", tool_timeout=2))
-    res = asyncio.run(h.launch(types.SimpleNamespace(model="m"), trace, FakeRuntime(code, f"noise\n{line}\n"),
-                               "http://x/v1", "s", {}, GlyphData(name="t")))
-    assert trace.info["glyph_limits"] == {"cpu_s": 2.0, "wall_s": 4.0}
+    container runtime (solution code runs beside the program) with no trusted
+    record of a failed model call: scored by finalize instead."""
+    res, trace = _launch(monkeypatch, local, code, line)
     if local:
         assert res.exit_code == code and trace.info["glyph"] == {"reward": None, "reason": line,
                                                                  "fault": line.split(":")[0]}
     else:
         assert res.exit_code == 0 and "glyph" not in trace.info
+
+
+@pytest.mark.parametrize("calls,stop,errored", [
+    ([None, E500], None, True),  # the last exchange failed upstream: 5xx
+    ([dict(E500, status_code=429)], None, True),
+    ([dict(E500, type="CancelledError", status_code=None)], None, True),  # raised or cancelled: no status
+    ([dict(E500, status_code=400)], None, False),  # a 4xx: a request code beside the program could send
+    ([E500, None], None, False),  # a later exchange committed a turn
+    ([], None, False),  # no exchange recorded (the upstream call still running, or none made)
+    ([E500], "max_turns", False),  # a @stop ended the rollout: verifiers' own account
+])
+def test_a_container_endpoint_fault_is_errored_only_when_the_interception_recorded_it(
+        monkeypatch, calls, stop, errored):
+    line = "endpoint_error: endpoint answered HTTP 500"
+    res, trace = _launch(monkeypatch, False, program.ENDPOINT_FAILED, line, _calls(*calls), stop)
+    confirmed = trace.info["glyph_endpoint_fault_confirmed"]
+    if errored:
+        last = calls[-1]
+        assert confirmed.startswith(f"the interception server recorded: {last['type']}")
+        assert res.exit_code == program.ENDPOINT_FAILED and res.stderr == line
+        assert trace.info["glyph"] == {"reward": None, "reason": line, "fault": "endpoint_error",
+                                       "confirmed_by": confirmed}
+    else:
+        assert confirmed is None and res.exit_code == 0 and "glyph" not in trace.info
+    # a tester fault is never confirmed by a model call's record
+    res, trace = _launch(monkeypatch, False, program.TESTER_FAILED, "tester_error: x", _calls(*calls), stop)
+    assert res.exit_code == 0 and "glyph" not in trace.info
 
 
 # ---------------------------------------------------------------- vf-eval: endpoint faults are errored
@@ -338,6 +467,41 @@ def test_vf_eval_an_endpoint_fault_is_an_errored_rollout(tmp_path, policy_server
     assert r["reason"].startswith(why), r["reason"]
     [t] = _traces(tmp_path)
     assert t["info"]["glyph"]["reward"] is None and t["info"]["glyph"]["fault"] == "endpoint_error"
+
+
+@pytest.mark.parametrize("policy,extra,errored", [
+    ("fault-500", [], True),
+    ("fault-hang", ["--env.agent.harness.model-timeout", "2"], False),
+])
+def test_vf_eval_a_container_endpoint_fault_is_errored_when_the_interception_confirms_it(
+        tmp_path, policy_server, mbpp_path, policy, extra, errored):
+    """The real verifiers (its interception server, trace and rollout) with
+    glyph's harness taking its container branch (the runtime check flipped in
+    the eval process; python_test would use the shipped grader). An upstream
+    500: the interception server recorded it on the trace, so the program's
+    exit 97 is trusted: errored, unscored. A model call the program gave up on
+    (model_timeout 2 s, the upstream still hanging) has no record yet: scored,
+    0, as any untrusted exit."""
+    from glyph.demo import read_rollouts, vf_eval_command
+    cmd = vf_eval_command(policy_server.base_url, policy, "a", 1, tmp_path, mbpp_path, extra)
+    assert cmd[1] == "-c"
+    cmd[2] = "import glyph.env.harness as h; h._subprocess_runtime = lambda: type(None); " + cmd[2]
+    proc = subprocess.run(cmd, capture_output=True, text=True,
+                          env=dict(os.environ, PRIME_RUNS_MODE="disabled"), timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    [r] = read_rollouts(tmp_path)
+    [t] = _traces(tmp_path)
+    assert t["info"]["glyph_program"]["exit_code"] == program.ENDPOINT_FAILED
+    confirmed = t["info"]["glyph_endpoint_fault_confirmed"]  # written by the container branch only
+    if errored:
+        assert not r["ok"] and r["reward"] is None
+        assert r["reason"] == "endpoint_error: endpoint answered HTTP 500"
+        assert confirmed.startswith("the interception server recorded: ProviderError (HTTP 500)")
+        assert t["info"]["glyph"]["confirmed_by"] == confirmed
+        assert t["calls"][-1]["error"]["status_code"] == 500
+    else:
+        assert confirmed is None and r["ok"] and r["reward"] == 0.0, r
+        assert "endpoint_error" in r["reason"], r["reason"]
 
 
 # ---------------------------------------------------------------- disagreements are a metric

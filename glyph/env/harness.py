@@ -3,12 +3,33 @@ and runs it against the rollout's interception endpoint.
 
 Guarantees:
 
-* One source for the grading limits: ``GlyphHarnessConfig.limits()``. The
-  test service (local runtime), the shipped runner (container runtime, via
-  the program config's ``limits``) and finalize (``trace.info["glyph_limits"]``,
-  written here on the trusted side before the program starts) all grade
-  under it, so any ``--env.agent.harness.tool-timeout`` grades the same way
-  everywhere.
+* One grader and one source for the grading limits. python_test is graded
+  by ``glyph.grading.grade`` everywhere: on the local runtime by the test
+  service in glyph's sandbox; on a container runtime by the same code,
+  shipped into the runtime (``SHIPPED``: the grader, its outcomes and
+  ``glyph/sandbox/``, all stdlib) and run by the program's ``"local"``
+  tester. All grade under ``GlyphHarnessConfig.limits()`` (the program
+  config's ``limits``), as does finalize (``trace.info["glyph_limits"]``,
+  written here on the trusted side before the program starts), so any
+  ``--env.agent.harness.tool-timeout`` grades the same way everywhere.
+* The container's sandbox mode is this harness's explicit choice,
+  ``LOCAL_SANDBOX`` = ``auto-or-bare``, recorded in the program config
+  (``tester.sandbox``): the strongest isolating mode the container allows
+  (``auto``), and ``bare`` where none starts (an unprivileged container
+  without user namespaces). The grader's ``auto`` never falls back to
+  ``bare`` by itself (``glyph.sandbox.client``, ``SandboxUnavailable``);
+  here it is acceptable because the container is the isolation: in ``bare``
+  the graded code can reach what the container holds (the workspace, the
+  visible tests, the program and the rollout secret; as the stdlib runner
+  this replaces allowed), but nothing of the host, and python_test's
+  answers are a convenience for the agent, not a verdict: finalize
+  re-grades every claim on the trusted side, in glyph's sandbox, and a
+  claim no re-grade reproduces marks the rollout tampered.
+  The program records the mode that graded (``tester_sandbox`` in its
+  trace: the mode, its protections, and why ``auto`` did not start). The
+  runtime's ``python3`` must be 3.10 or newer (``sys.stdlib_module_names``)
+  with ``ctypes``, on Linux 5.3 or newer (``os.pidfd_open``); elsewhere the
+  first python_test is a tester fault (``TESTER_FAILED``, scored 0 there).
 * On the local runtime the test service's log of what it graded for this
   rollout (``trace.info["glyph_service_log"]``, with its ``faults``) is
   recorded after the program ends; finalize takes outcomes from it.
@@ -20,9 +41,18 @@ Guarantees:
   (``trace.info["glyph"]["reason"]``, ``reward`` None): errored in ``vf-eval``,
   not trained on (``glyph.vfcompat``, 5.). On a container runtime the
   solution's code runs beside the program and could provoke such an exit, so
-  there the exit is not trusted: finalize scores the rollout, 0 with the
-  reason. Any other exit (a crashed program) is scored 0 by finalize with the
-  reason, as before.
+  there the exit alone is not trusted. An ``ENDPOINT_FAILED`` exit there is
+  errored only when the trusted side confirms it: verifiers' interception
+  server (on the host, where the program's model calls go) recorded that the
+  rollout's last model call failed upstream with a 5xx, a 429 or no HTTP
+  status (transport, timeout, cancelled), and no ``@stop`` ended the rollout
+  (``model_call_failure``). A 4xx is not a confirmation (a request code beside
+  the program sent could provoke one). Otherwise (a ``TESTER_FAILED`` exit,
+  an unconfirmed ``ENDPOINT_FAILED``) finalize scores the rollout, 0 with the
+  reason. Not confirmed either: a model call the program gave up on at
+  ``model_timeout`` while the interception server's upstream call was still
+  running (it is recorded only once that call ends). Any other exit (a
+  crashed program) is scored 0 by finalize with the reason, as before.
 """
 
 from __future__ import annotations
@@ -47,9 +77,18 @@ SHIPPED = {
     "glyph/outcomes.py": GLYPH / "outcomes.py",
     "glyph/protocol.py": GLYPH / "protocol.py",
     "glyph/env/__init__.py": GLYPH / "env" / "__init__.py",
-    "glyph/env/runner.py": GLYPH / "env" / "runner.py",
     "glyph/env/tools.py": GLYPH / "env" / "tools.py",
+    # The grader and its sandbox: python_test on a container runtime (the program's "local" tester).
+    "glyph/grading.py": GLYPH / "grading.py",
+    "glyph/sandbox/__init__.py": GLYPH / "sandbox" / "__init__.py",
+    "glyph/sandbox/client.py": GLYPH / "sandbox" / "client.py",
+    "glyph/sandbox/runtime/__init__.py": GLYPH / "sandbox" / "runtime" / "__init__.py",
+    "glyph/sandbox/runtime/server.py": GLYPH / "sandbox" / "runtime" / "server.py",
+    "glyph/sandbox/runtime/wire.py": GLYPH / "sandbox" / "runtime" / "wire.py",
+    "glyph/sandbox/runtime/worker.py": GLYPH / "sandbox" / "runtime" / "worker.py",
 }
+LOCAL_SANDBOX = "auto-or-bare"
+"""The sandbox mode of python_test's grader on a container runtime (the module docstring says why)."""
 
 
 # The program's fault exits (``glyph.env.program``) the harness turns into errored rollouts.
@@ -109,7 +148,8 @@ class GlyphHarness(vf.Harness[GlyphHarnessConfig]):
             service.register(secret, data.hidden_setup, data.visible_tests, limits)
             tester = {"kind": "service", "url": service.url}
         else:  # a container runtime: the container is the isolation
-            tester = {"kind": "local", "setup": data.hidden_setup, "tests": data.visible_tests}
+            tester = {"kind": "local", "sandbox": LOCAL_SANDBOX, "setup": data.hidden_setup,
+                      "tests": data.visible_tests}
         messages = protocol.messages(data.arm, data.task_text, data.visible_tests, cfg.max_tool_calls)
         config = {"arm": data.arm, "max_tool_calls": cfg.max_tool_calls, "test_cost": cfg.test_cost,
                   "revise_feedback": cfg.revise_feedback, "tool_timeout": cfg.tool_timeout,
@@ -130,14 +170,60 @@ class GlyphHarness(vf.Harness[GlyphHarnessConfig]):
                 if record["faults"]:
                     trace.info["glyph_service_faults"] = record["faults"]
         trace.info["glyph_program"] = {"exit_code": res.exit_code, "stderr": (res.stderr or "")[-2000:]}
-        if local and res.exit_code in FAULTS:
+        confirmed = None
+        if not local and res.exit_code == ENDPOINT_FAILED:
+            confirmed = model_call_failure(trace)
+            trace.info["glyph_endpoint_fault_confirmed"] = confirmed
+        if res.exit_code in FAULTS and (local or confirmed):
             lines = (res.stderr or "").strip().splitlines()
             fault = FAULTS[res.exit_code]
             why = lines[-1][-500:] if lines else f"{fault}: the program exited {res.exit_code}"
-            trace.info["glyph"] = {"reward": None, "reason": why, "fault": fault}
+            trace.info["glyph"] = {"reward": None, "reason": why, "fault": fault,
+                                   **({"confirmed_by": confirmed} if confirmed else {})}
             return vf.ProgramResult(exit_code=res.exit_code, stdout=res.stdout, stderr=why)
         # A crashed program is scored 0 by finalize with the reason, not left as an unscored error.
         return vf.ProgramResult(exit_code=0, stdout=res.stdout, stderr=res.stderr)
+
+
+def model_call_failure(trace) -> str | None:
+    """The trusted record that the rollout's last model call failed upstream,
+    as one line; None when there is none.
+
+    verifiers' interception server (the host side of the rollout's model
+    endpoint) appends one ``ModelCall`` per real upstream exchange to
+    ``trace.calls``, with ``error`` (``type``, ``message``, ``status_code``)
+    when the exchange committed no turn: ``record_call`` in
+    ``v1/interception/server.py`` (0.4.0: 519-582, called from the turn's
+    ``finally`` at 897 after the ``RolloutError`` / ``Exception`` /
+    ``BaseException`` handlers at 863, 878, 887; a60a606: 317-375, called at
+    643 after 611, 626, 635), into ``Trace.calls`` (``v1/trace.py``, 0.4.0:
+    396, a60a606: 379; ``ModelCall.error`` at 170, ``Error`` at 84-88 in
+    both). A provider failure is a ``ProviderError`` whose ``status_code`` is
+    the provider's status or 502/503/504 for a transport fault or timeout
+    (0.4.0 ``v1/errors.py``). Code running beside the program cannot write
+    there; it could send its own requests, so only a failure no request's
+    content explains counts: a 5xx, a 429, or no status (the exchange raised
+    or was cancelled), on the last exchange, with no ``@stop`` on the trace
+    (``Trace.stop_condition``, 0.4.0 ``v1/trace.py:426``, a60a606: 403).
+
+    What verifiers does with the exit that follows: 0.4.0 maps exit 97 to an
+    ``InterceptionError`` (``v1/harness.py:187``) and the rollout re-raises
+    the stashed upstream error (``v1/rollout.py:513``); it forgets that error
+    when the harness exits 0 (``v1/rollout.py:532``: a 0 exit here would be
+    scored). a60a606 raises ``HarnessError`` for any non-zero exit
+    (``v1/harness.py:159``) and fails the rollout on a stashed model error even
+    after a 0 exit (``v1/rollout.py:418-419``)."""
+    calls = list(getattr(trace, "calls", None) or [])
+    if not calls or getattr(trace, "stop_condition", None) is not None:
+        return None
+    error = getattr(calls[-1], "error", None)
+    if error is None:
+        return None
+    status = error.status_code
+    if status is not None and status != 429 and not 500 <= status <= 599:
+        return None
+    code = f" (HTTP {status})" if status is not None else ""
+    return f"the interception server recorded: {error.type}{code}: {error.message}"[:500]
 
 
 def _subprocess_runtime() -> type:

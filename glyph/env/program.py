@@ -1,20 +1,24 @@
 """The agent program: the study's protocol, run inside the rollout's runtime.
 
 Stdlib only (``urllib`` for the model endpoint): it is shipped into the
-runtime with ``glyph/outcomes.py``, ``glyph/protocol.py`` and
-``glyph/env/tools.py`` beside it, so the grammar and the tools' semantics
-(``glyph.env.tools.execute``, which the SFT and credit replays run too)
-exist once. It reads its configuration from ``.glyph/config.json``
-(or ``$GLYPH_CONFIG``) and the rollout secret from ``$GLYPH_ROLLOUT_SECRET``
+runtime with ``glyph/outcomes.py``, ``glyph/protocol.py``,
+``glyph/env/tools.py``, ``glyph/grading.py`` and ``glyph/sandbox/`` beside
+it (``glyph.env.harness.SHIPPED``, all stdlib), so the grammar, the tools'
+semantics (``glyph.env.tools.execute``, which the SFT and credit replays run
+too) and the grader exist once. It reads its configuration from
+``.glyph/config.json`` (or ``$GLYPH_CONFIG``) and the rollout secret from ``$GLYPH_ROLLOUT_SECRET``
 (or the file named by ``$GLYPH_SECRET_FILE``), never from argv.
 
 The loop: ask the model for a turn, parse it (``protocol.parse_turn``), run
 its one tool call in the workspace, answer with a RESULT, until FINAL, a
 protocol error, budget exhaustion or an endpoint failure. ``python_test`` is
 answered by a tester: the trusted sandbox service on the local runtime
-(``tester.kind = "service"``), or the shipped stdlib runner where the
-container is the isolation (``"local"``), both under the grading limits the
-harness passes (``limits``: ``GlyphHarnessConfig.limits()``). Arm B's
+(``tester.kind = "service"``), or, where the container is the isolation
+(``"local"``), glyph's own grader (``glyph.grading.grade``, shipped with the
+sandbox it runs in: ``glyph.env.harness.SHIPPED``) in this process, with a
+sandbox server of its own in the mode the harness chose
+(``tester.sandbox``: ``SANDBOX_CHOICES``). Both grade under the grading limits
+the harness passes (``limits``: ``GlyphHarnessConfig.limits()``). Arm B's
 prediction turns and every candidate are recorded. The trace goes to
 ``.glyph/trace.json``; it is untrusted: the environment checks every claim in
 it.
@@ -113,6 +117,62 @@ def _post(req: urllib.request.Request, timeout: float, cap: int) -> bytes:
     raise AssertionError("unreachable")
 
 
+SANDBOX_CHOICES = ("auto", "auto-or-bare", "namespaces", "userns", "confined", "bare")
+"""What ``tester.sandbox`` may name for the ``"local"`` tester: a mode of
+``glyph.sandbox.Sandbox`` (``auto`` never falls back to ``bare``: when no
+isolating mode starts, every python_test is a tester fault), or
+``auto-or-bare``: ``auto``, and ``bare`` when no isolating mode starts (a
+choice the harness makes and explains: ``glyph.env.harness.LOCAL_SANDBOX``).
+A spec without it gets ``auto``."""
+
+
+class LocalGrader:
+    """glyph's grader (``glyph.grading.grade``) in this process, on a sandbox
+    server of its own, under ``limits`` (``glyph.sandbox.Limits``: CPU
+    ``cpu_s``, wall clock ``wall_s``, either reached is ``TIMEOUT``). The
+    server starts on the first grading and stops at ``close``. ``record``:
+    the sandbox mode that grades and the protections it applies, the harness's
+    choice, and why ``auto`` did not start when ``bare`` stands in."""
+
+    def __init__(self, spec: dict, limits: dict) -> None:
+        from glyph.sandbox import Limits
+        choice = spec.get("sandbox", "auto")
+        if choice not in SANDBOX_CHOICES:
+            raise RuntimeError(f"tester.sandbox is {choice!r}, not one of {', '.join(SANDBOX_CHOICES)}")
+        self.choice = choice
+        self.setup = str(spec.get("setup", ""))
+        tests = spec.get("tests", [])
+        self.tests = tests if isinstance(tests, str) else "\n".join(tests)  # as glyph.env.service joins them
+        self.limits = Limits(cpu_s=float(limits["cpu_s"]), wall_s=float(limits["wall_s"]))
+        self.sandbox = None
+        self.record: dict | None = None
+
+    def _start(self):
+        from glyph.sandbox import Sandbox, SandboxUnavailable
+        sandbox = Sandbox(mode="auto" if self.choice == "auto-or-bare" else self.choice)
+        fallback = None
+        try:
+            info = sandbox.protections()
+        except SandboxUnavailable as exc:
+            if self.choice != "auto-or-bare":
+                raise
+            fallback = str(exc)
+            sandbox = Sandbox(mode="bare")
+            info = sandbox.protections()
+        self.sandbox = sandbox
+        self.record = dict(info.record(), choice=self.choice, **({"fallback": fallback} if fallback else {}))
+        return sandbox
+
+    def __call__(self, source: str) -> str:
+        from glyph.grading import grade
+        sandbox = self.sandbox or self._start()
+        return grade(source, self.setup, self.tests, limits=self.limits, sandbox=sandbox).outcome.value
+
+    def close(self) -> None:
+        if self.sandbox is not None:
+            self.sandbox.close()
+
+
 class Tester:
     """Runs the visible tests on a candidate and returns its outcome class,
     under ``limits`` (``{"cpu_s", "wall_s"}``)."""
@@ -121,6 +181,7 @@ class Tester:
         self.spec, self.secret = spec, secret
         self.cpu_s, self.wall_s = float(limits["cpu_s"]), float(limits["wall_s"])
         self.calls = 0
+        self.local: LocalGrader | None = None
 
     def __call__(self, source: str, shadow: bool) -> str:
         self.calls += 1
@@ -136,12 +197,24 @@ class Tester:
             except (*TRANSIENT, ValueError, KeyError, TypeError) as exc:
                 raise RuntimeError(f"the test service failed: {exc}") from None
         else:
-            from glyph.env import runner
-            outcome = runner.run_tests(source, self.spec["setup"], self.spec["tests"],
-                                       self.cpu_s, self.wall_s)
+            try:
+                if self.local is None:
+                    self.local = LocalGrader(self.spec, {"cpu_s": self.cpu_s, "wall_s": self.wall_s})
+                outcome = self.local(source)
+            except Exception as exc:  # deliberate: a grader fault is the tester's, never an outcome
+                raise RuntimeError(f"the grader failed: {type(exc).__name__}: {exc}"[:2000]) from None
         if outcome not in Outcome.__members__:
             raise RuntimeError(f"the tester answered {outcome!r}")
         return outcome
+
+    @property
+    def sandbox(self) -> dict | None:
+        """The local grader's sandbox record (``LocalGrader.record``), once it graded."""
+        return self.local.record if self.local is not None else None
+
+    def close(self) -> None:
+        if self.local is not None:
+            self.local.close()
 
 
 def _error_body(exc: urllib.error.HTTPError) -> str:
@@ -243,6 +316,16 @@ class Episode:
 
 def _loop(cfg: dict, secret: str, trace: dict, save) -> None:
     tester = Tester(cfg["tester"], secret, limits_of(cfg))
+    try:
+        _episode(cfg, secret, trace, save, tester)
+    finally:
+        if getattr(tester, "sandbox", None):
+            trace["tester_sandbox"] = tester.sandbox
+        if hasattr(tester, "close"):
+            tester.close()
+
+
+def _episode(cfg: dict, secret: str, trace: dict, save, tester) -> None:
     episode = Episode(cfg["arm"], int(cfg["max_tool_calls"]), int(cfg.get("test_cost", 1)), trace,
                       revise_feedback=cfg.get("revise_feedback", "none"))
     messages = trace["messages"] = [dict(m) for m in cfg["messages"]]
