@@ -40,7 +40,7 @@ from pydantic import field_validator
 
 from glyph import protocol
 from glyph.env import harness
-from glyph.env.harness import PROGRAM_DIR, GlyphHarness, GlyphHarnessConfig, _subprocess_runtime
+from glyph.env.harness import PROGRAM_DIR, GlyphHarness, GlyphHarnessConfig
 from glyph.env.single import ENDPOINT_FAILED, SOLUTION_FILE
 from glyph.env.taskset import GlyphData
 from glyph.outcomes import Outcome
@@ -280,8 +280,9 @@ class ConventionsHarness(vf.Harness[ConventionsHarnessConfig]):
             agent = {}
         end, error = (agent.get("end"), agent.get("error")) if isinstance(agent, dict) else (None, None)
         trace.info["glyph_agent_end"] = end if isinstance(end, str) else None
-        # Trusted only where no model-written code ran beside the program (python_test ran in the sandbox).
-        if end == "endpoint_error" and isinstance(runtime, _subprocess_runtime()):
+        # GlyphHarness passes exit 97 on only when it is trusted: the local runtime (python_test ran in
+        # the sandbox), or a container whose failed model call verifiers' interception recorded.
+        if res.exit_code == ENDPOINT_FAILED:
             trace.info["glyph"] = _info(data, None, f"endpoint_error: {error}"[:500])
             return vf.ProgramResult(exit_code=ENDPOINT_FAILED, stdout=res.stdout,
                                     stderr=f"endpoint_error: {error}")
