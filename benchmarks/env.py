@@ -32,14 +32,16 @@ from rich.table import Table
 from glyph import protocol
 from glyph.demo import read_rollouts, vf_eval_command
 from glyph.env import program
+from glyph.env.harness import GlyphHarnessConfig, program_config
 from glyph.env.service import get_service
 from glyph.env.verify import TaskTests, verify
 from glyph.policies.policies import Planner
 from glyph.policies.server import PolicyServer
-from glyph.sandbox import Limits, get_sandbox
+from glyph.sandbox import get_sandbox
 from glyph.tasks import mbpp
 
-LIMITS = Limits(cpu_s=10, wall_s=20)
+HARNESS = GlyphHarnessConfig()  # the default harness: budget 8, tool_timeout 10
+LIMITS = HARNESS.limits()
 
 
 def one_episode(root: Path, server, task, arm: str, policy: str) -> float:
@@ -49,10 +51,8 @@ def one_episode(root: Path, server, task, arm: str, policy: str) -> float:
     secret = secrets.token_hex(16)
     t0 = time.perf_counter()
     service.register(secret, task.test_setup_code, list(task.test_list), LIMITS)
-    cfg = {"arm": arm, "max_tool_calls": 8, "tool_timeout": 10, "tester": {"kind": "service", "url": service.url},
-           "messages": [{"role": "system", "content": protocol.system_prompt(arm)},
-                        {"role": "user", "content": protocol.user_prompt(task.text, task.test_list)}],
-           "endpoint": {"base_url": server.base_url, "model": policy}}
+    cfg = program_config(HARNESS, arm, task.text, task.test_list, {"kind": "service", "url": service.url},
+                         {"base_url": server.base_url, "model": policy})
     with contextlib.chdir(ws):
         trace = program.run(cfg, secret)
     info = verify(json.loads(json.dumps(trace)), (ws / "solution.py").read_bytes().decode(),

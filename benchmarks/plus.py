@@ -172,7 +172,10 @@ def finalize(tasks, lines, n_tasks: int, reps: int) -> None:
     from glyph.env.verify import TaskTests, verify
     from glyph.policies.server import PolicyServer
 
-    limits = Limits(cpu_s=10, wall_s=20)
+    from glyph.env.harness import GlyphHarnessConfig, program_config
+
+    harness = GlyphHarnessConfig()  # the default harness: budget 8, tool_timeout 10
+    limits = harness.limits()
     chosen = [t for t in tasks if lines[t.id]][:n_tasks]
     episodes = []
     with PolicyServer({t.id: t for t in tasks}) as server, tempfile.TemporaryDirectory() as root:
@@ -183,11 +186,8 @@ def finalize(tasks, lines, n_tasks: int, reps: int) -> None:
                 (ws / "solution.py").write_text(protocol.PLACEHOLDER)
                 secret = secrets.token_hex(16)
                 service.register(secret, t.test_setup_code, list(t.test_list), limits)
-                cfg = {"arm": arm, "max_tool_calls": 8, "tool_timeout": 10,
-                       "tester": {"kind": "service", "url": service.url},
-                       "messages": [{"role": "system", "content": protocol.system_prompt(arm)},
-                                    {"role": "user", "content": protocol.user_prompt(t.text, t.test_list)}],
-                       "endpoint": {"base_url": server.base_url, "model": "recover" if arm == "a" else "revise"}}
+                cfg = program_config(harness, arm, t.text, t.test_list, {"kind": "service", "url": service.url},
+                                     {"base_url": server.base_url, "model": "recover" if arm == "a" else "revise"})
                 with contextlib.chdir(ws):
                     trace = program.run(cfg, secret)
                 episodes.append((t, json.loads(json.dumps(trace)), (ws / "solution.py").read_bytes().decode("utf-8", "surrogateescape"),

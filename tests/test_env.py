@@ -13,12 +13,13 @@ import pytest
 
 from glyph import protocol
 from glyph.env import program
-from glyph.env.harness import LOCAL_SANDBOX, limits_for, limits_record
+from glyph.env.harness import LOCAL_SANDBOX, GlyphHarnessConfig, limits_for, limits_record, program_config
 from glyph.env.service import SandboxTestService
 from glyph.env.verify import TaskTests, verify
 from glyph.policies.policies import HACKS, Planner
 from glyph.policies.server import PolicyServer
 
+HARNESS = GlyphHarnessConfig(tool_timeout=3, model_timeout=10)
 LIMITS = limits_for(3)  # what --env.agent.harness.tool-timeout 3 grades under
 
 
@@ -42,13 +43,11 @@ def episode(tmp_path, server, service, task, arm, policy, tester="service", **ov
     (ws / "canary.txt").write_text("untouched")
     secret = secrets.token_hex(16)
     service.register(secret, task.test_setup_code, list(task.test_list), LIMITS)
-    cfg = {"arm": arm, "max_tool_calls": 8, "test_cost": 1, "revise_feedback": "none", "tool_timeout": 3,
-           "limits": limits_record(LIMITS), "model_timeout": 10,
-           "messages": protocol.messages(arm, task.text, task.test_list),
-           "tester": {"kind": "service", "url": service.url} if tester == "service" else
-           {"kind": "local", "sandbox": LOCAL_SANDBOX, "setup": task.test_setup_code,
-            "tests": list(task.test_list)},
-           "endpoint": {"base_url": server.base_url, "model": policy}}
+    cfg = program_config(HARNESS, arm, task.text, task.test_list,
+                         {"kind": "service", "url": service.url} if tester == "service" else
+                         {"kind": "local", "sandbox": LOCAL_SANDBOX, "setup": task.test_setup_code,
+                          "tests": list(task.test_list)},
+                         {"base_url": server.base_url, "model": policy})
     cfg.update(over)
     with contextlib.chdir(ws):
         trace = program.run(cfg, secret)
@@ -324,10 +323,8 @@ def test_the_trace_is_saved_after_every_turn(tmp_path, server, service, mbpp_tas
     secret = secrets.token_hex(8)
     service.register(secret, task.test_setup_code, list(task.test_list), LIMITS)
     (tmp_path / "solution.py").write_text(protocol.PLACEHOLDER)
-    cfg = {"arm": "b", "max_tool_calls": 8, "limits": limits_record(LIMITS),
-           "tester": {"kind": "service", "url": service.url},
-           "messages": protocol.messages("b", task.text, task.test_list),
-           "endpoint": {"base_url": server.base_url, "model": "oracle"}}
+    cfg = program_config(HARNESS, "b", task.text, task.test_list, {"kind": "service", "url": service.url},
+                         {"base_url": server.base_url, "model": "oracle"})
     with contextlib.chdir(tmp_path):
         program.run(cfg, secret, save=lambda t: saved.append(json.loads(json.dumps(t))))
     service.unregister(secret)

@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 
 from glyph import protocol
 from glyph.env import program
+from glyph.env.harness import GlyphHarnessConfig, program_config
 from glyph.flywheel import credit
 from glyph.grading import grade
 from glyph.sandbox import Limits
@@ -65,9 +66,8 @@ def run_program(tmp_path, monkeypatch, task, replies: list[str], arm: str = "a",
     ws = tmp_path / "ws"
     ws.mkdir(parents=True)
     (ws / "solution.py").write_text(protocol.PLACEHOLDER)
-    cfg = {"arm": arm, "max_tool_calls": budget, "tester": {"kind": "local"}, "endpoint": {},
-           "messages": [{"role": "system", "content": protocol.system_prompt(arm, budget)},
-                        {"role": "user", "content": protocol.user_prompt(task.text, task.test_list)}]}
+    cfg = program_config(GlyphHarnessConfig(max_tool_calls=budget), arm, task.text, task.test_list,
+                         {"kind": "local"}, {})
     with contextlib.chdir(ws):
         program.save_trace(program.run(cfg, ""))
     return ws / ".glyph" / "trace.json"

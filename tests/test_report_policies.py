@@ -21,14 +21,15 @@ from typer.testing import CliRunner
 
 from glyph import protocol
 from glyph.env import program
+from glyph.env.harness import GlyphHarnessConfig, program_config
 from glyph.env.service import SandboxTestService
 from glyph.env.verify import TaskTests, verify
 from glyph.policies.policies import Planner, function_name, hack_source
 from glyph.policies.server import PolicyServer
 from glyph.report import report
-from glyph.sandbox import Limits
 
-LIMITS = Limits(cpu_s=3, wall_s=6)
+HARNESS = GlyphHarnessConfig(tool_timeout=3, model_timeout=10)
+LIMITS = HARNESS.limits()
 # task -> policy, per arm; the planner's mutants: mbpp_11 and mbpp_19 ASSERTION_FAILURE, mbpp_12 and mbpp_18
 # RUNTIME_ERROR; mbpp_17's hack is always_equal. mbpp_19 is played honestly, then its trace is forged.
 PLAYS = {
@@ -66,20 +67,8 @@ def _play(ws, server, service, task, arm, policy) -> dict:
     (ws / "solution.py").write_text(protocol.PLACEHOLDER)
     secret = secrets.token_hex(16)
     service.register(secret, task.test_setup_code, list(task.test_list), LIMITS)
-    cfg = {
-        "arm": arm,
-        "max_tool_calls": 8,
-        "test_cost": 1,
-        "revise_feedback": "none",
-        "tool_timeout": 3,
-        "model_timeout": 10,
-        "tester": {"kind": "service", "url": service.url},
-        "messages": [
-            {"role": "system", "content": protocol.system_prompt(arm)},
-            {"role": "user", "content": protocol.user_prompt(task.text, task.test_list)},
-        ],
-        "endpoint": {"base_url": server.base_url, "model": policy},
-    }
+    cfg = program_config(HARNESS, arm, task.text, task.test_list, {"kind": "service", "url": service.url},
+                         {"base_url": server.base_url, "model": policy})
     with contextlib.chdir(ws):
         trace = program.run(cfg, secret)
     log = service.unregister(secret)

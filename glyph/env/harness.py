@@ -113,6 +113,21 @@ class GlyphHarnessConfig(vf.HarnessConfig):
         return limits_for(self.tool_timeout)
 
 
+def program_config(cfg: GlyphHarnessConfig, arm: str, task_text: str, visible_tests: list[str],
+                   tester: dict, endpoint: dict) -> dict:
+    """The agent program's configuration (``.glyph/config.json``), built in
+    this one place from the harness config: the budget, the costs, the
+    grading limits (``cfg.limits()``) and the prompt at the harness's budget
+    (``protocol.messages``). ``tester``: how python_test is graded
+    (``{"kind": "service", "url"}`` or ``{"kind": "local", ...}``);
+    ``endpoint``: ``{"base_url", "model"}``."""
+    return {"arm": arm, "max_tool_calls": cfg.max_tool_calls, "test_cost": cfg.test_cost,
+            "revise_feedback": cfg.revise_feedback, "tool_timeout": cfg.tool_timeout,
+            "limits": limits_record(cfg.limits()), "model_timeout": cfg.model_timeout,
+            "messages": protocol.messages(arm, task_text, list(visible_tests), cfg.max_tool_calls),
+            "tester": tester, "endpoint": endpoint}
+
+
 def limits_for(tool_timeout: float) -> Limits:
     """``GlyphHarnessConfig.limits()`` for a ``tool_timeout`` (finalize
     uses it for a trace recorded without ``glyph_limits``: the default harness)."""
@@ -150,12 +165,8 @@ class GlyphHarness(vf.Harness[GlyphHarnessConfig]):
         else:  # a container runtime: the container is the isolation
             tester = {"kind": "local", "sandbox": LOCAL_SANDBOX, "setup": data.hidden_setup,
                       "tests": data.visible_tests}
-        messages = protocol.messages(data.arm, data.task_text, data.visible_tests, cfg.max_tool_calls)
-        config = {"arm": data.arm, "max_tool_calls": cfg.max_tool_calls, "test_cost": cfg.test_cost,
-                  "revise_feedback": cfg.revise_feedback, "tool_timeout": cfg.tool_timeout,
-                  "limits": limits_record(limits),
-                  "model_timeout": cfg.model_timeout, "messages": messages, "tester": tester,
-                  "endpoint": {"base_url": endpoint, "model": ctx.model}}
+        config = program_config(cfg, data.arm, data.task_text, data.visible_tests, tester,
+                                {"base_url": endpoint, "model": ctx.model})
         for target, source in SHIPPED.items():
             await runtime.write(f"{PROGRAM_DIR}/{target}", source.read_bytes())
         await runtime.write(protocol.SOLUTION_FILE, protocol.PLACEHOLDER.encode())
