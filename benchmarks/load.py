@@ -29,8 +29,9 @@ read_rollouts``) and checked:
 * ``leaked``: after vf-eval exits (and a grace period), processes still
   alive that were seen in vf-eval's process tree during the run or carry
   this run's marker in their environment; entries left in the private
-  ``TMPDIR`` given to vf-eval, new ``/tmp/glyph-runs*`` / ``/tmp/run-*``
-  entries, new verifiers subprocess-runtime workdirs
+  ``TMPDIR`` given to vf-eval, new ``/tmp/glyph-runs*`` / ``glyph-root*`` /
+  ``/tmp/run-*`` entries, new ``glyph-*`` cgroups (the per-run memory cap),
+  new verifiers subprocess-runtime workdirs
   (``~/.cache/verifiers/runtimes/subprocess``); new lines of
   ``/proc/self/mountinfo`` naming glyph;
 * memory: the RSS of vf-eval, of the sandbox servers (their own processes)
@@ -209,7 +210,22 @@ def tree(procs: dict[int, dict], root: int) -> set[int]:
 
 
 def tmp_entries() -> set[str]:
-    return {str(p) for pat in ("glyph-runs*", "run-*") for p in Path("/tmp").glob(pat)}
+    """The sandbox's host-side directories: runs (``glyph-runs*``, ``run-*``)
+    and ``confined`` mode's copied roots (``glyph-root*``)."""
+    return {str(p) for pat in ("glyph-runs*", "glyph-root*", "run-*") for p in Path("/tmp").glob(pat)}
+
+
+def cgroup_dirs(top: str = "/sys/fs/cgroup", depth: int = 6) -> set[str]:
+    """The sandbox's cgroups (``glyph-<pid>-<hex>``, one per server, with a
+    ``run-<n>`` child per run) anywhere in the first ``depth`` levels below
+    ``top``."""
+    found = set()
+    for here, dirs, _ in os.walk(top):
+        if here.count(os.sep) - top.count(os.sep) >= depth:
+            dirs[:] = []
+        found |= {os.path.join(here, d) for d in dirs if d.startswith("glyph-")}
+        dirs[:] = [d for d in dirs if not d.startswith("glyph-")]
+    return found
 
 
 def runtime_dirs() -> set[str]:
@@ -329,6 +345,7 @@ def main() -> None:
 
     before_procs = processes()
     before_tmp, before_rt, before_mounts = tmp_entries(), runtime_dirs(), glyph_mounts()
+    before_cgroups = cgroup_dirs()
     with FaultServer(tasks, seed=args.seed) as server:
         # The reference policy finds recover/revise's mutation on first use (gradings in this process's
         # sandbox): done here, outside the run, or a first reply could outlast the model timeout.
@@ -368,7 +385,7 @@ def main() -> None:
         left_procs.update({(pid, p["start"]): p["cmd"] for pid, p in new.items()
                            if pid != os.getpid() and has_marker(pid, token)})
         left_files = sorted({str(p) for p in private_tmp.rglob("*")} | (tmp_entries() - before_tmp)
-                            | (runtime_dirs() - before_rt))
+                            | (runtime_dirs() - before_rt) | (cgroup_dirs() - before_cgroups))
         left_mounts = [m for m in glyph_mounts() if m not in before_mounts]
         if not (left_procs or left_files or left_mounts) or time.monotonic() > deadline:
             break
