@@ -59,16 +59,29 @@ _STDLIB = frozenset(sys.stdlib_module_names)
 
 
 # CPython 3.11 before 3.11.8 can raise "SystemError: AST constructor recursion depth mismatch"
-# when threads build ASTs at once (python/cpython#106905, fixed by PR #106906). finalize grades
-# from threads (asyncio.to_thread) and benchmarks/load.py hit it on honest rollouts: every parse
-# of the trusted side goes through this lock.
+# when threads build ASTs at once (python/cpython#106905, fixed by PR #106906): the depth counter
+# of the AST conversion is shared by the interpreter's threads. finalize grades from threads
+# (asyncio.to_thread) and benchmarks/load.py hit it on honest rollouts: every parse of the trusted
+# side goes through this lock. Parses outside glyph's code take no lock (3.11's traceback module
+# parses source segments to place its carets, e.g. when verifiers logs a failed rollout in another
+# thread), so a parse that still meets the mismatch is repeated: the counter is reset at the start
+# of each conversion, and the error says nothing about the source.
 _PARSE_LOCK = threading.Lock()
+_PARSE_TRIES = 50
 
 
 def parse(source: str | bytes, filename: str = "<unknown>", mode: str = "exec") -> ast.AST:
-    """``ast.parse`` under the process-wide parse lock."""
-    with _PARSE_LOCK:
-        return ast.parse(source, filename, mode)
+    """``ast.parse`` under the process-wide parse lock, repeated when another
+    thread's parse broke the shared depth counter (see above)."""
+    for attempt in range(_PARSE_TRIES):
+        with _PARSE_LOCK:
+            try:
+                return ast.parse(source, filename, mode)
+            except SystemError as exc:
+                if "recursion depth mismatch" not in str(exc) or attempt + 1 == _PARSE_TRIES:
+                    raise
+        time.sleep(0.0005 * (attempt + 1))
+    raise AssertionError("unreachable")
 
 
 SERVER_RETRIES = 1
