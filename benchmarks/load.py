@@ -228,6 +228,15 @@ def cgroup_dirs(top: str = "/sys/fs/cgroup", depth: int = 6) -> set[str]:
     return found
 
 
+def own_cgroups() -> set[str]:
+    """The cgroup of this process's own sandbox server (the reference
+    policies grade their mutations in it), alive until this process exits:
+    not vf-eval's to clean up."""
+    from glyph.sandbox import get_sandbox
+    info = getattr(get_sandbox(), "info", None)
+    return {info.cgroup} if info is not None and info.cgroup else set()
+
+
 def runtime_dirs() -> set[str]:
     from verifiers.v1.utils.paths import CACHE_DIR
     d = CACHE_DIR / "runtimes" / "subprocess"
@@ -385,7 +394,7 @@ def main() -> None:
         left_procs.update({(pid, p["start"]): p["cmd"] for pid, p in new.items()
                            if pid != os.getpid() and has_marker(pid, token)})
         left_files = sorted({str(p) for p in private_tmp.rglob("*")} | (tmp_entries() - before_tmp)
-                            | (runtime_dirs() - before_rt) | (cgroup_dirs() - before_cgroups))
+                            | (runtime_dirs() - before_rt) | (cgroup_dirs() - before_cgroups - own_cgroups()))
         left_mounts = [m for m in glyph_mounts() if m not in before_mounts]
         if not (left_procs or left_files or left_mounts) or time.monotonic() > deadline:
             break

@@ -1222,15 +1222,19 @@ class Server:
                 self._sweep_files(item.uid)
             _remove_tree(self.chroot or self.runs_dir)
         elif self.cgroups is not None:  # the kernel kills the rest only once we are gone: too late to rmdir
-            try:
-                os.kill(-1, signal.SIGKILL)
-            except OSError:
-                pass
+            # Killed again on every pass: a fork bomb's child forked after one kill(-1) survives it, and
+            # waiting for it alone would last until its own CPU limit ends it (seconds after the client left).
             while True:
                 try:
-                    os.waitpid(-1, 0)
+                    os.kill(-1, signal.SIGKILL)
+                except OSError:
+                    pass
+                try:
+                    pid, _ = os.waitpid(-1, os.WNOHANG)
                 except ChildProcessError:
                     break
+                if pid == 0:
+                    time.sleep(0.002)
         if self.cgroups is not None:
             self.cgroups.close()
         os._exit(0)
