@@ -87,6 +87,17 @@ def eval_command(*args: str) -> list[str]:
     return [sys.executable, "-c", f"from {EVAL_MAIN} import main; main()", *args]
 
 
+def in_process_args() -> list[str]:
+    """Eval CLI arguments that run the rollouts in the CLI's own process
+    (where a caller's patches of glyph apply): ``--no-serve`` at a60a606,
+    whose eval runs them in a spawned env-server worker pool by default
+    (``v1/cli/eval/runner.py:3-4``, ``v1/configs/cli/eval.py:63-65``);
+    none in 0.4.0, whose ``EvalConfig`` has no ``serve`` and runs them
+    in-process."""
+    from verifiers.v1.configs.cli.eval import EvalConfig
+    return ["--no-serve"] if "serve" in EvalConfig.model_fields else []
+
+
 def timed_out(trace: Any) -> bool:
     """Whether a setup, agent, finalize or scoring deadline ended ``trace`` (a
     ``vf.Trace``; at a60a606 only once the rollout has ended, since the expiry

@@ -483,7 +483,9 @@ def test_vf_eval_a_container_endpoint_fault_is_errored_when_the_interception_con
     (model_timeout 2 s, the upstream still hanging) has no record yet: scored,
     0, as any untrusted exit."""
     from glyph.demo import read_rollouts, vf_eval_command
-    cmd = vf_eval_command(policy_server.base_url, policy, "a", 1, tmp_path, mbpp_path, extra)
+    from glyph.vfcompat import in_process_args
+    cmd = vf_eval_command(policy_server.base_url, policy, "a", 1, tmp_path, mbpp_path,
+                          [*extra, *in_process_args()])  # the patch below applies in this process only
     assert cmd[1] == "-c"
     cmd[2] = "import glyph.env.harness as h; h._subprocess_runtime = lambda: type(None); " + cmd[2]
     proc = subprocess.run(cmd, capture_output=True, text=True,
