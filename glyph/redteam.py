@@ -9,6 +9,7 @@ behind and that the grader survives. ``glyph demo`` grades a few of them.
 
 from __future__ import annotations
 
+import socket
 from dataclasses import dataclass
 
 DEMO_PROMPT = "Write remove_first_last(s, ch): remove the first and the last occurrence of ch from s."
@@ -326,3 +327,17 @@ def remove_first_last(s, ch): return s
 
 def attack(name: str) -> Attack:
     return next(a for a in ATTACKS if a.name == name)
+
+
+def aimed_at_a_listener(attack: Attack) -> tuple[str, socket.socket | None]:
+    """The attack's source, and for ``network`` a listener on 127.0.0.1
+    (0.1 s accept timeout) that the attack tries instead of the ports it
+    names: a connection the sandbox let through is accepted there. The
+    caller closes the listener."""
+    if attack.name != "network":
+        return attack.source, None
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    listener.settimeout(0.1)
+    return attack.source.replace("PORTS = [80, 8000, 8080]", f"PORTS = [{listener.getsockname()[1]}]"), listener

@@ -12,7 +12,7 @@ import pytest
 import glyph
 from conftest import sandbox_processes, sandbox_tmp
 from glyph.grading import grade
-from glyph.redteam import ATTACKS, DEMO_SOLUTION, DEMO_TESTS, REFEREE_TESTS
+from glyph.redteam import ATTACKS, DEMO_SOLUTION, DEMO_TESTS, REFEREE_TESTS, aimed_at_a_listener
 from glyph.sandbox import Limits
 
 SECRET = "glyph-redteam-secret-4c1d"
@@ -37,14 +37,7 @@ def test_at_least_twenty_distinct_attacks():
 
 @pytest.mark.parametrize("attack", ATTACKS, ids=[a.name for a in ATTACKS])
 def test_attack_is_contained(attack, sandbox):
-    source = attack.source
-    listener = None
-    if attack.name == "network":
-        listener = socket.socket()
-        listener.bind(("127.0.0.1", 0))
-        listener.listen()
-        listener.settimeout(0.1)
-        source = source.replace("PORTS = [80, 8000, 8080]", f"PORTS = [{listener.getsockname()[1]}]")
+    source, listener = aimed_at_a_listener(attack)
     before = snapshot()
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     g = grade(source, "", REFEREE_TESTS if attack.referee else DEMO_TESTS, limits=LIMITS, sandbox=sandbox)

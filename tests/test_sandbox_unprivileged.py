@@ -39,7 +39,7 @@ import json, os, socket, sys, time, hashlib
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from glyph.sandbox import Limits, Sandbox, SandboxUnavailable
 from glyph.grading import grade
-from glyph.redteam import ATTACKS, DEMO_SOLUTION, DEMO_TESTS, REFEREE_TESTS
+from glyph.redteam import ATTACKS, DEMO_SOLUTION, DEMO_TESTS, REFEREE_TESTS, aimed_at_a_listener
 
 cfg = json.loads(sys.stdin.read())  # not argv: /proc/<pid>/cmdline is world-readable
 here = os.path.dirname(os.path.abspath(__file__))
@@ -154,13 +154,7 @@ elif cfg["do"] == "attacks":
     for attack in ATTACKS:
         if attack.name in cfg.get("skip", ()):
             continue
-        source, listener = attack.source, None
-        if attack.name == "network":
-            listener = socket.socket()
-            listener.bind(("127.0.0.1", 0))
-            listener.listen()
-            listener.settimeout(0.1)
-            source = source.replace("PORTS = [80, 8000, 8080]", f"PORTS = [{listener.getsockname()[1]}]")
+        source, listener = aimed_at_a_listener(attack)
         before = snapshot()
         g = grade(source, "", REFEREE_TESTS if attack.referee else DEMO_TESTS, limits=limits, sandbox=sb)
         problems = []
