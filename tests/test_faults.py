@@ -26,7 +26,8 @@ import pytest
 from glyph import protocol
 from glyph.env import program
 from glyph.env import service as service_module
-from glyph.env.harness import GlyphHarness, GlyphHarnessConfig, limits_for, limits_from_record, limits_record
+from glyph.env.harness import (GlyphHarness, GlyphHarnessConfig, limits_for, limits_from_record, limits_record,
+                                program_config)
 from glyph.env.service import SandboxTestService
 from glyph.env.taskset import GlyphData
 from glyph.env.verify import TaskTests, verify
@@ -273,11 +274,9 @@ def test_the_program_retries_a_dropped_answer_and_it_is_graded_once(tmp_path, se
     limits = limits_for(3)
     service.register(secret, task.test_setup_code, list(task.test_list), limits)
     (tmp_path / "solution.py").write_text(protocol.PLACEHOLDER)
-    cfg = {"arm": "a", "max_tool_calls": 8, "limits": limits_record(limits),
-           "tester": {"kind": "service", "url": f"http://127.0.0.1:{proxy.port}/test"},
-           "messages": [{"role": "system", "content": protocol.system_prompt("a")},
-                        {"role": "user", "content": protocol.user_prompt(task.text, task.test_list)}],
-           "endpoint": {"base_url": policy.base_url, "model": "oracle"}}
+    cfg = program_config(GlyphHarnessConfig(tool_timeout=3), "a", task.text, task.test_list,
+                         {"kind": "service", "url": f"http://127.0.0.1:{proxy.port}/test"},
+                         {"base_url": policy.base_url, "model": "oracle"})
     try:
         with contextlib.chdir(tmp_path):
             trace = program.run(cfg, secret)
@@ -346,11 +345,8 @@ def test_a_service_fault_ends_the_program_with_its_fault_exit(tmp_path, service,
     secret = secrets.token_hex(8)
     service.register(secret, task.test_setup_code, list(task.test_list), limits_for(3))
     (tmp_path / "solution.py").write_text(protocol.PLACEHOLDER)
-    cfg = {"arm": "a", "max_tool_calls": 8, "limits": limits_record(limits_for(3)),
-           "tester": {"kind": "service", "url": service.url},
-           "messages": [{"role": "system", "content": protocol.system_prompt("a")},
-                        {"role": "user", "content": protocol.user_prompt(task.text, task.test_list)}],
-           "endpoint": {"base_url": policy.base_url, "model": "oracle"}}
+    cfg = program_config(GlyphHarnessConfig(tool_timeout=3), "a", task.text, task.test_list,
+                         {"kind": "service", "url": service.url}, {"base_url": policy.base_url, "model": "oracle"})
     try:
         with contextlib.chdir(tmp_path):
             trace = program.run(cfg, secret)

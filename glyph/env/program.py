@@ -325,13 +325,14 @@ def _loop(cfg: dict, secret: str, trace: dict, save) -> None:
 
 
 def _episode(cfg: dict, secret: str, trace: dict, save, tester) -> None:
-    episode = Episode(cfg["arm"], int(cfg["max_tool_calls"]), int(cfg.get("test_cost", 1)), trace,
-                      revise_feedback=cfg.get("revise_feedback", "none"))
+    # Every key is the harness's (``harness.program_config``): no default of its own here.
+    episode = Episode(cfg["arm"], int(cfg["max_tool_calls"]), int(cfg["test_cost"]), trace,
+                      revise_feedback=cfg["revise_feedback"])
     messages = trace["messages"] = [dict(m) for m in cfg["messages"]]
     t0 = time.monotonic()
     while True:
         try:
-            reply = chat(cfg["endpoint"], messages, float(cfg.get("model_timeout", 120)), secret)
+            reply = chat(cfg["endpoint"], messages, float(cfg["model_timeout"]), secret)
         except EndpointError as exc:
             trace["end"], trace["error"] = "endpoint_error", str(exc)
             break
