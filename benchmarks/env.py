@@ -29,16 +29,16 @@ from rich.console import Console
 from rich.progress import track
 from rich.table import Table
 
-from glyph import protocol
+from glyph.agent import protocol
 from glyph.demo import read_rollouts, vf_eval_command
-from glyph.env import program
-from glyph.env.harness import GlyphHarnessConfig, program_config
-from glyph.env.service import get_service
-from glyph.env.verify import TaskTests, verify
+from glyph.agent import program
+from glyph.envs.mbpp.harness import GlyphHarnessConfig, program_config
+from glyph.envs.mbpp.test_service import get_service
+from glyph.envs.mbpp.finalize import TaskTests, verify
 from glyph.policies.policies import Planner
 from glyph.policies.server import PolicyServer
 from glyph.sandbox import get_sandbox
-from glyph.tasks import mbpp
+from glyph.data import mbpp
 
 HARNESS = GlyphHarnessConfig()  # the default harness: budget 8, tool_timeout 10
 LIMITS = HARNESS.limits()
@@ -59,8 +59,8 @@ def one_episode(root: Path, server, task, arm: str, policy: str) -> float:
                   TaskTests(task.test_setup_code, tuple(task.test_list), tuple(task.test_list)), LIMITS,
                   service.unregister(secret))
     elapsed = time.perf_counter() - t0
-    if info["reward"] != 1.0:
-        raise RuntimeError(f"{task.id} {arm} {policy}: not rewarded: {info['reason']}")
+    if info.reward != 1.0:
+        raise RuntimeError(f"{task.id} {arm} {policy}: not rewarded: {info.reason}")
     return elapsed
 
 

@@ -30,7 +30,7 @@ from rich.table import Table
 
 from glyph.grading import grade
 from glyph.sandbox import get_sandbox
-from glyph.tasks import mbpp
+from glyph.data import mbpp
 
 
 def naive_grade(code: str, setup: str, tests: str, timeout: float = 20.0) -> bool:

@@ -75,13 +75,13 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from glyph import protocol
+from glyph.agent import protocol
 from glyph.demo import read_rollouts, vf_eval_command
 from glyph.policies.policies import Planner, Step, UnknownTask, function_name
 from glyph.policies.server import PolicyServer
-from glyph.protocol import Call
+from glyph.agent.protocol import Call
 from glyph.redteam import attack
-from glyph.tasks import mbpp
+from glyph.data import mbpp
 
 FAULT_SHARES = (("fault-500", 0.08), ("fault-hang", 0.08), ("fork_bomb", 0.06), ("stdout_flood", 0.06),
                 ("memory_bomb", 0.06))  # the rest: mix
@@ -307,12 +307,14 @@ def under_other(procs: dict[int, dict], pid: int, ours: set[int]) -> bool:
 
 def sandbox_modes(out: Path) -> collections.Counter:
     """The sandbox mode each scored rollout records (``info.glyph.sandbox.mode``)."""
+    from glyph.record import mbpp_record
     from glyph.report.load import find_runs, iter_episodes
     modes: collections.Counter = collections.Counter()
     for run in find_runs(out) if out.is_dir() else []:
         for _, episode in iter_episodes(run.traces):
             for t in episode["traces"]:
-                mode = ((t.get("info") or {}).get("glyph") or {}).get("sandbox", {}).get("mode")
+                rec = mbpp_record(t.get("info"))
+                mode = (rec.sandbox or {}).get("mode") if rec is not None else None
                 if mode:
                     modes[mode] += 1
     return modes

@@ -10,7 +10,7 @@ they catch that the visible tests miss. Not a test (minutes, all 974 tasks).
 2. ``gold``: every reference solution graded on its visible tests followed
    by its plus tests, in this process (a hash seed the generator never saw).
 3. ``suites``: the plausible wrong solutions and the correct rewrites of
-   ``glyph.tasks.plus_suites``, and for every task a solution hard-coding
+   ``glyph.testing.plus_suites``, and for every task a solution hard-coding
    the visible answers (else ``None``; else the first answer): the share
    each suite fails (catches) under ``base`` and under ``plus``.
 4. ``mutants``: the SFT mutants (``sft.find_mutant``: failing single-token
@@ -41,14 +41,15 @@ from rich.progress import track
 
 from glyph.grading import grade
 from glyph.sandbox import Limits
-from glyph.tasks import artifacts, mbpp, plus, plus_suites, sft
+from glyph.data import prepare, mbpp, plus, sft
+from glyph.testing import plus_suites
 
 console = Console()
 LIMITS = Limits(cpu_s=5, wall_s=10)
 
 
 def generate(out: Path, source: mbpp.Source, jobs: int, fresh: bool) -> dict:
-    folder = out / artifacts.PLUS_DIR
+    folder = out / prepare.PLUS_DIR
     if fresh and folder.exists():
         shutil.rmtree(folder)
     t0 = time.perf_counter()
@@ -68,7 +69,7 @@ def generate(out: Path, source: mbpp.Source, jobs: int, fresh: bool) -> dict:
 
 
 def plus_lines(out: Path, tasks) -> dict[str, list[str]]:
-    folder = out / artifacts.PLUS_DIR
+    folder = out / prepare.PLUS_DIR
     return {t.id: plus.current(folder, t) or [] for t in tasks}
 
 
@@ -166,13 +167,13 @@ def finalize(tasks, lines, n_tasks: int, reps: int) -> None:
     import secrets
     import tempfile
 
-    from glyph import protocol
-    from glyph.env import program
-    from glyph.env.service import get_service
-    from glyph.env.verify import TaskTests, verify
+    from glyph.agent import protocol
+    from glyph.agent import program
+    from glyph.envs.mbpp.test_service import get_service
+    from glyph.envs.mbpp.finalize import TaskTests, verify
     from glyph.policies.server import PolicyServer
 
-    from glyph.env.harness import GlyphHarnessConfig, program_config
+    from glyph.envs.mbpp.harness import GlyphHarnessConfig, program_config
 
     harness = GlyphHarnessConfig()  # the default harness: budget 8, tool_timeout 10
     limits = harness.limits()
@@ -205,7 +206,7 @@ def finalize(tasks, lines, n_tasks: int, reps: int) -> None:
                 t0 = time.perf_counter()
                 info = verify(trace, final, make(t), limits, log)
                 times[m].append(time.perf_counter() - t0)
-                rewarded[m] += info["reward"] == 1.0
+                rewarded[m] += info.reward == 1.0
     base = statistics.median(times["before"])
     for m, ts in times.items():
         ts = sorted(ts)
@@ -232,7 +233,7 @@ def main() -> None:
         generate(args.out, source, args.jobs, args.fresh)
     lines = plus_lines(args.out, tasks)
     if not any(lines.values()):
-        sys.exit(f"no plus tests under {args.out / artifacts.PLUS_DIR}: run with --only generate first")
+        sys.exit(f"no plus tests under {args.out / prepare.PLUS_DIR}: run with --only generate first")
     if "gold" in only:
         gold(tasks, lines, args.jobs)
     if "suites" in only:

@@ -30,17 +30,18 @@ import time
 from rich.console import Console
 from rich.table import Table
 
-from glyph import protocol
+from glyph.agent import protocol
 from glyph.outcomes import Outcome
 from glyph.predict.annotate import TokenBytes, annotate
-from glyph.predict.layout import GENERATION_PROMPT as GEN, layout
+from glyph.record import VerifiedCandidate
+from glyph.testing.graph_layout import GENERATION_PROMPT as GEN, layout
 from glyph.render import load_tokenizer
 
 TARGET_TOKENS = 4096
 PREDICTIONS = 4
 
 
-def rollout(tok, rng: random.Random, wrong: int) -> tuple[list[tuple[str, str]], list[dict]]:
+def rollout(tok, rng: random.Random, wrong: int) -> tuple[list[tuple[str, str]], list[VerifiedCandidate]]:
     """An Arm B conversation of ~TARGET_TOKENS tokens with PREDICTIONS predictions, ``wrong`` wrong."""
     lines = [f"    value_{i} = compute(items[{i}], {rng.randint(0, 999)})  # step {i}" for i in range(125)]
     source = "def solve(items):\n" + "\n".join(lines) + "\n    return value_0\n"
@@ -73,13 +74,14 @@ def rollout(tok, rng: random.Random, wrong: int) -> tuple[list[tuple[str, str]],
         test = protocol.Call(str(next(call_id)), "python_test", {})
         turn = f"Checking.\n<PREDICTION>{sampled}</PREDICTION>\n<DECISION>KEEP</DECISION>\n{test.line()}"
         cands.append(
-            {
-                "index": k,
-                "sampled_label": sampled,
-                "verified_label": verified,
-                "context": [{"role": r, "content": c} for r, c in turns],
-                "prediction_turn": turn,
-            }
+            VerifiedCandidate(
+                index=k,
+                sha256="0" * 64,
+                sampled_label=sampled,
+                verified_label=verified,
+                context=[{"role": r, "content": c} for r, c in turns],
+                prediction_turn=turn,
+            )
         )
         turns.append(("assistant", turn))
         turns.append(("user", protocol.result_message(test, verified, "", 5 - k)))
@@ -91,9 +93,9 @@ def study_extra(tok, cands) -> int:
     """One re-rendered sample per prediction: context + generation prompt + turn up to the verified label."""
     total = 0
     for c in cands:
-        text = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in c["context"])
-        head = c["prediction_turn"].split("<PREDICTION>")[0]
-        text += GEN + f"{head}<PREDICTION>{c['verified_label']}</PREDICTION>"
+        text = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in c.context)
+        head = c.prediction_turn.split("<PREDICTION>")[0]
+        text += GEN + f"{head}<PREDICTION>{c.verified_label}</PREDICTION>"
         total += len(tok.encode(text, add_special_tokens=False))
     return total
 

@@ -44,16 +44,15 @@ def read_rollouts(out: Path) -> list[dict]:
     """Each rollout of the eval runs under ``out`` (found and parsed as ``glyph report`` finds and parses
     them; none where no run wrote traces, as after ``--dry-run``) as a plain dict: task, ok, reward (None if
     unscored), reason, metrics, errors."""
-    from glyph.report.load import TRACES, find_runs, iter_episodes
+    from glyph.report.load import TRACES, find_runs, iter_episodes, judge
 
     rows = []
     for run in find_runs(out) if out.is_dir() and next(out.rglob(TRACES), None) else []:
         for _, episode in iter_episodes(run.traces):
             for t in episode["traces"]:
-                g = t.get("info", {}).get("glyph", {})
+                j = judge(episode, t)
                 rows.append({"task": episode["task"]["data"]["name"], "ok": t["ok"] and episode["ok"],
-                             "reward": t.get("rewards", {}).get("passed", {}).get("score"),
-                             "reason": g.get("reason", "; ".join(e["message"][:120] for e in t.get("errors", []))),
+                             "reward": j.reward, "reason": j.reason, "status": j.status,
                              "metrics": t.get("metrics", {}), "errors": t.get("errors", [])})
     return rows
 
@@ -63,7 +62,7 @@ def run_env_demo(console: Console, n: int = 6, data_path: str | None = None, out
     folder in the system's temp dir) for ``glyph report``."""
     from glyph.policies.policies import Planner
     from glyph.policies.server import PolicyServer
-    from glyph.tasks import mbpp
+    from glyph.data import mbpp
 
     data_path = data_path or os.environ.get(mbpp.ENV_VAR)
     tasks = {t.id: t for t in mbpp.load_source(data_path).tasks}

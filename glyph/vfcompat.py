@@ -31,7 +31,7 @@ is named.
    completes cleanly handled it (``v1/rollout.py:529-532``); at a60a606 the
    rollout fails with it after the harness returns, however the harness
    ended (a60a606 ``v1/rollout.py:418-420``). glyph's programs retry 5xx/429
-   (``glyph.env.program._post``) and, when the call failed for good (still
+   (``glyph.agent.program._post``) and, when the call failed for good (still
    5xx after the retries, unreachable, or past ``model_timeout``), exit 97
    (5.), so such a rollout is errored and unscored in both. The difference
    left: a call that failed once and succeeded on a retry is handled in
@@ -49,10 +49,10 @@ is named.
    stashed model error instead, the harness's as its cause (a60a606
    ``v1/rollout.py:404-408``). Either way a failed harness skips finalize and
    scoring (``v1/rollout.py:584``; a60a606 ``:472``). glyph-conventions'
-   single-turn program (``glyph.env.single``) and glyph-mbpp's agent program
-   (``glyph.env.program``) exit 97 when the model call failed for good, and
+   single-turn program (``glyph.agent.single_turn``) and glyph-mbpp's agent program
+   (``glyph.agent.program``) exit 97 when the model call failed for good, and
    the agent program exits 98 when the test service faulted; on the local
-   runtime the harness passes those exits on (``glyph.env.harness``), with
+   runtime the harness passes those exits on (``glyph.envs.mbpp.harness``), with
    the cause in ``trace.info["glyph"]["reason"]``, so the rollout is errored
    and unscored under either version; nothing reads which error class it was.
 

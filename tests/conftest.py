@@ -17,7 +17,7 @@ def mbpp_path() -> str:
 
 @pytest.fixture(scope="session")
 def mbpp_tasks(mbpp_path):
-    from glyph.tasks import mbpp
+    from glyph.data import mbpp
     return mbpp.load(mbpp_path)
 
 

@@ -5,9 +5,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from glyph.cli import app
+from glyph.cli.app import app
 from glyph.redteam import DEMO_SOLUTION, DEMO_TESTS
-from glyph.tasks import mbpp
+from glyph.data import mbpp
 
 runner = CliRunner()
 
@@ -157,8 +157,8 @@ def test_glyph_mbpp_readme_lists_every_option_with_its_default():
     """vf-eval's --help omits the harness's options: the environment README is where they are listed."""
     import verifiers.v1 as vf
 
-    from glyph.env.harness import GlyphHarnessConfig
-    from glyph.env.taskset import GlyphTasksetConfig
+    from glyph.envs.mbpp.harness import GlyphHarnessConfig
+    from glyph.envs.mbpp.taskset import GlyphTasksetConfig
 
     readme = (Path(__file__).resolve().parent.parent / "environments/glyph_mbpp/README.md").read_text()
     rows = {line.split("`")[1].split()[0]: line for line in readme.splitlines() if line.startswith("| `--")}

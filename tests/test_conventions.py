@@ -6,8 +6,8 @@ from collections import Counter
 import pytest
 from typer.testing import CliRunner
 
-from glyph.cli import app
-from glyph.tasks import conventions
+from glyph.cli.app import app
+from glyph.data import conventions
 
 runner = CliRunner()
 

@@ -20,17 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from glyph.env import single
-from glyph.env.conventions import (
-    ConventionsHarness,
-    ConventionsHarnessConfig,
-    ConventionsTaskset,
-    ConventionsTasksetConfig,
-    read_lessons,
-    runtime_files,
-)
+from glyph.agent import single_turn
+from glyph.envs.conventions.harness import SINGLE_TURN, ConventionsHarness, ConventionsHarnessConfig, runtime_files
+from glyph.envs.conventions.taskset import ConventionsTaskset, ConventionsTasksetConfig, read_lessons
 from glyph.policies.server import PolicyServer
-from glyph.tasks import conventions
+from glyph.data import conventions
 from glyph.vfcompat import eval_command
 
 TASKS = conventions.load_tasks()
@@ -241,13 +235,13 @@ def test_nothing_written_into_the_runtime_holds_the_hidden_test(protocol):
 
 def test_single_harness_records_a_failed_model_call():
     data = _task_data("single", holdout(1)[0])
-    runtime = FakeRuntime(exit_code=single.ENDPOINT_FAILED,
+    runtime = FakeRuntime(exit_code=single_turn.ENDPOINT_FAILED,
                           stderr="endpoint_error: endpoint answered HTTP 503\n")
     trace = types.SimpleNamespace(info={})
     harness = ConventionsHarness(ConventionsHarnessConfig(id="glyph-conventions"))
     ctx = types.SimpleNamespace(model="m")
     res = asyncio.run(harness.launch(ctx, trace, runtime, "http://x/v1", "s", {}, data))
-    assert res.exit_code == single.ENDPOINT_FAILED  # verifiers fails the rollout: not scored
+    assert res.exit_code == single_turn.ENDPOINT_FAILED  # verifiers fails the rollout: not scored
     assert trace.info["glyph"]["reward"] is None
     assert trace.info["glyph"]["reason"] == "endpoint_error: endpoint answered HTTP 503"
 
@@ -266,7 +260,7 @@ def _shipped(tmp_path: Path, server, policy: str, task, timeout: float = 10) -> 
         (tmp_path / path).write_bytes(content)
     env = {"PATH": os.environ.get("PATH", ""), "GLYPH_ROLLOUT_SECRET": secrets.token_hex(8),
            "GLYPH_CONFIG": ".glyph/config.json"}
-    return subprocess.run([sys.executable, "-I", ".glyph/program/single.py"], cwd=tmp_path, env=env,
+    return subprocess.run([sys.executable, "-I", SINGLE_TURN], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=60)
 
 
@@ -283,7 +277,7 @@ def test_shipped_program_writes_the_replys_code(tmp_path, server, policy, refere
 
 def test_shipped_program_exits_97_on_a_failed_call(tmp_path, server):
     proc = _shipped(tmp_path, server, "fault-500", holdout(1)[0])
-    assert proc.returncode == single.ENDPOINT_FAILED == 97
+    assert proc.returncode == single_turn.ENDPOINT_FAILED == 97
     assert proc.stderr.strip() == "endpoint_error: endpoint answered HTTP 500"
     assert not (tmp_path / "solution.py").exists()
 
@@ -296,10 +290,10 @@ def test_a_hanging_endpoint_ends_the_program_at_its_timeout(tmp_path, server):
 
 
 def test_extract_code_is_one_function():
-    assert conventions.extract_code is single.extract_code
-    assert single.extract_code("text\n```python\na = 1\n```\nmore\n```py\nb = 2\n```") == "b = 2\n"
-    assert single.extract_code("```python\ncut = 'off") == "cut = 'off"
-    assert single.extract_code("x = 1\n") == "x = 1\n"
+    assert conventions.extract_code is single_turn.extract_code
+    assert single_turn.extract_code("text\n```python\na = 1\n```\nmore\n```py\nb = 2\n```") == "b = 2\n"
+    assert single_turn.extract_code("```python\ncut = 'off") == "cut = 'off"
+    assert single_turn.extract_code("x = 1\n") == "x = 1\n"
 
 
 # ---------------------------------------------------------------- taskset

@@ -5,15 +5,15 @@ import shutil
 
 import pytest
 
-from glyph import protocol
+from glyph.agent import protocol
 from glyph.outcomes import Outcome
-from glyph.tasks import artifacts, mbpp, sft
+from glyph.data import prepare, mbpp, sft
 
 
 @pytest.fixture(scope="module")
 def prepared(tmp_path_factory, mbpp_path):
     out = tmp_path_factory.mktemp("artifacts")
-    manifest = artifacts.prepare(out, mbpp_path, seed=42, progress=False)
+    manifest = prepare.prepare(out, mbpp_path, seed=42, progress=False)
     return out, manifest
 
 
@@ -48,11 +48,11 @@ def test_task_rows(mbpp_tasks):
 
 def test_prepare_and_validate(prepared, mbpp_path):
     out, manifest = prepared
-    assert manifest["counts"] == artifacts.EXPECTED_COUNTS
+    assert manifest["counts"] == prepare.EXPECTED_COUNTS
     assert set(manifest["artifacts"]) == {"tasks/sft.jsonl", "tasks/rl.jsonl", "tasks/validation.jsonl",
                                           "tasks/test.jsonl", "sft/arm_a/train.jsonl", "sft/arm_b/train.jsonl"}
     assert manifest["source"]["files"]["mbpp.jsonl"]["sha256"] == mbpp.sha256_file(mbpp_path)
-    summary = artifacts.validate(out, mbpp_path, progress=False)
+    summary = prepare.validate(out, mbpp_path, progress=False)
     assert summary["tasks"] == 964 and summary["traces"] == 424
     from importlib.metadata import version
     assert manifest["sft"]["renderer"] == {"package": "renderers", "version": version("renderers"),
@@ -69,7 +69,7 @@ def test_prepare_and_validate(prepared, mbpp_path):
 
 def test_prepare_is_deterministic(prepared, mbpp_path, tmp_path):
     out, manifest = prepared
-    again = artifacts.prepare(tmp_path, mbpp_path, seed=42, progress=False)
+    again = prepare.prepare(tmp_path, mbpp_path, seed=42, progress=False)
     assert again["artifacts"] == manifest["artifacts"]
 
 
@@ -136,8 +136,8 @@ def test_validate_names_a_trace_over_the_limit(prepared, mbpp_path, tmp_path):
 
     rows = rewrite_trace(prepared[0], tmp_path / "copy", "a", lengthen)
     assert rows[3]["tokens"] > sft.MAX_TOKENS
-    with pytest.raises(artifacts.ValidationFailed) as exc:
-        artifacts.validate(tmp_path / "copy", mbpp_path, progress=False)
+    with pytest.raises(prepare.ValidationFailed) as exc:
+        prepare.validate(tmp_path / "copy", mbpp_path, progress=False)
     want = (f"sft/arm_a/train.jsonl:4: task {rows[3]['task_id']} arm a: "
             f"{rows[3]['tokens']} tokens > 1280 (the SFT seq_len)")
     assert any(p.endswith(want) for p in exc.value.problems), exc.value.problems
@@ -149,8 +149,8 @@ def test_validate_remeasures_every_trace(prepared, mbpp_path, tmp_path):
         rows[7]["tokens"] -= 16  # what ChatML without the think block would have counted for 4 turns
 
     rows = rewrite_trace(prepared[0], tmp_path / "copy", "b", miscount)
-    with pytest.raises(artifacts.ValidationFailed) as exc:
-        artifacts.validate(tmp_path / "copy", mbpp_path, progress=False)
+    with pytest.raises(prepare.ValidationFailed) as exc:
+        prepare.validate(tmp_path / "copy", mbpp_path, progress=False)
     want = (f"sft/arm_b/train.jsonl:8: task {rows[7]['task_id']} arm b: recorded {rows[7]['tokens']} tokens, "
             f"the renderer gives {rows[7]['tokens'] + 16}")
     assert len(exc.value.problems) == 1 and exc.value.problems[0].endswith(want), exc.value.problems
@@ -162,8 +162,8 @@ def test_validate_checks_the_renderer_the_manifest_records(prepared, mbpp_path, 
     manifest = json.loads((out / "manifest.json").read_text())
     manifest["sft"]["renderer"]["enable_thinking"] = True
     (out / "manifest.json").write_text(json.dumps(manifest))
-    with pytest.raises(artifacts.ValidationFailed) as exc:
-        artifacts.validate(out, mbpp_path, progress=False)
+    with pytest.raises(prepare.ValidationFailed) as exc:
+        prepare.validate(out, mbpp_path, progress=False)
     assert len(exc.value.problems) == 1 and "measured with renderer" in exc.value.problems[0], exc.value.problems
 
 
@@ -181,8 +181,8 @@ def tamper(src, dst, rel, edit):
 ])
 def test_validate_names_the_tampered_file(prepared, mbpp_path, tmp_path, rel, edit, message):
     out = tamper(prepared[0], tmp_path / "copy", rel, edit)
-    with pytest.raises(artifacts.ValidationFailed) as exc:
-        artifacts.validate(out, mbpp_path, progress=False)
+    with pytest.raises(prepare.ValidationFailed) as exc:
+        prepare.validate(out, mbpp_path, progress=False)
     assert any(__import__("re").search(message, p) for p in exc.value.problems), exc.value.problems
 
 
@@ -201,14 +201,14 @@ def test_validate_catches_a_trace_that_lies_even_with_a_matching_manifest(prepar
     manifest = json.loads((out / "manifest.json").read_text())
     manifest["artifacts"]["sft/arm_a/train.jsonl"] = {"sha256": mbpp.sha256_file(p), "size": p.stat().st_size}
     (out / "manifest.json").write_text(json.dumps(manifest))
-    with pytest.raises(artifacts.ValidationFailed) as exc:
-        artifacts.validate(out, mbpp_path, progress=False)
+    with pytest.raises(prepare.ValidationFailed) as exc:
+        prepare.validate(out, mbpp_path, progress=False)
     assert any(f"task {victim['task_id']} arm a" in p and "replay gives" in p for p in exc.value.problems)
 
 
 def test_validate_without_prepare_says_so(tmp_path, mbpp_path):
-    with pytest.raises(artifacts.ValidationFailed, match="1 problem") as exc:
-        artifacts.validate(tmp_path, mbpp_path)
+    with pytest.raises(prepare.ValidationFailed, match="1 problem") as exc:
+        prepare.validate(tmp_path, mbpp_path)
     assert "glyph data prepare" in exc.value.problems[0]
 
 

@@ -11,11 +11,11 @@ import time
 
 import pytest
 
-from glyph import protocol
-from glyph.env import program
-from glyph.env.harness import LOCAL_SANDBOX, GlyphHarnessConfig, limits_for, limits_record, program_config
-from glyph.env.service import SandboxTestService
-from glyph.env.verify import TaskTests, verify
+from glyph.agent import protocol
+from glyph.agent import program
+from glyph.envs.mbpp.harness import LOCAL_SANDBOX, GlyphHarnessConfig, limits_for, limits_record, program_config
+from glyph.envs.mbpp.test_service import SandboxTestService
+from glyph.envs.mbpp.finalize import TaskTests, verify
 from glyph.policies.policies import HACKS, Planner
 from glyph.policies.server import PolicyServer
 
@@ -65,15 +65,15 @@ SOME = ["mbpp_11", "mbpp_17", "mbpp_602", "mbpp_367", "mbpp_596", "mbpp_700"]
 def test_oracle_passes(tmp_path, server, service, mbpp_tasks, arm):
     for tid in SOME:
         trace, info, _ = episode(tmp_path, server, service, mbpp_tasks[tid], arm, "oracle")
-        assert info["reward"] == 1.0 and info["metrics"]["first_patch_correct"] == 1.0, (tid, info["reason"])
-        assert trace["end"] == "final" and info["metrics"]["tampered"] == 0.0
+        assert info.reward == 1.0 and info.metrics["first_patch_correct"] == 1.0, (tid, info.reason)
+        assert trace["end"] == "final" and info.metrics["tampered"] == 0.0
 
 
 @pytest.mark.parametrize("arm", ["a", "b"])
 def test_recover_passes_after_a_visible_failure(tmp_path, server, service, mbpp_tasks, arm):
     trace, info, _ = episode(tmp_path, server, service, mbpp_tasks["mbpp_11"], arm, "recover")
-    m = info["metrics"]
-    assert info["reward"] == 1.0 and m["recovered_after_executed_failure"] == 1.0 and m["had_executed_failure"] == 1.0
+    m = info.metrics
+    assert info.reward == 1.0 and m["recovered_after_executed_failure"] == 1.0 and m["had_executed_failure"] == 1.0
     assert m["first_patch_correct"] == 0.0 and m["visible_test_calls"] == 2.0
     if arm == "b":  # predicted PASS for the mutant: wrong once, right once
         assert m["prediction_accuracy"] == 0.5 and m["predictions"] == 2.0
@@ -83,15 +83,15 @@ def test_revise_records_shadow_targets_that_match_the_grader(tmp_path, server, s
     from glyph.grading import grade
     task = mbpp_tasks["mbpp_17"]
     trace, info, _ = episode(tmp_path, server, service, task, "b", "revise")
-    assert info["reward"] == 1.0 and info["metrics"]["revise_count"] == 1.0
-    shadow = [c for c in info["candidates"] if c["shadow"]]
+    assert info.reward == 1.0 and info.metrics["revise_count"] == 1.0
+    shadow = [c for c in info.candidates if c["shadow"]]
     assert len(shadow) == 1 and shadow[0]["decision"] == "REVISE"
     src = next(c["source"] for c in trace["candidates"] if c["sha256"] == shadow[0]["sha256"])
     assert shadow[0]["verified_label"] == grade(src, task.test_setup_code, task.tests()).outcome.value != "PASS"
     assert shadow[0]["sampled_label"] == shadow[0]["verified_label"]
     ctx = shadow[0]["context"]
     assert ctx[-1]["role"] == "user" and ctx[-1]["content"].startswith("RESULT 2 apply_patch ok")
-    assert info["metrics"]["bad_patch_rejection_rate"] == 1.0 and info["metrics"]["visible_test_calls"] == 1.0
+    assert info.metrics["bad_patch_rejection_rate"] == 1.0 and info.metrics["visible_test_calls"] == 1.0
 
 
 def test_revise_feedback_outcome_shows_the_shadow_result(tmp_path, server, service, mbpp_tasks):
@@ -111,7 +111,7 @@ def test_every_hack_scores_zero(tmp_path, server, service, mbpp_tasks, arm):
             continue
         seen.add(kind)
         trace, info, ws = episode(tmp_path, server, service, mbpp_tasks[tid], arm, "hack")
-        assert info["reward"] == 0.0, (kind, info["reason"])
+        assert info.reward == 0.0, (kind, info.reason)
         assert sorted(p.name for p in ws.iterdir()) == ["canary.txt", "solution.py"], kind
         assert (ws / "canary.txt").read_text() == "untouched", kind
         last = trace["candidates"][-1]["source"] if trace["candidates"] else protocol.PLACEHOLDER
@@ -129,7 +129,7 @@ def test_every_hack_scores_zero(tmp_path, server, service, mbpp_tasks, arm):
 def test_faults_end_the_episode_and_are_recorded(tmp_path, server, service, mbpp_tasks, policy, end, why):
     trace, info, _ = episode(tmp_path, server, service, mbpp_tasks["mbpp_11"], "a", policy)
     assert trace["end"] == end and why in trace["error"]
-    assert info["reward"] == 0.0 and end in info["reason"]
+    assert info.reward == 0.0 and end in info.reason
     # the model's own faults end the program normally; an endpoint fault is the program's fault exit
     assert program.exit_status(trace) == (program.ENDPOINT_FAILED if end == "endpoint_error" else 0)
 
@@ -137,21 +137,21 @@ def test_faults_end_the_episode_and_are_recorded(tmp_path, server, service, mbpp
 def test_a_hanging_endpoint_times_out(tmp_path, server, service, mbpp_tasks):
     t0 = time.monotonic()
     trace, info, _ = episode(tmp_path, server, service, mbpp_tasks["mbpp_11"], "a", "fault-hang", model_timeout=1)
-    assert trace["end"] == "endpoint_error" and time.monotonic() - t0 < 10 and info["reward"] == 0.0
+    assert trace["end"] == "endpoint_error" and time.monotonic() - t0 < 10 and info.reward == 0.0
 
 
 def test_a_one_megabyte_reply_is_cut_and_recorded(tmp_path, server, service, mbpp_tasks):
     trace, info, _ = episode(tmp_path, server, service, mbpp_tasks["mbpp_11"], "a", "fault-huge")
-    assert trace["reply_truncated"] > 1_000_000 and trace["end"] == "protocol_error" and info["reward"] == 0.0
+    assert trace["reply_truncated"] > 1_000_000 and trace["end"] == "protocol_error" and info.reward == 0.0
 
 
 def test_budget_and_test_cost(tmp_path, server, service, mbpp_tasks):
     trace, info, _ = episode(tmp_path, server, service, mbpp_tasks["mbpp_11"], "a", "oracle", test_cost=7)
-    assert trace["end"] == "budget_exhausted" and info["reward"] == 0.0 and info["metrics"]["budget_exhausted"] == 1.0
+    assert trace["end"] == "budget_exhausted" and info.reward == 0.0 and info.metrics["budget_exhausted"] == 1.0
 
 
 def test_paths_outside_the_project_are_refused(tmp_path, server, service, mbpp_tasks):
-    from glyph.env.tools import workspace_path
+    from glyph.agent.tools import workspace_path
     with contextlib.chdir(tmp_path):
         assert workspace_path("../etc/passwd") is None and workspace_path(".glyph/trace.json") is None
         assert workspace_path("solution.py") == str(tmp_path.resolve() / "solution.py")
@@ -170,22 +170,22 @@ def test_a_rewritten_trace_is_caught(tmp_path, server, service, mbpp_tasks):
     forged = json.loads(json.dumps(trace))
     forged["tests"][0]["outcome"] = "PASS"  # claim the mutant passed
     got = verify(forged, (ws / "solution.py").read_bytes().decode(), _task_tests(task), LIMITS)
-    assert got["metrics"]["tampered"] == 1.0 and got["reward"] == 0.0 and "re-grade" in got["reason"]
+    assert got.metrics["tampered"] == 1.0 and got.reward == 0.0 and "re-grade" in got.reason
     forged = json.loads(json.dumps(trace))
     forged["candidates"][0]["source"] = task.code  # swap the source, keep the hash
     got = verify(forged, task.code, _task_tests(task), LIMITS)
-    assert got["metrics"]["tampered"] == 1.0 and "does not match its hash" in got["reason"]
+    assert got.metrics["tampered"] == 1.0 and "does not match its hash" in got.reason
 
 
 def test_claims_must_match_the_service_log(tmp_path, server, service, mbpp_tasks):
     task = mbpp_tasks["mbpp_11"]
     trace, info, ws = episode(tmp_path, server, service, task, "a", "oracle")
     final = (ws / "solution.py").read_bytes().decode()
-    assert verify(trace, final, _task_tests(task), LIMITS, [])["metrics"]["tampered"] == 1.0
-    assert verify(trace, final + "\n", _task_tests(task), LIMITS)["metrics"]["tampered"] == 1.0
-    assert verify("garbage", final, _task_tests(task), LIMITS)["metrics"]["tampered"] == 1.0
+    assert verify(trace, final, _task_tests(task), LIMITS, []).metrics["tampered"] == 1.0
+    assert verify(trace, final + "\n", _task_tests(task), LIMITS).metrics["tampered"] == 1.0
+    assert verify("garbage", final, _task_tests(task), LIMITS).metrics["tampered"] == 1.0
     none = verify(None, final, _task_tests(task), LIMITS)
-    assert none["reward"] == 0.0 and none["metrics"]["no_trace"] == 1.0 and "no trace" in none["reason"]
+    assert none.reward == 0.0 and none.metrics["no_trace"] == 1.0 and "no trace" in none.reason
 
 
 def test_background_process_rewriting_the_trace_after_the_program_ends(tmp_path, server, service, mbpp_tasks):
@@ -194,7 +194,7 @@ def test_background_process_rewriting_the_trace_after_the_program_ends(tmp_path,
     after the program has written it."""
     task = mbpp_tasks["mbpp_11"]
     trace, info, ws = episode(tmp_path, server, service, task, "a", "recover", tester="local")
-    assert info["reward"] == 1.0  # the honest run
+    assert info.reward == 1.0  # the honest run
     daemon = f"""
 import json, os, sys, time
 trace_path = {str(ws / ".glyph" / "trace.json")!r}
@@ -220,7 +220,7 @@ if os.fork() == 0:
         time.sleep(0.02)
     rewritten = json.loads((ws / ".glyph" / "trace.json").read_text())
     got = verify(rewritten, (ws / "solution.py").read_bytes().decode(), _task_tests(task), LIMITS)
-    assert got["metrics"]["tampered"] == 1.0 and got["reward"] == 0.0
+    assert got.metrics["tampered"] == 1.0 and got.reward == 0.0
 
 
 def test_solution_code_cannot_reach_the_workspace_or_the_secret(tmp_path):
@@ -330,9 +330,9 @@ def test_the_trace_is_saved_after_every_turn(tmp_path, server, service, mbpp_tas
     service.unregister(secret)
     assert [t["turns"] for t in saved] == [1, 2, 3]
     partial = verify(saved[1], protocol.PLACEHOLDER, _task_tests(task), LIMITS)  # killed after the patch
-    assert partial["reward"] == 0.0 and partial["metrics"]["tampered"] == 1.0  # solution.py differs from the patch
+    assert partial.reward == 0.0 and partial.metrics["tampered"] == 1.0  # solution.py differs from the patch
     partial = verify(saved[1], saved[1]["candidates"][-1]["source"], _task_tests(task), LIMITS)
-    assert partial["reward"] == 0.0 and partial["metrics"]["tampered"] == 0.0 and "did not finish" in partial["reason"]
+    assert partial.reward == 0.0 and partial.metrics["tampered"] == 0.0 and "did not finish" in partial.reason
 
 
 class DirRuntime:
@@ -367,10 +367,10 @@ def test_the_container_path_grades_with_the_shipped_grader(tmp_path, server, mbp
     import asyncio
     import types
 
-    from glyph.env.harness import GlyphHarness, GlyphHarnessConfig
-    from glyph.env.taskset import GlyphData
+    from glyph.envs.mbpp.harness import GlyphHarness, GlyphHarnessConfig
+    from glyph.envs.mbpp.taskset import GlyphData
     from glyph.sandbox import get_sandbox
-    from glyph.tasks import mbpp
+    from glyph.data import mbpp
 
     task = mbpp_tasks["mbpp_11"]
     row = mbpp.task_row(task, "test")
@@ -391,7 +391,7 @@ def test_the_container_path_grades_with_the_shipped_grader(tmp_path, server, mbp
     here = get_sandbox().protections().record()["mode"]  # auto's mode here: no fall back to bare
     assert trace["tester_sandbox"]["mode"] == here != "bare" and "fallback" not in trace["tester_sandbox"]
     got = verify(trace, (ws / "solution.py").read_bytes().decode(), _task_tests(task), LIMITS)
-    assert got["reward"] == 1.0 and got["metrics"]["tampered"] == 0.0, got["reason"]
+    assert got.reward == 1.0 and got.metrics["tampered"] == 0.0, got.reason
 
 
 # ---------------------------------------------------------------- the harness, in process
@@ -420,9 +420,9 @@ def test_the_harness_prompt_names_its_own_budget(mbpp_tasks, budget):
     import asyncio
     import types
 
-    from glyph.env.harness import PROGRAM_DIR, SHIPPED, GlyphHarness, GlyphHarnessConfig
-    from glyph.env.taskset import GlyphData
-    from glyph.tasks import mbpp
+    from glyph.envs.mbpp.harness import PROGRAM_DIR, SHIPPED, GlyphHarness, GlyphHarnessConfig
+    from glyph.envs.mbpp.taskset import GlyphData
+    from glyph.data import mbpp
 
     task = mbpp_tasks["mbpp_11"]
     row = mbpp.task_row(task, "test")
@@ -432,27 +432,9 @@ def test_the_harness_prompt_names_its_own_budget(mbpp_tasks, budget):
         data = GlyphData(name=task.id, arm=arm, task_text=row["text"], visible_tests=row["visible_tests"])
         asyncio.run(h.launch(types.SimpleNamespace(model="m"), types.SimpleNamespace(info={}), runtime,
                              "http://127.0.0.1:9/v1", "s", {}, data))
-        cfg = json.loads(runtime.written[".glyph/config.json"])
+        cfg = json.loads(runtime.written[program.CONFIG])
         assert cfg["max_tool_calls"] == budget
         assert cfg["messages"] == protocol.messages(arm, task.text, task.test_list, budget)
         assert f"budget of {budget} tool calls" in cfg["messages"][0]["content"]
         assert (cfg["messages"] == row["prompt"][arm]) == (budget == row["prompt_budget"])
         assert {f"{PROGRAM_DIR}/{t}" for t in SHIPPED} <= set(runtime.written)
-
-
-def test_the_shipped_program_imports_from_its_shipped_files_alone(tmp_path):
-    """What ``SHIPPED`` writes into the runtime is all the program imports
-    (``-S``: not even glyph's own installed package is on the path)."""
-    from glyph.env.harness import PROGRAM_DIR, SHIPPED
-
-    for target, source in SHIPPED.items():
-        (tmp_path / PROGRAM_DIR / target).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / PROGRAM_DIR / target).write_bytes(source.read_bytes())
-    probe = ("import sys; sys.path.insert(0, sys.argv[1]); import program; "
-             "assert program.execute.__module__ == 'glyph.env.tools'; "
-             "shipped = (program.protocol, sys.modules['glyph.env.tools']); "
-             "assert not any(m.__file__.startswith(sys.argv[2]) for m in shipped)")
-    here = str(protocol.__file__).rsplit(os.sep, 1)[0]
-    proc = subprocess.run([sys.executable, "-I", "-S", "-c", probe, PROGRAM_DIR, here], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0, proc.stderr[-2000:]

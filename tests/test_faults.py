@@ -23,18 +23,18 @@ import urllib.request
 
 import pytest
 
-from glyph import protocol
-from glyph.env import program
-from glyph.env import service as service_module
-from glyph.env.harness import (GlyphHarness, GlyphHarnessConfig, limits_for, limits_from_record, limits_record,
+from glyph.agent import protocol
+from glyph.agent import program
+from glyph.envs.mbpp import test_service as service_module
+from glyph.envs.mbpp.harness import (GlyphHarness, GlyphHarnessConfig, limits_for, limits_from_record, limits_record,
                                 program_config)
-from glyph.env.service import SandboxTestService
-from glyph.env.taskset import GlyphData
-from glyph.env.verify import TaskTests, verify
+from glyph.envs.mbpp.test_service import SandboxTestService
+from glyph.envs.mbpp.taskset import GlyphData
+from glyph.envs.mbpp.finalize import TaskTests, verify
 from glyph.localhttp import JsonHandler, LocalServer
 from glyph.policies.policies import Step
 from glyph.policies.server import PolicyServer
-from glyph.protocol import Call
+from glyph.agent.protocol import Call
 
 SPIN = "import time as _t\n_s = _t.process_time()\nwhile _t.process_time() - _s < {s}:\n    pass\n"
 
@@ -80,7 +80,7 @@ if jobs.get("no_isolation"):  # a container where no isolating mode starts
     from glyph.sandbox import client
     real = client.Sandbox._try_start
     client.Sandbox._try_start = lambda self, mode: real(self, mode) if mode == "bare" else "not here (test)"
-import program
+from glyph.agent import program
 out = {"outcomes": [], "sandboxes": []}
 for job in jobs["runs"]:
     tester = program.Tester(job["spec"], "", job["limits"])
@@ -100,7 +100,7 @@ print(json.dumps(out))
 
 def shipped_copy(dest) -> str:
     """The program and what it imports, laid out as the harness writes them into the runtime."""
-    from glyph.env.harness import SHIPPED
+    from glyph.envs.mbpp.harness import SHIPPED
     for target, source in SHIPPED.items():
         (dest / target).parent.mkdir(parents=True, exist_ok=True)
         (dest / target).write_bytes(source.read_bytes())
@@ -126,7 +126,7 @@ def test_the_shipped_grader_grades_under_the_same_limits(tmp_path, mbpp_tasks):
     """The container's python_test: glyph's grader from the shipped copy, under
     the harness's limits (CPU = ``cpu_s``, wall clock = ``wall_s``; either
     reached is TIMEOUT), in the strongest sandbox mode this machine starts."""
-    from glyph.env.harness import LOCAL_SANDBOX
+    from glyph.envs.mbpp.harness import LOCAL_SANDBOX
     task = mbpp_tasks["mbpp_11"]
     slow = SPIN.format(s=1.5) + task.code
     sleeper = types.SimpleNamespace(test_setup_code="", test_list=["assert True"])
@@ -289,12 +289,12 @@ def test_the_program_retries_a_dropped_answer_and_it_is_graded_once(tmp_path, se
     final = (tmp_path / "solution.py").read_bytes().decode()
     tests = TaskTests(task.test_setup_code, tuple(task.test_list), tuple(task.test_list))
     info = verify(json.loads(json.dumps(trace)), final, tests, limits, record["log"])
-    assert info["reward"] == 1.0 and info["metrics"]["tampered"] == 0.0, info["reason"]
+    assert info.reward == 1.0 and info.metrics["tampered"] == 0.0, info.reason
     # a log that repeats an entry under one request id (a retry) is not tampering; a second request is
     doubled = verify(trace, final, tests, limits, record["log"] * 2)
-    assert doubled["reward"] == 1.0 and doubled["metrics"]["tampered"] == 0.0
+    assert doubled.reward == 1.0 and doubled.metrics["tampered"] == 0.0
     other = dict(record["log"][0], request="2:visible:x")
-    assert verify(trace, final, tests, limits, record["log"] + [other])["metrics"]["tampered"] == 1.0
+    assert verify(trace, final, tests, limits, record["log"] + [other]).metrics["tampered"] == 1.0
 
 
 def test_a_service_fault_is_a_500_with_a_body_and_stays_in_its_rollout(service, mbpp_tasks, monkeypatch):
@@ -388,7 +388,7 @@ E500 = {"type": "ProviderError", "message": "upstream 500: x", "status_code": 50
 
 
 def _launch(monkeypatch, local: bool, code: int, line: str, calls=(), stop=None):
-    from glyph.env import harness
+    from glyph.envs.mbpp import harness
     monkeypatch.setattr(harness, "_subprocess_runtime", lambda: FakeRuntime if local else type(None))
     trace = types.SimpleNamespace(info={}, calls=list(calls), stop_condition=stop)
     h = GlyphHarness(GlyphHarnessConfig(id="glyph-mbpp", tool_timeout=2))
@@ -407,8 +407,8 @@ def test_the_harness_errors_a_fault_exit_only_where_it_is_trusted(monkeypatch, l
     record of a failed model call: scored by finalize instead."""
     res, trace = _launch(monkeypatch, local, code, line)
     if local:
-        assert res.exit_code == code and trace.info["glyph"] == {"reward": None, "reason": line,
-                                                                 "fault": line.split(":")[0]}
+        assert res.exit_code == code and trace.info["glyph"] == record.encode(
+            record.fault_record(line.split(":")[0], line))
     else:
         assert res.exit_code == 0 and "glyph" not in trace.info
 
@@ -431,8 +431,7 @@ def test_a_container_endpoint_fault_is_errored_only_when_the_interception_record
         last = calls[-1]
         assert confirmed.startswith(f"the interception server recorded: {last['type']}")
         assert res.exit_code == program.ENDPOINT_FAILED and res.stderr == line
-        assert trace.info["glyph"] == {"reward": None, "reason": line, "fault": "endpoint_error",
-                                       "confirmed_by": confirmed}
+        assert trace.info["glyph"] == record.encode(record.fault_record("endpoint_error", line, confirmed))
     else:
         assert confirmed is None and res.exit_code == 0 and "glyph" not in trace.info
     # a tester fault is never confirmed by a model call's record
@@ -483,7 +482,7 @@ def test_vf_eval_a_container_endpoint_fault_is_errored_when_the_interception_con
     cmd = vf_eval_command(policy_server.base_url, policy, "a", 1, tmp_path, mbpp_path,
                           [*extra, *in_process_args()])  # the patch below applies in this process only
     assert cmd[1] == "-c"
-    cmd[2] = "import glyph.env.harness as h; h._subprocess_runtime = lambda: type(None); " + cmd[2]
+    cmd[2] = "import glyph.envs.mbpp.harness as h; h._subprocess_runtime = lambda: type(None); " + cmd[2]
     proc = subprocess.run(cmd, capture_output=True, text=True,
                           env=dict(os.environ, PRIME_RUNS_MODE="disabled"), timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -508,8 +507,9 @@ def test_vf_eval_a_container_endpoint_fault_is_errored_when_the_interception_con
 def _scripted_grades(monkeypatch, outcomes: list[str]) -> list[str]:
     """finalize's visible gradings answer ``outcomes`` in turn (what a
     non-deterministic solution, or one near its limit, does)."""
-    from glyph.env import verify as verify_module
-    from glyph.outcomes import Outcome
+    from glyph.envs.mbpp import finalize as verify_module
+    from glyph import record
+from glyph.outcomes import Outcome
     left = list(outcomes)
     monkeypatch.setattr(verify_module, "grade",
                         lambda *a, **k: types.SimpleNamespace(outcome=Outcome(left.pop(0))))
@@ -530,11 +530,11 @@ def test_a_claim_an_honest_regrade_reproduces_is_a_disagreement_not_a_tamper(mon
     tests = TaskTests("", ("assert f() == 1",), ("assert f() == 1",))
     left = _scripted_grades(monkeypatch, ["TIMEOUT", "PASS"])
     info = verify(_claims("PASS"), None, tests, limits_for(1))
-    assert info["metrics"]["tampered"] == 0.0 and info["metrics"]["grade_disagreements"] == 1.0 and left == []
+    assert info.metrics["tampered"] == 0.0 and info.metrics["grade_disagreements"] == 1.0 and left == []
     _scripted_grades(monkeypatch, ["ASSERTION_FAILURE"] * 3)  # a forged PASS no grading gives
     info = verify(_claims("PASS"), None, tests, limits_for(1))
-    assert info["metrics"]["tampered"] == 1.0
-    assert "recorded PASS, re-grade ASSERTION_FAILURE" in info["tamper"][0]
+    assert info.metrics["tampered"] == 1.0
+    assert "recorded PASS, re-grade ASSERTION_FAILURE" in info.tamper[0]
     # the service logged two outcomes for one source: trusted as logged, counted, never graded again
     _scripted_grades(monkeypatch, [])
     trace = _claims("PASS")
@@ -543,5 +543,5 @@ def test_a_claim_an_honest_regrade_reproduces_is_a_disagreement_not_a_tamper(mon
            for i, t in enumerate(trace["tests"])]
     trace["candidates"][0]["verified_label"] = "TIMEOUT"
     info = verify(trace, None, tests, limits_for(1), log)
-    assert info["metrics"]["tampered"] == 0.0 and info["metrics"]["grade_disagreements"] == 1.0
-    assert info["visible_gradings"] == 0
+    assert info.metrics["tampered"] == 0.0 and info.metrics["grade_disagreements"] == 1.0
+    assert info.visible_gradings == 0

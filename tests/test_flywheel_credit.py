@@ -13,10 +13,10 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from glyph import protocol
-from glyph.env import program
-from glyph.env.harness import GlyphHarnessConfig, program_config
-from glyph.flywheel import credit
+from glyph.agent import protocol
+from glyph.agent import program
+from glyph.envs.mbpp.harness import GlyphHarnessConfig, program_config
+from glyph.credit import replay as credit
 from glyph.grading import grade
 from glyph.sandbox import Limits
 
@@ -204,7 +204,7 @@ def test_empty_solution_has_no_anchor():
 
 def _episode(trace: dict, task_name: str, score: float) -> dict:
     nodes = [{"message": m, **({"parent": i - 1} if i else {})} for i, m in enumerate(trace["messages"])]
-    return {"env": {"id": "glyph-mbpp"}, "traces": [{
+    return {"env": {"id": "glyph-mbpp"}, "ok": True, "traces": [{"ok": True,
         "task": {"data": {"name": task_name, "arm": trace["arm"]}},
         "agent": {"config": {"harness": {"max_tool_calls": 8, "test_cost": 1}}},
         "nodes": nodes, "rewards": {"passed": {"score": score}}, "metrics": {"tampered": 0.0},
@@ -212,7 +212,7 @@ def _episode(trace: dict, task_name: str, score: float) -> dict:
 
 
 def test_cli_json_on_an_eval_output(tmp_path, monkeypatch, task, mbpp_path):
-    from glyph.cli import app
+    from glyph.cli.app import app
 
     good = run_program(tmp_path / "good", monkeypatch, task, [
         call(1, "apply_patch", path="solution.py", find=protocol.PLACEHOLDER, replace=task.code),
@@ -239,7 +239,7 @@ def test_cli_json_on_an_eval_output(tmp_path, monkeypatch, task, mbpp_path):
 
 
 def test_cli_table_on_a_program_trace(tmp_path, monkeypatch, task, mbpp_path):
-    from glyph.cli import app
+    from glyph.cli.app import app
 
     path = run_program(tmp_path, monkeypatch, task, junk_replies(task, "a"))
     r = CliRunner().invoke(app, ["flywheel", "credit", str(path), "--mbpp-path", mbpp_path])
@@ -253,7 +253,7 @@ def test_cli_continues_with_a_model_endpoint(tmp_path, monkeypatch, task, mbpp_p
     import http.server
     import threading
 
-    from glyph.cli import app
+    from glyph.cli.app import app
 
     path = run_program(tmp_path, monkeypatch, task, junk_replies(task, "a"))
     monkeypatch.undo()  # the program's own chat client again: it is what the model continuation uses

@@ -15,7 +15,7 @@ from glyph.flywheel.loop import signature_of
 from glyph.flywheel.runner import CallOptions, make_config, run_one
 from glyph.flywheel.store import ConfigMismatch
 from glyph.flywheel.writers import WRITER_SYSTEM, Cluster, Failure, ReferenceWriter
-from glyph.tasks import conventions
+from glyph.data import conventions
 
 K = 4
 
@@ -222,7 +222,7 @@ def test_a_different_configuration_is_refused(tmp_path, tasks_file):
     _run(tmp_path / "run", tasks_file, max_rounds=1)
     with pytest.raises(ConfigMismatch, match=r"K: 4 in config.json, 2 now"):
         _run(tmp_path / "run", tasks_file, max_rounds=1, K=2)
-    from glyph.cli import app
+    from glyph.cli.app import app
     r = CliRunner().invoke(app, ["flywheel", "run", "--out", str(tmp_path / "run"), "--tasks", tasks_file,
                                  "--K", "4", "--max-rounds", "1", "--seed", "5", "--quiet"])
     assert r.exit_code == 2 and "seed: 0 in config.json, 5 now" in r.stderr
@@ -358,7 +358,7 @@ def test_chat_gives_up_with_model_call_failed_and_stops_on_setup_errors(endpoint
 
 
 def test_outputs_and_the_aggregating_commands(tmp_path, tasks_file):
-    from glyph.cli import app
+    from glyph.cli.app import app
 
     doc, _ = _run(tmp_path / "run", tasks_file)
     for field in ("baseline", "final", "gain_pp", "noise_band_pp", "K", "n_holdout", "n_train", "gate", "seed",

@@ -1,5 +1,5 @@
 """verifiers' own gold check proves glyph-mbpp's reference solutions pass in
-the runtime (``glyph.env.gold_check``), and catches one that does not.
+the runtime (``glyph.envs.mbpp.validate``), and catches one that does not.
 
 Runs verifiers' validate CLI (``vf-validate`` in 0.4.0, ``validate`` at the
 pin; both are ``verifiers.v1.cli.validate:main(argv)``) on the subprocess
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import verifiers.v1 as vf
 
-from glyph.env.taskset import GlyphTask
+from glyph.envs.mbpp.taskset import GlyphTask
 
 VALIDATE_MAIN = "import sys; from verifiers.v1.cli.validate import main; main(sys.argv[1:])"
 BROKEN_ID = 12  # the second task of the test split (11, 12, 13 come first)

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from glyph.tasks import mbpp
+from glyph.data import mbpp
 
 ROW = {"task_id": 11, "text": "t", "code": "def f(): pass", "test_setup_code": "",
        "test_list": ["assert f() is None"], "challenge_test_list": []}

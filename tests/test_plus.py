@@ -1,4 +1,4 @@
-"""Plus tests (``glyph.tasks.plus``): generated for a handful of tasks, they
+"""Plus tests (``glyph.data.plus``): generated for a handful of tasks, they
 pass every reference, catch what the visible tests miss, spare correct
 rewrites, keep only what the reference answers deterministically, resume,
 and reach the manifest, the rows, finalize, the taskset and ``glyph grade``.
@@ -15,8 +15,9 @@ import pytest
 
 from glyph.grading import compile_tests, grade, solution_bindings
 from glyph.outcomes import Outcome
-from glyph.tasks import artifacts, plus, plus_suites
-from glyph.tasks.mbpp import DataError, MbppTask
+from glyph.data import prepare, plus
+from glyph.testing import plus_suites
+from glyph.data.mbpp import DataError, MbppTask
 
 SOME = ["mbpp_11", "mbpp_19", "mbpp_4", "mbpp_226", "mbpp_120", "mbpp_343", "mbpp_938", "mbpp_601", "mbpp_596"]
 
@@ -206,7 +207,7 @@ def finished_trace(source: str) -> dict:
 
 
 def test_finalize_grades_both_suites_and_records_each(generated, mbpp_tasks):
-    from glyph.env.verify import TaskTests, verify
+    from glyph.envs.mbpp.finalize import TaskTests, verify
     from glyph.sandbox import Limits
 
     folder, _ = generated
@@ -224,17 +225,17 @@ def test_finalize_grades_both_suites_and_records_each(generated, mbpp_tasks):
     for (source, suite), (reward, base_ok, plus_ok) in cases.items():
         tests = TaskTests(task.test_setup_code, visible, visible, lines, suite)
         info = verify(finished_trace(source), source, tests, limits)
-        m = info["metrics"]
+        m = info.metrics
         if source == wrong:  # no visible test passed: the trace lies, and nothing is rewarded
             assert m["tampered"] == 1.0
-        got = (info["reward"], m["base_passed"], m["plus_passed"])
-        assert got == (reward, base_ok, plus_ok), (suite, info["reason"], info["base_outcome"], info["plus_outcome"])
-        assert m["passed"] == info["reward"] and info["reward_suite"] == suite
+        got = (info.reward, m["base_passed"], m["plus_passed"])
+        assert got == (reward, base_ok, plus_ok), (suite, info.reason, info.base_outcome, info.plus_outcome)
+        assert m["passed"] == info.reward and info.reward_suite == suite
     info = verify(finished_trace(hard), hard, TaskTests(task.test_setup_code, visible, visible, lines, "plus"), limits)
-    assert info["base_outcome"] == "PASS" and info["plus_outcome"] == info["final_outcome"] == "ASSERTION_FAILURE"
-    assert "with the plus tests" in info["reason"]
+    assert info.base_outcome == "PASS" and info.plus_outcome == info.final_outcome == "ASSERTION_FAILURE"
+    assert "with the plus tests" in info.reason
     info = verify(finished_trace(hard), hard, TaskTests(task.test_setup_code, visible, visible), limits)
-    assert info["reward"] == 1.0 and "plus_passed" not in info["metrics"] and info["plus_outcome"] is None
+    assert info.reward == 1.0 and "plus_passed" not in info.metrics and info.plus_outcome is None
     with pytest.raises(ValueError, match="has none"):
         TaskTests(task.test_setup_code, visible, visible, None, "plus")
     # One grading gives both: a solution that hangs on a plus input passed base before it hung.
@@ -243,12 +244,12 @@ def test_finalize_grades_both_suites_and_records_each(generated, mbpp_tasks):
     assert any("remove_Occ(''" in ln for ln in lines)
     info = verify(finished_trace(hangs), hangs, TaskTests(task.test_setup_code, visible, visible, lines, "base"),
                   Limits(cpu_s=1, wall_s=2))
-    assert (info["reward"], info["base_outcome"], info["plus_outcome"]) == (1.0, "PASS", "TIMEOUT"), info["reason"]
+    assert (info.reward, info.base_outcome, info.plus_outcome) == (1.0, "PASS", "TIMEOUT"), info.reason
     # Plus tests that do not compile never cost a base reward; as the reward, they fail finalize (scored 0 there).
     broken = ("assert remove_Occ('a', 'a') ==",)
     info = verify(finished_trace(task.code), task.code, TaskTests(task.test_setup_code, visible, visible, broken),
                   limits)
-    assert info["reward"] == 1.0 and info["metrics"]["plus_passed"] == 0.0 and info["plus_outcome"] == "OTHER"
+    assert info.reward == 1.0 and info.metrics["plus_passed"] == 0.0 and info.plus_outcome == "OTHER"
     from glyph.grading import InvalidTests
     with pytest.raises(InvalidTests):
         verify(finished_trace(task.code), task.code,
@@ -256,7 +257,7 @@ def test_finalize_grades_both_suites_and_records_each(generated, mbpp_tasks):
 
 
 def test_taskset_option_hidden(generated, mbpp_path):
-    from glyph.env.taskset import GlyphTaskset, GlyphTasksetConfig
+    from glyph.envs.mbpp.taskset import GlyphTaskset, GlyphTasksetConfig
 
     folder, _ = generated
     cfg = GlyphTasksetConfig(split="test", data_path=mbpp_path, plus_path=str(folder))
@@ -277,7 +278,7 @@ def _task(tasks, task_id):
 def test_grade_plus_command(generated, mbpp_path, tmp_path, mbpp_tasks):
     from typer.testing import CliRunner
 
-    from glyph.cli import app
+    from glyph.cli.app import app
 
     folder, _ = generated
     sol = tmp_path / "sol.py"
@@ -299,16 +300,16 @@ def test_prepare_puts_plus_tests_in_rows_and_manifest_and_validate_rechecks(gene
     out = tmp_path / "artifacts"
     shutil.copytree(generated[0], out / "plus")  # resumed: prepare reuses these files
     first = ["mbpp_11", "mbpp_4"]  # mbpp_4 is outside every split (the official prompt ids)
-    manifest = artifacts.prepare(out, mbpp_path, seed=42, progress=False, plus_tasks=first)
+    manifest = prepare.prepare(out, mbpp_path, seed=42, progress=False, plus_tasks=first)
     assert manifest["plus"]["generated"] == 0 and manifest["plus"]["kept"].keys() == set(first)
-    summary = artifacts.add_plus(out, mbpp_path, tasks=["mbpp_19"], progress=False)
+    summary = prepare.add_plus(out, mbpp_path, tasks=["mbpp_19"], progress=False)
     assert summary["generated"] == 0 and set(summary["kept"]) == {"mbpp_11", "mbpp_4", "mbpp_19"}
     manifest = json.loads((out / "manifest.json").read_text())
     assert {f"plus/{t}.py" for t in summary["kept"]} <= set(manifest["artifacts"])
     rows = {r["id"]: r for split in ("test", "rl", "sft") for r in map(json.loads, open(out / "tasks" / f"{split}.jsonl"))}
     assert rows["mbpp_11"]["plus_tests"] == plus.read_file(out / "plus" / "mbpp_11.py")[1]
     assert rows["mbpp_12"]["plus_tests"] is None
-    result = artifacts.validate(out, mbpp_path, progress=False)
+    result = prepare.validate(out, mbpp_path, progress=False)
     assert result["plus"] == {"tasks": 3, "tests": sum(summary["kept"].values())}
     # A forged expected value: the manifest's hash and the rows name the file; and were both forged
     # too, the gold grading (the reference fails the forged test) still would.
@@ -318,16 +319,16 @@ def test_prepare_puts_plus_tests_in_rows_and_manifest_and_validate_rechecks(gene
     text[forged] = text[forged].replace("== True", "== False")
     p.write_text("".join(text))
     lines = plus.read_file(p)[1]
-    problems = artifacts._check_gold([mbpp_task(mbpp_path, 19)], False, 1, {19: lines})
+    problems = prepare._check_gold([mbpp_task(mbpp_path, 19)], False, 1, {19: lines})
     assert len(problems) == 1 and "mbpp_19" in problems[0] and "plus tests" in problems[0], problems
-    with pytest.raises(artifacts.ValidationFailed) as exc:
-        artifacts.validate(out, mbpp_path, progress=False)
+    with pytest.raises(prepare.ValidationFailed) as exc:
+        prepare.validate(out, mbpp_path, progress=False)
     assert any("plus/mbpp_19.py: SHA-256" in p for p in exc.value.problems), exc.value.problems
     assert any("plus_tests differ from plus/mbpp_19.py" in p for p in exc.value.problems), exc.value.problems
 
 
 def mbpp_task(path, task_id):
-    from glyph.tasks import mbpp
+    from glyph.data import mbpp
     return mbpp.load(path)[f"mbpp_{task_id}"]
 
 

@@ -4,11 +4,13 @@ same code runs on real eval traces inside PRIME-RL in tests/pin/."""
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 
 from glyph.outcomes import Outcome
 from glyph.predict.annotate import PredictionNotFound, TokenBytes, annotate, find_node, graft_tokens, locate
-from glyph.predict.layout import layout
+from glyph.record import VerifiedCandidate
+from glyph.testing.graph_layout import layout
 
 ALPHA = 0.1
 
@@ -52,15 +54,17 @@ def conversation(label: str, decision: str = "KEEP", spacing: str = "") -> list[
     ]
 
 
-def candidate(turns, sampled: str, verified: str, at: int = 6) -> dict:
-    return {
+def candidate(turns, sampled: str, verified: str, at: int = 6) -> VerifiedCandidate:
+    """As finalize records it (``info["glyph"]``) and the adapter decodes it."""
+    return msgspec.convert({
         "index": 0,
+        "sha256": "0" * 64,
         "sampled_label": sampled,
         "verified_label": verified,
         "decision": "KEEP",
         "context": [{"role": r, "content": c} for r, c in turns[:at]],
         "prediction_turn": turns[at][1],
-    }
+    }, VerifiedCandidate)
 
 
 def span_bytes(tb, node, start, end) -> bytes:
@@ -71,7 +75,7 @@ def span_bytes(tb, node, start, end) -> bytes:
 def test_the_span_starts_at_the_token_holding_the_tags_gt(tok, tb, label):
     turns = conversation(label)
     nodes = layout(tok, turns)
-    loc = locate(nodes, find_node(nodes, candidate(turns, label, label)["context"], turns[6][1]), tb, label)
+    loc = locate(nodes, find_node(nodes, candidate(turns, label, label).context, turns[6][1]), tb, label)
     data = span_bytes(tb, nodes[6], loc.start, loc.end)
     assert data.startswith(b">") and data.rstrip(b"<>/").endswith(label.encode()[-1:])
     assert label.encode() in data
@@ -180,14 +184,14 @@ def test_predictions_that_cannot_be_located_are_counted_and_the_rest_trained(tok
     turns = conversation("PASS")
     nodes = layout(tok, turns)
     good = candidate(turns, "PASS", "PASS")
-    wrong_context = dict(good, context=good["context"][:-1])
-    wrong_label = dict(good, sampled_label="TIMEOUT")
-    no_verified = dict(good, verified_label=None)
+    wrong_context = msgspec.structs.replace(good, context=good.context[:-1])
+    wrong_label = msgspec.structs.replace(good, sampled_label="TIMEOUT")
+    no_verified = msgspec.structs.replace(good, verified_label=None)
     out = annotate(nodes, [wrong_context, wrong_label, no_verified, good], tb, enc(tok), alpha=ALPHA)
     assert (out.labels, out.unlocated, out.in_place) == (4, 3, 1)
     assert "context" in out.errors[0] and "TIMEOUT" in out.errors[1] and "verified" in out.errors[2]
     with pytest.raises(PredictionNotFound):
-        find_node(nodes, good["context"], "some other turn")
+        find_node(nodes, good.context, "some other turn")
     assert out.metrics()["predict_unlocated"] == 3.0
 
 

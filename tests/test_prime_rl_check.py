@@ -18,7 +18,7 @@ pytestmark = pytest.mark.skipif(
 
 def glyph(*args):
     return subprocess.run(
-        [sys.executable, "-m", "glyph.cli", *args], capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "glyph.cli.app", *args], capture_output=True, text=True, timeout=120
     )
 
 

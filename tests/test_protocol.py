@@ -1,6 +1,6 @@
 import pytest
 
-from glyph.protocol import (DEFAULT_BUDGET, Call, ProtocolError, apply_patch, messages, parse_result_status,
+from glyph.agent.protocol import (DEFAULT_BUDGET, Call, ProtocolError, apply_patch, messages, parse_result_status,
                             parse_turn, result_message, system_prompt, user_prompt)
 
 READ = 'CALL {"id": "1", "tool": "read_file", "args": {"path": "solution.py"}}'

@@ -1,7 +1,7 @@
 """The study's recipe in ``configs/``, checked without PRIME-RL: every TOML
 parses, the shared settings sit in the shared files and nowhere else, the arm
 and split files say what their names say, and ``configs/versions.toml`` is the
-one record of the pins (glyph.predict.pin reads it; glyph.tasks.mbpp and the
+one record of the pins (glyph.predict.pin reads it; glyph.data.mbpp and the
 pinned test stack must agree with it).
 
 Composition is PRIME-RL's (``prime_rl.utils.config.cli`` = pydantic_config):
@@ -22,7 +22,7 @@ import pinstack
 import pytest
 
 from glyph.predict import pin
-from glyph.tasks import mbpp
+from glyph.data import mbpp
 
 REPO = Path(__file__).resolve().parent.parent
 CONFIGS = REPO / "configs"
@@ -142,7 +142,7 @@ def test_versions_toml_is_what_glyph_and_the_pinned_stack_use():
     }
     assert v["verifiers"]["commit"] == "a60a606ecc4d309247edf9ff92c3eabca362781f"
     assert v["renderers"]["version"] == "0.1.12"
-    # glyph.tasks.mbpp keeps its own constants for the download: they must be these.
+    # glyph.data.mbpp keeps its own constants for the download: they must be these.
     assert (v["mbpp"]["repository"], v["mbpp"]["revision"]) == (mbpp.OFFICIAL_REPO, mbpp.OFFICIAL_REVISION)
     assert v["mbpp"]["sha256"] == dict(mbpp.OFFICIAL_FILES.values())
     assert all(name.startswith(v["mbpp"]["config"] + "/") for name in v["mbpp"]["sha256"])

@@ -19,7 +19,7 @@ import pytest
 from glyph.demo import read_rollouts
 from glyph.policies.policies import Planner
 from glyph.policies.server import PolicyServer
-from glyph.tasks import mbpp
+from glyph.data import mbpp
 from glyph.vfcompat import eval_command
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"

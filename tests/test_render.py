@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from glyph import protocol
+from glyph.agent import protocol
 from glyph.outcomes import Outcome
 from glyph.render import (OFFLINE, QWEN3_ADDED_TOKENS, RENDERER, chat_template, check_parity, load_tokenizer,
                           offline_tokenizer_dir, qwen3_ranks_path, render_ids, render_text, renderer, sft_sample)
@@ -23,10 +23,10 @@ def tok():
 @pytest.fixture(scope="module")
 def traces(tmp_path_factory, mbpp_path):
     """Every SFT trace of both arms, as `glyph data prepare` writes them."""
-    from glyph.tasks import artifacts
+    from glyph.data import prepare
 
     out = tmp_path_factory.mktemp("artifacts")
-    artifacts.prepare(out, mbpp_path, seed=42, progress=False)
+    prepare.prepare(out, mbpp_path, seed=42, progress=False)
     return {arm: [json.loads(line) for line in open(out / "sft" / f"arm_{arm}" / "train.jsonl", encoding="utf-8")]
             for arm in "ab"}
 

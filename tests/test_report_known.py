@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from glyph.cli import app
+from glyph.cli.app import app
 from glyph.report import MixedRuns, Options, ReportError, report, tables, write
 from glyph.report.stats import wilson
 

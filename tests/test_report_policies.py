@@ -1,7 +1,7 @@
 """``glyph report`` on rollouts the reference policies play for real: the
-agent program (glyph.env.program) against the policy server, python_test in
+agent program (glyph.agent.program) against the policy server, python_test in
 glyph's sandbox through the test service, trusted finalize
-(glyph.env.verify), each rollout saved as verifiers 0.4.0's vf-eval saves it.
+(glyph.envs.mbpp.finalize), each rollout saved as verifiers 0.4.0's vf-eval saves it.
 The expected figures come from the policies' plans (glyph.policies), and the
 grader for the one outcome a plan does not fix; one trace is forged after
 the fact, and finalize must catch it, to give a tampered row.
@@ -19,11 +19,11 @@ import pytest
 from test_report_known import episode, write_run
 from typer.testing import CliRunner
 
-from glyph import protocol
-from glyph.env import program
-from glyph.env.harness import GlyphHarnessConfig, program_config
-from glyph.env.service import SandboxTestService
-from glyph.env.verify import TaskTests, verify
+from glyph.agent import protocol
+from glyph.agent import program
+from glyph.envs.mbpp.harness import GlyphHarnessConfig, program_config
+from glyph.envs.mbpp.test_service import SandboxTestService
+from glyph.envs.mbpp.finalize import TaskTests, verify
 from glyph.policies.policies import Planner, function_name, hack_source
 from glyph.policies.server import PolicyServer
 from glyph.report import report
@@ -78,7 +78,7 @@ def _play(ws, server, service, task, arm, policy) -> dict:
     tests = TaskTests(task.test_setup_code, tuple(task.test_list), tuple(task.test_list))
     info = verify(json.loads(json.dumps(trace)), final, tests, LIMITS, log)
     ep = episode(
-        task.id, arm, info["reward"] == 1.0, model="mix", seed=None, glyph=info, metrics=info["metrics"]
+        task.id, arm, info.reward == 1.0, model="mix", seed=None, glyph=info, metrics=info.metrics
     )
     return ep
 
@@ -169,7 +169,7 @@ def test_the_policies_rollouts_report_as_planned(played, mbpp_tasks):
 
 
 def test_glyph_demo_keeps_its_runs_for_the_report(tmp_path, mbpp_path, mbpp_tasks):
-    from glyph.cli import app
+    from glyph.cli.app import app
     from glyph.demo import read_rollouts
 
     runner = CliRunner()

@@ -1,4 +1,4 @@
-"""Trusted finalize, job by job (``glyph.env.verify``): the typed parse of
+"""Trusted finalize, job by job (``glyph.envs.mbpp.finalize``): the typed parse of
 the untrusted trace, then each check, the hidden grading, the metrics and
 the reason, on a tiny task graded by glyph's real sandbox."""
 
@@ -8,13 +8,14 @@ import json
 import msgspec
 import pytest
 
-from glyph.env.verify import (
-    REGRADES, Logged, MalformedTrace, Regrader, TaskTests, Trace, Verified, check_final_source, check_log,
+from glyph.envs.mbpp.finalize import (
+    REGRADES, Logged, MalformedTrace, Regrader, TaskTests, Trace, check_final_source, check_log,
     compute_metrics, grade_hidden, known_sources, logged_entries, parse_trace, reason, sha256,
     verify, verify_candidates, verify_tests,
 )
 from glyph.outcomes import Outcome
-from glyph.protocol import PLACEHOLDER
+from glyph.record import VerifiedCandidate, encode
+from glyph.agent.protocol import PLACEHOLDER
 from glyph.sandbox import Limits
 
 LIMITS = Limits(cpu_s=5, wall_s=10)
@@ -125,10 +126,10 @@ def test_a_malformed_trace_is_a_tamper_reason_never_an_exception(path, value, na
         parse_trace(raw)
     assert named in str(exc.value)
     info = verify(raw, GOOD, TESTS, LIMITS)
-    assert info["reward"] == 0.0 and info["metrics"]["tampered"] == 1.0 and info["metrics"]["no_trace"] == 0.0
-    assert info["tamper"] == [str(exc.value)] and info["reason"] == "tampered: " + str(exc.value)
-    assert info["candidates"] == [] and info["metrics"]["visible_test_calls"] == 0.0  # no claim of it is read
-    assert info["final_outcome"] == PASS  # the final solution is still graded
+    assert info.reward == 0.0 and info.metrics["tampered"] == 1.0 and info.metrics["no_trace"] == 0.0
+    assert info.tamper == [str(exc.value)] and info.reason == "tampered: " + str(exc.value)
+    assert info.candidates == [] and info.metrics["visible_test_calls"] == 0.0  # no claim of it is read
+    assert info.final_outcome == PASS  # the final solution is still graded
 
 
 def test_a_shadow_candidate_must_record_its_shadow_outcome():
@@ -136,17 +137,17 @@ def test_a_shadow_candidate_must_record_its_shadow_outcome():
     del raw["candidates"][0]["verified_label"]
     with pytest.raises(MalformedTrace, match="candidate 0 is a shadow candidate with no verified_label"):
         parse_trace(raw)
-    assert verify(raw, GOOD, TESTS, LIMITS, log)["metrics"]["tampered"] == 1.0
+    assert verify(raw, GOOD, TESTS, LIMITS, log).metrics["tampered"] == 1.0
 
 
 def test_what_is_not_a_trace():
     none = verify(None, GOOD, TESTS, LIMITS)
-    assert none["metrics"]["no_trace"] == 1.0 and none["metrics"]["tampered"] == 0.0
-    assert none["reason"] == "the program left no trace" and none["final_outcome"] is None
+    assert none.metrics["no_trace"] == 1.0 and none.metrics["tampered"] == 0.0
+    assert none.reason == "the program left no trace" and none.final_outcome is None
     for junk in ("unparseable", [1, 2], 3):
         info = verify(junk, GOOD, TESTS, LIMITS)
-        assert info["metrics"]["no_trace"] == 1.0 and info["metrics"]["tampered"] == 1.0
-        assert info["tamper"] == ["malformed trace"] and info["reward"] == 0.0
+        assert info.metrics["no_trace"] == 1.0 and info.metrics["tampered"] == 1.0
+        assert info.tamper == ["malformed trace"] and info.reward == 0.0
 
 
 # ---------------------------------------------------------------- the service log
@@ -197,7 +198,7 @@ def test_verify_candidates_honest():
     rg = Regrader(TESTS, LIMITS)
     got, tamper = verify_candidates(parse_trace(raw), rg)
     assert tamper == [] and [c.verified_label for c in got] == [FAIL, PASS] and rg.gradings == 2
-    assert got[0] == Verified(index=0, sha256=sha256(WRONG), verified_label=FAIL, sampled_label=PASS,
+    assert got[0] == VerifiedCandidate(index=0, sha256=sha256(WRONG), verified_label=FAIL, sampled_label=PASS,
                               decision="KEEP", shadow=False,
                               context=[{"role": "user", "content": "RESULT 1"}],
                               prediction_turn="PREDICT: PASS", prediction_call="2")
@@ -275,8 +276,8 @@ def test_grade_hidden():
     assert grade_hidden(plus, None)["plus"] == ("OTHER", "solution.py is missing")
 
 
-def _v(label: str, sampled: str | None = None, decision: str | None = None) -> Verified:
-    return Verified(index=0, sha256="x", verified_label=label, sampled_label=sampled, decision=decision,
+def _v(label: str, sampled: str | None = None, decision: str | None = None) -> VerifiedCandidate:
+    return VerifiedCandidate(index=0, sha256="x", verified_label=label, sampled_label=sampled, decision=decision,
                     shadow=decision == "REVISE", context=None, prediction_turn=None, prediction_call=None)
 
 
@@ -285,7 +286,7 @@ def test_compute_metrics():
     cands = [_v(FAIL, PASS, "KEEP"), _v(FAIL, FAIL, "REVISE"), _v(PASS, PASS, "REVISE"), _v(PASS)]
     passed = {"base": (PASS, ""), "plus": None}
     m = compute_metrics(t, cands, [FAIL, PASS], [], passed, TESTS, disagreements=2)
-    assert set(m) == set(verify(None, None, TESTS, LIMITS)["metrics"])  # no plus_passed without plus tests
+    assert set(m) == set(verify(None, None, TESTS, LIMITS).metrics)  # no plus_passed without plus tests
     assert m["passed"] == m["base_passed"] == m["recovered_after_executed_failure"] == 1.0
     assert (m["predictions"], m["prediction_accuracy"], m["revise_count"]) == (3.0, 2 / 3, 2.0)
     assert (m["bad_patch_rejection_rate"], m["unnecessary_rejection_rate"]) == (0.5, 1.0)
@@ -332,34 +333,34 @@ def test_verify_an_honest_recovery_with_and_without_the_log():
     raw, log = episode((WRONG, FAIL, (PASS, "KEEP")), (GOOD, PASS, (PASS, "KEEP")))
     for service_log, gradings in ((log, 0), (None, 2)):
         info = verify(copy.deepcopy(raw), GOOD, TESTS, LIMITS, service_log, {"exit": 0})
-        assert info["reward"] == 1.0 and info["reason"] == "passed" and info["tamper"] == []
-        assert info["visible_gradings"] == gradings and info["program"] == {"exit": 0}
-        assert (info["final_outcome"], info["base_outcome"], info["plus_outcome"]) == (PASS, PASS, None)
-        m = info["metrics"]
+        assert info.reward == 1.0 and info.reason == "passed" and info.tamper == []
+        assert info.visible_gradings == gradings and info.program == {"exit": 0}
+        assert (info.final_outcome, info.base_outcome, info.plus_outcome) == (PASS, PASS, None)
+        m = info.metrics
         assert m["recovered_after_executed_failure"] == 1.0 and m["prediction_accuracy"] == 0.5
-        assert info["candidates"][0] == {
+        assert info.candidates[0] == {
             "index": 0, "sha256": sha256(WRONG), "verified_label": FAIL, "sampled_label": PASS,
             "decision": "KEEP",
             "shadow": False, "context": [{"role": "user", "content": "RESULT 1"}],
             "prediction_turn": "PREDICT: PASS", "prediction_call": "2"}
-        json.dumps(info)  # info["glyph"] is stored as JSON
+        json.dumps(encode(info))  # info["glyph"] is stored as JSON
 
 
 def test_verify_a_plus_task_and_a_visible_only_solution():
     raw, log = episode((BASE_ONLY, PASS))
     info = verify(raw, BASE_ONLY, PLUS, LIMITS, log)
-    assert info["reward"] == 1.0 and (info["base_outcome"], info["plus_outcome"]) == (PASS, FAIL)
-    assert info["metrics"]["plus_passed"] == 0.0 and "plus_detail" in info
+    assert info.reward == 1.0 and (info.base_outcome, info.plus_outcome) == (PASS, FAIL)
+    assert info.metrics["plus_passed"] == 0.0 and "plus_detail" in info
     raw, log = episode((VISIBLE_ONLY, PASS))
     info = verify(raw, VISIBLE_ONLY, TESTS, LIMITS, log)
-    assert info["reward"] == 0.0 and info["reason"] == f"the final solution gets {FAIL} on the hidden tests"
+    assert info.reward == 0.0 and info.reason == f"the final solution gets {FAIL} on the hidden tests"
 
 
 def test_verify_reports_every_forgery_in_one_trace():
     raw, log = episode((WRONG, FAIL), (GOOD, PASS))
     raw["tests"][0]["outcome"] = PASS
     info = verify(raw, GOOD + "\n", TESTS, LIMITS, log)
-    assert info["tamper"] == ["the trace's tests differ from what the test service graded",
+    assert info.tamper == ["the trace's tests differ from what the test service graded",
                               f"test 2: recorded {PASS}, re-grade {FAIL}",
                               "solution.py changed after the last recorded patch"]
-    assert info["reward"] == 0.0 and info["metrics"]["tampered"] == 1.0
+    assert info.reward == 0.0 and info.metrics["tampered"] == 1.0

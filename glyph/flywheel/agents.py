@@ -29,8 +29,8 @@ import time
 from dataclasses import dataclass
 from typing import Iterable, Protocol, Sequence
 
-from glyph.tasks import conventions
-from glyph.tasks.conventions import ConventionTask
+from glyph.data import conventions
+from glyph.data.conventions import ConventionTask
 
 RETRY_STATUSES = frozenset({408, 409, 429})
 SETUP_STATUSES = frozenset({401, 403, 404})

@@ -48,8 +48,8 @@ from glyph.flywheel import gate as gates
 from glyph.flywheel.agents import Agent, ModelCallFailed, RolloutKey
 from glyph.flywheel.store import RunConfig, Store, fingerprint
 from glyph.flywheel.writers import Cluster, Failure, Writer
-from glyph.tasks import conventions
-from glyph.tasks.conventions import ConventionTask
+from glyph.data import conventions
+from glyph.data.conventions import ConventionTask
 
 MAX_REJECTIONS = 2
 _EXC_CLASS = re.compile(r"^([A-Z][\w.]*):")

@@ -11,8 +11,8 @@ from typing import Sequence
 from glyph.flywheel.agents import Agent, Endpoint, OpenAIAgent, ReferenceAgent
 from glyph.flywheel.store import RunConfig, sha256_file
 from glyph.flywheel.writers import OpenAIWriter, ReferenceWriter, Writer
-from glyph.tasks import conventions
-from glyph.tasks.conventions import ConventionTask
+from glyph.data import conventions
+from glyph.data.conventions import ConventionTask
 
 DEFAULT_P_LUCKY = 0.1
 DEFAULT_P_SLIP = 0.05

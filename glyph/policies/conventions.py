@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from glyph import protocol
-from glyph.protocol import Call
-from glyph.tasks import conventions
-from glyph.tasks.conventions import ConventionTask
+from glyph.agent import protocol
+from glyph.agent.protocol import Call
+from glyph.data import conventions
+from glyph.data.conventions import ConventionTask
 
 CONV_POLICIES = ("conv-fixed", "conv-broken", "conv-lessons")
 

@@ -29,10 +29,10 @@ import random
 import re
 from dataclasses import dataclass
 
-from glyph import protocol
+from glyph.agent import protocol
 from glyph.policies.conventions import CONV_POLICIES
-from glyph.protocol import Call
-from glyph.tasks.mbpp import MbppTask
+from glyph.agent.protocol import Call
+from glyph.data.mbpp import MbppTask
 
 POLICIES = ("oracle", "recover", "revise", "hack", "mix")
 FAULTS = ("fault-malformed", "fault-duplicate", "fault-huge", "fault-budget", "fault-500", "fault-hang")
@@ -100,7 +100,7 @@ class Planner:
 
     def mutant(self, task: MbppTask):
         if task.task_id not in self._mutants:
-            from glyph.tasks.sft import find_mutant
+            from glyph.data.sft import find_mutant
             self._mutants[task.task_id] = find_mutant(task, random.Random(f"{self.seed}:{task.task_id}"))
         return self._mutants[task.task_id]
 

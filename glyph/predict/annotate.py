@@ -7,7 +7,7 @@ verifiers nor PRIME-RL, so it is tested on its own and called by the adapter
 (``glyph.predict.prime_rl``) before GRPO assigns advantages.
 
 What it guarantees, for each Arm B prediction the environment verified
-(``info["glyph"]["candidates"]``: ``sampled_label``, ``verified_label``, the
+(``glyph.record.VerifiedCandidate``: ``sampled_label``, ``verified_label``, the
 ``context`` before the prediction turn and the turn's text):
 
 * The prediction is found in the node the policy sampled it in (the sampled
@@ -44,6 +44,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
+
+from glyph.record import VerifiedCandidate
 
 OPEN = b"<PREDICTION>"
 CLOSE = "</PREDICTION>"
@@ -293,7 +295,7 @@ def default_graft_node(sampled: Any, token_ids: list[int], text: str, ce: list[f
 
 def annotate(
     nodes: list[Any],
-    candidates: Sequence[dict],
+    candidates: Sequence[VerifiedCandidate],
     token_bytes: TokenBytes,
     encode: Callable[[str], list[int]],
     *,
@@ -330,14 +332,14 @@ def annotate(
                 out.errors.append(str(exc))
     trained: set[tuple[int, int]] = set()
     for cand in candidates:
-        sampled, verified = cand.get("sampled_label"), cand.get("verified_label")
+        sampled, verified = cand.sampled_label, cand.verified_label
         if sampled is None:
             continue
         out.labels += 1
         try:
             if not isinstance(verified, str) or not re.fullmatch(r"[A-Z_]+", verified):
-                raise PredictionNotFound(f"candidate {cand.get('index')}: no verified label")
-            index = find_node(nodes[:original], cand.get("context") or [], cand.get("prediction_turn"))
+                raise PredictionNotFound(f"candidate {cand.index}: no verified label")
+            index = find_node(nodes[:original], cand.context or [], cand.prediction_turn)
             loc = locate(nodes, index, token_bytes, expected=sampled)
             node = nodes[index]
             rl[index][loc.start : loc.end] = [0.0] * (loc.end - loc.start)

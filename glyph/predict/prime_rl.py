@@ -23,14 +23,12 @@ from prime_rl.utils.logger import get_logger
 
 from glyph.predict.annotate import Annotation, TokenBytes, annotate
 from glyph.predict.prime_rl_config import GlyphGRPOAlgoConfig, PredictAlgoConfig
+from glyph.record import mbpp_record
 
 if TYPE_CHECKING:
     import verifiers.v1 as vf
 
     from prime_rl.utils.client import InferencePool
-
-INFO_KEY = "glyph"  # glyph-mbpp's finalize writes the verified record here
-
 
 class GlyphGRPOAlgorithm(GRPOAlgorithm):
     def __init__(self, config: GlyphGRPOAlgoConfig, policy_pool: InferencePool):
@@ -91,7 +89,8 @@ class PredictAlgorithm(GlyphGRPOAlgorithm):
 
     def annotate(self, trace: vf.Trace) -> Annotation:
         assert self.token_bytes is not None, "PredictAlgorithm.setup() must run first"
-        candidates = (trace.info.get(INFO_KEY) or {}).get("candidates") or []
+        found = mbpp_record(trace.info)
+        candidates = found.candidates if found is not None else []
         out = annotate(
             trace.nodes,
             candidates,

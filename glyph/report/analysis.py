@@ -84,7 +84,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from glyph.outcomes import Outcome
-from glyph.report.load import ERRORED, INCIDENTS, OK, TAMPERED, TIMED_OUT, Rollout, Run
+from glyph.record import ERRORED, INCIDENTS, OK, TAMPERED, TIMED_OUT
+from glyph.report.load import Rollout, Run
 from glyph.report.stats import Bootstrap, mcnemar_exact, pass_at_k, wilson
 
 SCHEMA = "glyph.report/1"

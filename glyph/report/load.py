@@ -58,18 +58,16 @@ from typing import Any, NamedTuple
 
 import msgspec
 
+from glyph import record
+from glyph.agent.protocol import DEFAULT_BUDGET
 from glyph.outcomes import Outcome
+from glyph.record import ERRORED, MBPP_ENV_ID, OK, TIMED_OUT
 from glyph.vfcompat import AGENT_TIMEOUT_PREFIX, STAGE_TIMEOUTS
 
 TRACES = "traces.jsonl"
-ENV_ID = "glyph-mbpp"
 LABEL_KEYS = ("arm", "seed", "ckpt")
 ARMS = ("a", "b")
-OK, ERRORED, TIMED_OUT, TAMPERED = "ok", "errored", "timed_out", "tampered"
-INCIDENTS = (ERRORED, TIMED_OUT, TAMPERED)
 OUTCOMES = frozenset(o.value for o in Outcome)
-# Program ends that are failures of the machinery (glyph.env.program), not of the model's work.
-INFRA_ENDS = ("endpoint_error", "tester_error", "program_error")
 _PRIME_STEP = re.compile(r"^step_(\d+)$")
 # What makes two rollouts the same configuration, as the trace's agent config records it.
 HARNESS_KEYS = ("max_tool_calls", "test_cost", "revise_feedback", "tool_timeout")
@@ -325,56 +323,68 @@ def _timed_out(trace: dict, episode: dict, errors: list) -> bool:
     return last.startswith(AGENT_TIMEOUT_PREFIX) or last in STAGE_TIMEOUTS
 
 
+def task_data(episode: dict, trace: dict | None) -> dict:
+    """The task's data as the trace (else the episode) records it."""
+    return ((trace or {}).get("task") or {}).get("data") or (episode.get("task") or {}).get("data") or {}
+
+
+class Judged(NamedTuple):
+    """A rollout's record and what it was (``glyph.record.status``)."""
+
+    record: record.MbppRecord | None
+    status: str
+    reward: float | None
+    reason: str
+    passed: bool
+
+
+def judge(episode: dict, trace: dict | None, where: str = "") -> Judged:
+    """One rollout's status and reward, by ``glyph.record``'s rule, from a
+    saved episode and one of its traces (None: the episode has none). A
+    record of the wrong shape is a ReportError naming ``where``."""
+    t = trace or {}
+    try:
+        rec = record.mbpp_record(t.get("info") if isinstance(t.get("info"), dict) else None)
+    except record.RecordError as exc:
+        raise ReportError(f"{where}: {exc}") from None
+    reward = ((t.get("rewards") or {}).get("passed") or {}).get("score")
+    errors = [*(episode.get("errors") or []), *(t.get("errors") or [])]
+    ok = trace is not None and t.get("ok") is True and episode.get("ok") is True
+    status = record.status(rec, ok=ok, reward=reward, timed_out=_timed_out(t, episode, errors))
+    reason = (rec.reason if rec is not None else "") or "; ".join(str(e.get("message", ""))[:200] for e in errors)
+    if not reason:
+        reason = "no trace" if trace is None else "no reward recorded" if reward is None else "not ok"
+    return Judged(rec, status, reward, reason, status == OK and reward == 1.0)
+
+
 def _rollout(
     run_index: int, line: int, episode: dict, trace: dict | None, run_cfg: dict, where: str
 ) -> Rollout:
-    data = ((trace or {}).get("task") or {}).get("data") or (episode.get("task") or {}).get("data") or {}
+    data = task_data(episode, trace)
     task = data.get("name") or data.get("id")
     if not isinstance(task, str):
         raise ReportError(f"{where}:{line}: an episode names no task (task.data.name)")
     t = trace or {}
     acfg = (t.get("agent") or {}).get("config") or {}
-    g = (t.get("info") or {}).get("glyph")
-    g = g if isinstance(g, dict) else None
-    metrics = t.get("metrics") or (g or {}).get("metrics") or {}
-    reward = ((t.get("rewards") or {}).get("passed") or {}).get("score")
-    errors = [*(episode.get("errors") or []), *(t.get("errors") or [])]
-    ok = trace is not None and t.get("ok") is True and episode.get("ok") is True
-    reason = (g or {}).get("reason") or "; ".join(str(e.get("message", ""))[:200] for e in errors)
-    if metrics.get("tampered") or (g or {}).get("tamper"):
-        status = TAMPERED
-    elif _timed_out(t, episode, errors) or reason.startswith("the rollout timed out"):
-        status = TIMED_OUT
-    elif (
-        not ok
-        or reward is None
-        or g is None
-        or metrics.get("no_trace")
-        or any(f"ended by {e}:" in reason for e in INFRA_ENDS)
-    ):
-        status = ERRORED
-    else:
-        status = OK
+    j = judge(episode, trace, f"{where}:{line}")
+    g, status = j.record, j.status
+    metrics = t.get("metrics") or (g.metrics if g is not None else {}) or {}
     # A trajectory cut short by the machinery is incomplete: whether it would have chosen REVISE, how
     # many calls it would have made, are unknown (and at the pin nothing of it is recorded at all).
     recorded = g is not None and not metrics.get("no_trace") and status not in (ERRORED, TIMED_OUT)
-    if not reason:
-        reason = "no trace" if trace is None else "no reward recorded" if reward is None else "not ok"
-    passed = status == OK and reward == 1.0
     plus = metrics.get("plus_passed")  # absent where the task has no plus tests
     base = metrics.get("base_passed")
     predictions, revised, calls, cap = (), None, None, None
     if recorded:
-        cands = g.get("candidates") or []
         predictions = tuple(
-            (c.get("sampled_label"), c.get("verified_label"), c.get("decision"))
-            for c in cands
-            if c.get("sampled_label") in OUTCOMES and c.get("verified_label") in OUTCOMES
+            (c.sampled_label, c.verified_label, c.decision)
+            for c in g.candidates
+            if c.sampled_label in OUTCOMES and c.verified_label in OUTCOMES
         )
-        revised = any(c.get("decision") == "REVISE" for c in cands)
+        revised = any(c.decision == "REVISE" for c in g.candidates)
         calls = int(metrics.get("visible_tool_calls", 0))
         harness = acfg.get("harness") or {}
-        budget = harness.get("max_tool_calls", run_cfg.get("max_tool_calls", 8))
+        budget = harness.get("max_tool_calls", run_cfg.get("max_tool_calls", DEFAULT_BUDGET))
         cost = harness.get("test_cost", run_cfg.get("test_cost", 1))
         used = calls + (cost - 1) * int(metrics.get("visible_test_calls", 0))
         cap = bool(metrics.get("budget_exhausted")) or used >= budget
@@ -388,8 +398,8 @@ def _rollout(
         seed=None if seed is None else str(seed),
         ckpt=acfg.get("model", run_cfg.get("model")),
         status=status,
-        reason=reason,
-        passed=passed,
+        reason=j.reason,
+        passed=j.passed,
         base=None if base is None else (status == OK and base == 1.0),
         plus=None if plus is None else (status == OK and plus == 1.0),
         suite=_suite(data, run_cfg),
@@ -429,7 +439,7 @@ def load(roots: list[Path], labels: list[dict] | None = None) -> Loaded:
             other: Counter = Counter()
             for line, episode in iter_episodes(rf.traces):
                 env = episode.get("env") or {}
-                if env.get("id") not in (None, "", ENV_ID):
+                if env.get("id") not in (None, "", MBPP_ENV_ID):
                     other[env.get("id")] += 1
                     continue
                 key = env.get("name") if rf.source == "prime-rl" else None
@@ -459,7 +469,7 @@ def load(roots: list[Path], labels: list[dict] | None = None) -> Loaded:
             if not by_env:
                 what = ", ".join(f"{k} ({n})" for k, n in other.items())
                 raise ReportError(
-                    f"{rf.traces}: no {ENV_ID} episodes" + (f" (only {what})" if what else " (empty)")
+                    f"{rf.traces}: no {MBPP_ENV_ID} episodes" + (f" (only {what})" if what else " (empty)")
                 )
     notes = check_runs(runs, rollouts)  # on what the runs record
     _assign(runs, rollouts)

@@ -1,4 +1,4 @@
-"""PREDICT's token objective (``glyph.predict.loss``) on a tiny random Qwen3
+"""PREDICT's token objective (``glyph.testing.reference_loss``) on a tiny random Qwen3
 with the real Qwen3 vocabulary: gradients reach only the weighted tokens, the
 grafted CE-only sample equals CE in place, CE on verified labels teaches a
 predictable outcome, and the loss and gradients equal PRIME-RL's own
@@ -12,7 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from glyph.predict.loss import (  # noqa: E402
+from glyph.testing.reference_loss import (  # noqa: E402
     Sample,
     predict_loss,
     prune_zero_advantages,

@@ -32,7 +32,7 @@ from prime_rl.orchestrator.algo import build_algorithm  # noqa: E402
 from prime_rl.orchestrator.train_sink import TrainSink  # noqa: E402
 from prime_rl.trainer.rl.loss import compute_loss, setup_rl_loss_fn  # noqa: E402
 
-from glyph.predict import loss as ref  # noqa: E402
+from glyph.testing import reference_loss as ref  # noqa: E402
 from glyph.predict.annotate import TokenBytes  # noqa: E402
 from glyph.predict.annotate import label_spans as annotate_spans  # noqa: E402
 from glyph.predict.prime_rl import PredictAlgorithm  # noqa: E402
@@ -63,7 +63,7 @@ def runs(tmp_path_factory, tokdir, mbpp_path) -> dict[str, list[str]]:
     """Per policy, the Arm B episodes (JSON lines) of one token-path eval run
     ($GLYPH_EVAL_CACHE: reuse the runs under that folder, for debugging)."""
     from glyph.policies.server import PolicyServer
-    from glyph.tasks import mbpp
+    from glyph.data import mbpp
     from glyph.vfcompat import eval_command
 
     cache = os.environ.get("GLYPH_EVAL_CACHE")
@@ -338,7 +338,7 @@ def test_a_graft_past_max_aux_tokens_is_dropped_and_counted(runs, tokdir):
 
 
 def loss_equals_reference(samples) -> None:
-    """PRIME-RL's compute_loss on the shipped samples equals glyph.predict.loss, value and
+    """PRIME-RL's compute_loss on the shipped samples equals glyph.testing.reference_loss, value and
     gradient w.r.t. the trainer logprobs (logprobs from a tiny random Qwen3 over the real
     vocabulary: the same for both)."""
     from transformers import Qwen3Config, Qwen3ForCausalLM

@@ -1,0 +1,1 @@
+"""The agent side: shipped into the runtime whole, stdlib only."""

@@ -1,0 +1,396 @@
+"""The agent program: the study's protocol, run inside the rollout's runtime.
+
+Stdlib only (``urllib`` for the model endpoint): it is shipped into the
+runtime with ``glyph/outcomes.py``, ``glyph/agent/protocol.py``,
+``glyph/agent/tools.py``, ``glyph/grading.py`` and ``glyph/sandbox/`` beside
+it (``glyph.envs.mbpp.harness.SHIPPED``, all stdlib), so the grammar, the tools'
+semantics (``glyph.agent.tools.execute``, which the SFT and credit replays run
+too) and the grader exist once. It reads its configuration from
+``.glyph/config.json`` (or ``$GLYPH_CONFIG``) and the rollout secret from ``$GLYPH_ROLLOUT_SECRET``
+(or the file named by ``$GLYPH_SECRET_FILE``), never from argv.
+
+The loop: ask the model for a turn, parse it (``protocol.parse_turn``), run
+its one tool call in the workspace, answer with a RESULT, until FINAL, a
+protocol error, budget exhaustion or an endpoint failure. ``python_test`` is
+answered by a tester: the trusted sandbox service on the local runtime
+(``tester.kind = "service"``), or, where the container is the isolation
+(``"local"``), glyph's own grader (``glyph.grading.grade``, shipped with the
+sandbox it runs in: ``glyph.envs.mbpp.harness.SHIPPED``) in this process, with a
+sandbox server of its own in the mode the harness chose
+(``tester.sandbox``: ``SANDBOX_CHOICES``). Both grade under the grading limits
+the harness passes (``limits``: ``GlyphHarnessConfig.limits()``). Arm B's
+prediction turns and every candidate are recorded. The trace goes to
+``.glyph/trace.json``; it is untrusted: the environment checks every claim in
+it.
+
+Each POST to the test service names its test call (``request``: the
+tester's sequence number, visible or shadow, and the candidate's sha256), so
+a retried POST is graded once (``glyph.envs.mbpp.test_service``).
+
+Exit status: 0 when the episode ended on the model's account (FINAL, a
+protocol error, the budget); ``ENDPOINT_FAILED`` (97, verifiers'
+``MODEL_TRANSPORT_ERROR_EXIT_CODE``) when the model endpoint could not be
+reached, answered 5xx after retries, or timed out; ``TESTER_FAILED`` (98)
+when the tester failed. Both faults are written to stderr as one line
+(``endpoint_error: ...`` / ``tester_error: ...``), after the trace. The
+harness decides what a fault exit means (``glyph.envs.mbpp.harness``).
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import socket
+import sys
+import time
+import traceback
+import urllib.error
+import urllib.request
+
+if not __package__:  # run as the shipped script: the root that holds glyph/ is two folders up
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+from glyph.agent import protocol  # noqa: E402
+from glyph.agent.tools import execute, sha256  # noqa: E402
+from glyph.outcomes import Outcome  # noqa: E402
+
+TRACE = ".glyph/trace.json"  # the program's record of the episode (untrusted on the trusted side)
+CONFIG = ".glyph/config.json"  # its configuration, unless $GLYPH_CONFIG names another file
+REPLY_CAP = 64 * 1024  # characters of a model reply kept; a longer one is cut and recorded
+RETRIES = 3  # for transient failures only: connection dropped, 5xx, 429
+ENDPOINT_FAILED = 97
+"""verifiers' reserved exit status for a model call that failed for good
+(``MODEL_TRANSPORT_ERROR_EXIT_CODE``, ``v1/errors.py:45`` in 0.4.0)."""
+TESTER_FAILED = 98
+TRANSIENT = (urllib.error.URLError, socket.timeout, TimeoutError, ConnectionError, http.client.HTTPException)
+
+
+class EndpointError(RuntimeError):
+    pass
+
+
+def chat(endpoint: dict, messages: list[dict], timeout: float, secret: str) -> str:
+    """One chat completion from an OpenAI-compatible endpoint (the rollout's
+    interception endpoint, authorized by the rollout secret)."""
+    body = {"model": endpoint["model"], "messages": messages, **endpoint.get("sampling", {})}
+    headers = {"Content-Type": "application/json"}
+    if secret:
+        headers["Authorization"] = f"Bearer {secret}"
+    url = endpoint["base_url"].rstrip("/") + "/chat/completions"
+    req = urllib.request.Request(url, json.dumps(body).encode(), headers)
+    try:
+        data = json.loads(_post(req, timeout, 16 << 20))
+    except urllib.error.HTTPError as exc:
+        raise EndpointError(f"endpoint answered HTTP {exc.code}") from None
+    except TRANSIENT as exc:
+        raise EndpointError(f"endpoint unreachable or too slow: {exc}") from None
+    except ValueError:
+        raise EndpointError("endpoint answered with something that is not JSON") from None
+    try:
+        content = data["choices"][0]["message"]["content"]
+    except (KeyError, IndexError, TypeError):
+        raise EndpointError("endpoint answer has no choices[0].message.content") from None
+    if not isinstance(content, str):
+        raise EndpointError("the model's reply is not text")
+    return content
+
+
+def _post(req: urllib.request.Request, timeout: float, cap: int) -> bytes:
+    """POST with a few retries on transient failures (a dropped connection,
+    429, any 5xx: verifiers' interception server relays the provider's status
+    so that 5xx/429 are retried, ``v1/interception/server.py:864-867``); a
+    timeout or any other HTTP error is final. Only idempotent requests come
+    here: a chat completion, and a test call named by its ``request`` id."""
+    for attempt in range(RETRIES):
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as resp:
+                return resp.read(cap)
+        except urllib.error.HTTPError as exc:
+            if not (exc.code == 429 or 500 <= exc.code <= 599) or attempt == RETRIES - 1:
+                raise
+        except (socket.timeout, TimeoutError):
+            raise
+        except TRANSIENT:
+            if attempt == RETRIES - 1:
+                raise
+        time.sleep(0.5 * 2 ** attempt)
+    raise AssertionError("unreachable")
+
+
+SANDBOX_CHOICES = ("auto", "auto-or-bare", "namespaces", "userns", "confined", "bare")
+"""What ``tester.sandbox`` may name for the ``"local"`` tester: a mode of
+``glyph.sandbox.Sandbox`` (``auto`` never falls back to ``bare``: when no
+isolating mode starts, every python_test is a tester fault), or
+``auto-or-bare``: ``auto``, and ``bare`` when no isolating mode starts (a
+choice the harness makes and explains: ``glyph.envs.mbpp.harness.LOCAL_SANDBOX``).
+A spec without it gets ``auto``."""
+
+
+class LocalGrader:
+    """glyph's grader (``glyph.grading.grade``) in this process, on a sandbox
+    server of its own, under ``limits`` (``glyph.sandbox.Limits``: CPU
+    ``cpu_s``, wall clock ``wall_s``, either reached is ``TIMEOUT``). The
+    server starts on the first grading and stops at ``close``. ``record``:
+    the sandbox mode that grades and the protections it applies, the harness's
+    choice, and why ``auto`` did not start when ``bare`` stands in."""
+
+    def __init__(self, spec: dict, limits: dict) -> None:
+        from glyph.sandbox import Limits
+        choice = spec.get("sandbox", "auto")
+        if choice not in SANDBOX_CHOICES:
+            raise RuntimeError(f"tester.sandbox is {choice!r}, not one of {', '.join(SANDBOX_CHOICES)}")
+        self.choice = choice
+        self.setup = str(spec.get("setup", ""))
+        tests = spec.get("tests", [])
+        self.tests = tests if isinstance(tests, str) else "\n".join(tests)  # as glyph.envs.mbpp.test_service joins them
+        self.limits = Limits(cpu_s=float(limits["cpu_s"]), wall_s=float(limits["wall_s"]))
+        self.sandbox = None
+        self.record: dict | None = None
+
+    def _start(self):
+        from glyph.sandbox import Sandbox, SandboxUnavailable
+        sandbox = Sandbox(mode="auto" if self.choice == "auto-or-bare" else self.choice)
+        fallback = None
+        try:
+            info = sandbox.protections()
+        except SandboxUnavailable as exc:
+            if self.choice != "auto-or-bare":
+                raise
+            fallback = str(exc)
+            sandbox = Sandbox(mode="bare")
+            info = sandbox.protections()
+        self.sandbox = sandbox
+        self.record = dict(info.record(), choice=self.choice, **({"fallback": fallback} if fallback else {}))
+        return sandbox
+
+    def __call__(self, source: str) -> str:
+        from glyph.grading import grade
+        sandbox = self.sandbox or self._start()
+        return grade(source, self.setup, self.tests, limits=self.limits, sandbox=sandbox).outcome.value
+
+    def close(self) -> None:
+        if self.sandbox is not None:
+            self.sandbox.close()
+
+
+class Tester:
+    """Runs the visible tests on a candidate and returns its outcome class,
+    under ``limits`` (``{"cpu_s", "wall_s"}``)."""
+
+    def __init__(self, spec: dict, secret: str, limits: dict) -> None:
+        self.spec, self.secret = spec, secret
+        self.cpu_s, self.wall_s = float(limits["cpu_s"]), float(limits["wall_s"])
+        self.calls = 0
+        self.local: LocalGrader | None = None
+
+    def __call__(self, source: str, shadow: bool) -> str:
+        self.calls += 1
+        if self.spec["kind"] == "service":
+            request = f"{self.calls}:{'shadow' if shadow else 'visible'}:{sha256(source)}"
+            body = json.dumps({"secret": self.secret, "request": request, "source": source,
+                               "shadow": shadow}).encode()
+            req = urllib.request.Request(self.spec["url"], body, {"Content-Type": "application/json"})
+            try:
+                outcome = json.loads(_post(req, 2 * self.wall_s + 30, 1 << 16))["outcome"]
+            except urllib.error.HTTPError as exc:
+                raise RuntimeError(f"the test service answered HTTP {exc.code}: {_error_body(exc)}") from None
+            except (*TRANSIENT, ValueError, KeyError, TypeError) as exc:
+                raise RuntimeError(f"the test service failed: {exc}") from None
+        else:
+            try:
+                if self.local is None:
+                    self.local = LocalGrader(self.spec, {"cpu_s": self.cpu_s, "wall_s": self.wall_s})
+                outcome = self.local(source)
+            except Exception as exc:  # deliberate: a grader fault is the tester's, never an outcome
+                raise RuntimeError(f"the grader failed: {type(exc).__name__}: {exc}"[:2000]) from None
+        if outcome not in Outcome.__members__:
+            raise RuntimeError(f"the tester answered {outcome!r}")
+        return outcome
+
+    @property
+    def sandbox(self) -> dict | None:
+        """The local grader's sandbox record (``LocalGrader.record``), once it graded."""
+        return self.local.record if self.local is not None else None
+
+    def close(self) -> None:
+        if self.local is not None:
+            self.local.close()
+
+
+def _error_body(exc: urllib.error.HTTPError) -> str:
+    try:
+        return str(json.loads(exc.read(1 << 16)).get("error"))[:500]
+    except Exception:  # deliberate: the status alone still says what failed
+        return "(no readable body)"
+
+
+def limits_of(cfg: dict) -> dict:
+    """The grading limits the harness passed (``harness.program_config``
+    builds every program config, with ``limits``); none is a caller's bug."""
+    if not isinstance(cfg.get("limits"), dict):
+        raise ValueError("the program config has no 'limits' (build it with glyph.envs.mbpp.harness.program_config)")
+    return cfg["limits"]
+
+
+def read_secret() -> str:
+    if os.environ.get("GLYPH_ROLLOUT_SECRET"):
+        return os.environ["GLYPH_ROLLOUT_SECRET"]
+    path = os.environ.get("GLYPH_SECRET_FILE")
+    if path:
+        with open(path) as f:
+            return f.read().strip()
+    return ""
+
+
+def run(cfg: dict, secret: str, save=None) -> dict:
+    """One episode; never raises: an unexpected failure ends it as
+    ``program_error`` with the traceback, keeping what was recorded.
+    ``save(trace)`` is called after every turn, so a program killed at the
+    rollout's timeout still leaves what it did."""
+    trace = {"arm": cfg.get("arm"), "candidates": [], "tests": [], "calls": [], "end": None, "error": None,
+             "final": False, "budget": cfg.get("max_tool_calls"), "test_cost": cfg.get("test_cost"),
+             "budget_left": None, "turns": 0, "messages": []}
+    try:
+        _loop(cfg, secret, trace, save or (lambda t: None))
+    except Exception:  # deliberate: the trace must still be written, with the fault
+        trace["end"], trace["error"] = "program_error", traceback.format_exc()[-4000:]
+    return trace
+
+
+class Episode:
+    """One episode's protocol state (the budget, the call ids used, whether
+    Arm B's next turn must predict) and ``turn``, which applies one assistant
+    reply exactly as the agent loop does. The loop below and the credit
+    replay (``glyph.credit.replay``) both run turns through it, so the turn
+    semantics exist once."""
+
+    def __init__(self, arm: str, budget: int, test_cost: int, trace: dict, root: str = ".",
+                 revise_feedback: str = "none") -> None:
+        self.arm, self.budget, self.test_cost, self.trace, self.root = arm, budget, test_cost, trace, root
+        self.revise_feedback = revise_feedback
+        self.seen: set[str] = set()
+        self.expect_prediction = False
+        self.call: protocol.Call | None = None  # the last turn's call (also one the budget refused)
+        self.end: str | None = None  # final / protocol_error / budget_exhausted once the episode ended
+        self.error: str | None = None
+        self._feedback: str | None = None
+
+    def turn(self, reply: str, tester, context: list[dict] | None = None) -> tuple[protocol.Call, str, str] | None:
+        """Apply ``reply``; return (call, status, body), or None when it ended
+        the episode (``end`` and ``error`` say how). ``tester`` errors
+        (RuntimeError) propagate: a shadow test's before the budget is spent,
+        the call's own after."""
+        self.call = None
+        try:
+            turn = protocol.parse_turn(reply, expect_prediction=self.expect_prediction, seen_ids=frozenset(self.seen))
+        except protocol.ProtocolError as exc:
+            self.end, self.error = "protocol_error", str(exc)
+            return None
+        if turn.final:
+            self.end = "final"
+            return None
+        call = self.call = turn.call
+        cost = self.test_cost if call.tool == "python_test" else 1
+        if cost > self.budget:
+            self.end, self.error = "budget_exhausted", f"{call.tool} costs {cost}, {self.budget} left"
+            return None
+        self.seen.add(call.id)
+        if turn.prediction is not None:
+            cand = self.trace["candidates"][-1]
+            cand.update(sampled_label=turn.prediction, decision=turn.decision, context=context,
+                        prediction_turn=reply, prediction_call=call.id)
+            if turn.decision == "REVISE":
+                cand["verified_label"] = tester(cand["source"], shadow=True)
+                cand["shadow"] = True
+                if self.revise_feedback == "outcome":
+                    self._feedback = f"(shadow test of the revised candidate: {cand['verified_label']})"
+        self.budget -= cost
+        status, body = execute(call, tester, self.trace, self.root)
+        if self._feedback:
+            body = (body + "\n" if body else "") + self._feedback
+            self._feedback = None
+        new_candidate = bool(self.trace["candidates"]) and self.trace["candidates"][-1]["call"] == call.id
+        self.expect_prediction = self.arm == "b" and new_candidate
+        return call, status, body
+
+
+def _loop(cfg: dict, secret: str, trace: dict, save) -> None:
+    tester = Tester(cfg["tester"], secret, limits_of(cfg))
+    try:
+        _episode(cfg, secret, trace, save, tester)
+    finally:
+        if getattr(tester, "sandbox", None):
+            trace["tester_sandbox"] = tester.sandbox
+        if hasattr(tester, "close"):
+            tester.close()
+
+
+def _episode(cfg: dict, secret: str, trace: dict, save, tester) -> None:
+    # Every key is the harness's (``harness.program_config``): no default of its own here.
+    episode = Episode(cfg["arm"], int(cfg["max_tool_calls"]), int(cfg["test_cost"]), trace,
+                      revise_feedback=cfg["revise_feedback"])
+    messages = trace["messages"] = [dict(m) for m in cfg["messages"]]
+    t0 = time.monotonic()
+    while True:
+        try:
+            reply = chat(cfg["endpoint"], messages, float(cfg["model_timeout"]), secret)
+        except EndpointError as exc:
+            trace["end"], trace["error"] = "endpoint_error", str(exc)
+            break
+        if len(reply) > REPLY_CAP:
+            trace["reply_truncated"] = len(reply)
+            reply = reply[:REPLY_CAP]
+        context = [dict(m) for m in messages]
+        messages.append({"role": "assistant", "content": reply})
+        trace["turns"] += 1
+        try:
+            step = episode.turn(reply, tester, context)
+        except RuntimeError as exc:
+            trace["end"], trace["error"] = "tester_error", str(exc)
+            break
+        if step is None:
+            trace["end"] = episode.end
+            if episode.end == "final":
+                trace["final"] = True
+            else:
+                trace["error"] = episode.error
+            break
+        call, status, body = step
+        trace["calls"].append({"id": call.id, "tool": call.tool, "status": status})
+        messages.append({"role": "user", "content": protocol.result_message(call, status, body, episode.budget)})
+        trace["budget_left"] = episode.budget
+        save(trace)
+    trace["budget_left"] = episode.budget
+    trace["seconds"] = time.monotonic() - t0
+
+
+def save_trace(trace: dict) -> None:
+    os.makedirs(".glyph", exist_ok=True)
+    tmp = TRACE + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(trace, f)
+    os.replace(tmp, TRACE)
+
+
+def main() -> int:
+    cfg_path = os.environ.get("GLYPH_CONFIG", CONFIG)
+    with open(cfg_path) as f:
+        cfg = json.load(f)
+    trace = run(cfg, read_secret(), save=save_trace)
+    save_trace(trace)
+    return exit_status(trace)
+
+
+def exit_status(trace: dict) -> int:
+    """0, or the fault exit for a trace that ended on an endpoint or tester
+    fault (with its one-line reason on stderr)."""
+    code = {"endpoint_error": ENDPOINT_FAILED, "tester_error": TESTER_FAILED}.get(trace.get("end"))
+    if code is None:
+        return 0
+    print(f"{trace['end']}: {trace.get('error')}", file=sys.stderr)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""The ``glyph`` command: ``glyph.cli.app``, one module per command group."""

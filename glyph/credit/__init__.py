@@ -1,0 +1,1 @@
+"""Snapshot/replay credit assignment on glyph-mbpp trajectories."""

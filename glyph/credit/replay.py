@@ -1,0 +1,760 @@
+"""Snapshot/replay credit assignment for a failed multi-step glyph-mbpp trajectory.
+
+A failed episode says *that* the agent failed, not *which step* did it. This
+module answers: from which step on was success no longer reachable?
+
+1. **Snapshots.** The trajectory's assistant turns are replayed in order in a
+   scratch workspace that starts as the runtime's does (``solution.py`` =
+   ``protocol.PLACEHOLDER``, the full tool budget), through the same code the
+   agent program runs: ``protocol.parse_turn`` (the one grammar),
+   ``glyph.agent.program.execute`` (the runtime's ``read_file`` /
+   ``apply_patch`` / ``python_test``; ``apply_patch`` is ``protocol.apply_patch``)
+   and the program's budget rule (a call that costs more than is left ends
+   the episode unexecuted). A recorded ``python_test`` answers with its
+   recorded outcome (a test changes no state); every ``read_file`` and
+   ``apply_patch`` is compared with its recorded RESULT, and any difference is
+   reported as a divergence, never hidden. Snapshot ``k`` is the workspace
+   (``solution.py``), the budget left, and the protocol state (Arm B's pending
+   prediction, the call ids used) after step ``k``; snapshot 0 is the start.
+2. **Replay.** From every snapshot a fixed continuation (:class:`Continuation`)
+   plays on with the budget left there, through the same turn semantics, its
+   ``python_test`` graded by glyph's trusted grader on the visible tests. It
+   succeeds by the study's reward rule (``glyph.envs.mbpp.finalize``): it ends with
+   ``FINAL:``, a visible test it ran passed, and the final ``solution.py``
+   passes the hidden tests, graded by ``glyph.grading.grade`` in the sandbox
+   (model-written code never runs in this process).
+3. **Credit.** The earliest unreachable step is the first ``k`` such that the
+   continuation fails from snapshot ``k`` and from every later one; ``None``
+   when it still succeeds from the final state (the failure was in how the
+   episode ended, not caused by a step); ``0`` when it fails even from the
+   start (no step is to blame).
+
+The built-in continuation, :class:`Repair`, is a yardstick whose cost grows
+with how far a state is from a correct one: one ``python_test`` to see the
+state (PASS: ``FINAL``), else one ``apply_patch`` per difflib hunk between
+``solution.py`` and the task's reference solution, then ``python_test`` and
+``FINAL``. It knows the snapshot's ``solution.py`` without reading it (a
+reference policy's privilege, like the oracle knowing the reference). See
+``docs/credit.md``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import itertools
+import json
+import os
+import tempfile
+from collections.abc import Callable, Generator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from glyph.agent import program, protocol
+from glyph.agent.tools import sha256
+from glyph.data.mbpp import MbppTask
+from glyph.envs.mbpp.harness import GlyphHarnessConfig
+from glyph.outcomes import Outcome
+from glyph.record import MBPP_ENV_ID
+from glyph.report.load import ReportError, find_runs, iter_episodes, judge, task_data
+
+NOT_RECORDED = "NOT_RECORDED"  # a python_test whose RESULT the trajectory does not hold (the program was killed)
+
+
+class CreditError(ValueError):
+    """Input credit assignment cannot use; the message is one line naming the file (and line)."""
+
+
+# ---------------------------------------------------------------- trajectories
+
+
+@dataclass(frozen=True)
+class Trajectory:
+    """One recorded episode: its conversation and the rules it ran under."""
+
+    where: str  # the file (and line) it came from
+    messages: tuple[dict, ...]  # system, user, then assistant turns each followed by its RESULT
+    arm: str
+    budget: int  # max_tool_calls
+    test_cost: int
+    task_id: str | None = None  # as an eval output records it; None: found from the user prompt
+    recorded: str = ""  # how the original run ended, as it recorded it
+
+
+def load_trajectory(path: Path, task: str | None = None, index: int | None = None) -> Trajectory:
+    """A program trace (``.glyph/trace.json``), one verifiers trace as JSON,
+    or a rollout of an eval output directory (``--task``, ``--index``)."""
+    if path.is_dir():
+        return load_eval_rollout(path, task, index)
+    if index is not None:
+        raise CreditError(f"{path}: --index selects a rollout of an eval output directory, not of one trace file")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8", errors="surrogateescape"))
+    except FileNotFoundError:
+        raise CreditError(f"{path}: no such file or directory") from None
+    except OSError as exc:
+        raise CreditError(f"{path}: cannot read it ({exc.strerror})") from None
+    except ValueError as exc:
+        raise CreditError(f"{path}: not JSON ({exc})") from None
+    if isinstance(data, dict) and "messages" in data:
+        return _from_program_trace(data, str(path))
+    if isinstance(data, dict) and "nodes" in data:
+        return _from_vf_trace(data, str(path))
+    raise CreditError(f"{path}: neither a program trace (no 'messages') nor a verifiers trace (no 'nodes')")
+
+
+def _from_program_trace(data: dict, where: str) -> Trajectory:
+    messages = _check_messages(data["messages"], where)
+    end = data.get("end")
+    recorded = f"ended by {end}" + (f": {str(data.get('error'))[:200]}" if data.get("error") else "") if end else \
+        "did not finish (no end recorded)"
+    budget, cost = data.get("budget"), data.get("test_cost")
+    if not isinstance(budget, int):
+        raise CreditError(f"{where}: the trace records no tool budget (written by an older glyph); pass --budget")
+    cost = int(cost) if isinstance(cost, int) else _infer_test_cost(messages, budget)
+    return Trajectory(where, messages, _arm(data.get("arm"), messages), budget, cost, None, recorded)
+
+
+def _from_vf_trace(trace: dict, where: str, episode: dict | None = None) -> Trajectory:
+    messages = _check_messages(_conversation(trace.get("nodes"), where), where)
+    data = ((trace.get("task") or {}).get("data") or ((episode or {}).get("task") or {}).get("data") or {})
+    harness = (((trace.get("agent") or {}).get("config") or {}).get("harness") or {})
+    defaults = GlyphHarnessConfig.model_fields  # verifiers records only the fields a run set
+    budget = harness.get("max_tool_calls", defaults["max_tool_calls"].default)
+    cost = harness.get("test_cost", defaults["test_cost"].default)
+    judged = judge(episode or {"ok": True}, trace, where)
+    recorded = f"reward {judged.reward}: {judged.reason if judged.record is not None else 'no reason recorded'}"
+    name = data.get("name") or data.get("id")
+    return Trajectory(where, messages, _arm(data.get("arm"), messages), budget, cost,
+                      name if isinstance(name, str) else None, recorded)
+
+
+def _conversation(nodes: object, where: str) -> list[dict]:
+    """The messages on the path from the root to the last node (a glyph-mbpp
+    conversation is one chain: the program resends the whole history)."""
+    if not isinstance(nodes, list) or not nodes:
+        raise CreditError(f"{where}: the rollout records no conversation (no trace nodes)")
+    chain, i, seen = [], len(nodes) - 1, set()
+    while i is not None:
+        if i in seen or not 0 <= i < len(nodes) or not isinstance(nodes[i], dict):
+            raise CreditError(f"{where}: the trace nodes' parent links are broken at node {i}")
+        seen.add(i)
+        chain.append(nodes[i].get("message"))
+        parent = nodes[i].get("parent")
+        i = None if parent is None else int(parent)
+    return chain[::-1]
+
+
+def _check_messages(messages: object, where: str) -> tuple[dict, ...]:
+    if not isinstance(messages, list):
+        raise CreditError(f"{where}: 'messages' is not a list")
+    out = []
+    for i, m in enumerate(messages):
+        content = m.get("content") if isinstance(m, dict) else None
+        if isinstance(content, list):  # content parts: keep the text
+            content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+        if not isinstance(m, dict) or m.get("role") not in ("system", "user", "assistant") \
+                or not isinstance(content, str):
+            raise CreditError(f"{where}: message {i} is not a {{role, content}} chat message")
+        out.append({"role": m["role"], "content": content})
+    if [m["role"] for m in out[:2]] != ["system", "user"]:
+        raise CreditError(f"{where}: a glyph-mbpp conversation starts with the system and user messages")
+    return tuple(out)
+
+
+def _arm(recorded: object, messages: tuple[dict, ...]) -> str:
+    if recorded in ("a", "b"):
+        return str(recorded)
+    return "b" if "<PREDICTION>" in messages[0]["content"] else "a"
+
+
+def _infer_test_cost(messages: tuple[dict, ...], budget: int) -> int:
+    """What one python_test cost, from the budget lines of the RESULTs (1 if no test was answered)."""
+    before = budget
+    for m in messages[2:]:
+        if m["role"] != "user" or not m["content"].startswith("RESULT "):
+            continue
+        left = protocol.budget_left(m["content"])
+        if left is None:
+            continue
+        if m["content"].split(" ", 3)[2:3] == ["python_test"]:
+            return max(1, before - left)
+        before = left
+    return 1
+
+
+@dataclass(frozen=True)
+class Selected:
+    """A rollout of an eval output directory that a selector picked, and why."""
+
+    file: Path
+    line: int
+    trace: int  # index in the episode's traces
+    task: str
+    passed: bool
+
+
+def load_eval_rollout(root: Path, task: str | None, index: int | None) -> Trajectory:
+    """The rollout of ``task`` (``index``: the i-th of that task's rollouts in
+    file order, 0-based; default: the first one that failed) under an eval
+    output directory, read with ``glyph.report.load``'s discovery."""
+    found: list[Selected] = []
+    try:
+        for rf in find_runs(root):
+            for line, episode in iter_episodes(rf.traces):
+                if (episode.get("env") or {}).get("id") not in (None, "", MBPP_ENV_ID):
+                    continue
+                for ti, t in enumerate(episode["traces"]):
+                    if not isinstance(t, dict):
+                        continue
+                    data = task_data(episode, t)
+                    name = data.get("name") or data.get("id")
+                    passed = judge(episode, t, f"{rf.traces}:{line}").passed
+                    found.append(Selected(rf.traces, line, ti, str(name), passed))
+    except ReportError as exc:
+        raise CreditError(str(exc)) from None
+    if not found:
+        raise CreditError(f"{root}: no {MBPP_ENV_ID} rollouts")
+    tasks = sorted({s.task for s in found})
+    if task is None:
+        if len(found) > 1:
+            raise CreditError(f"{root}: {len(found)} rollouts of {len(tasks)} tasks ({_few(tasks)}); "
+                              f"pick one with --task (and --index)")
+        task = found[0].task
+    mine = [s for s in found if s.task == task]
+    if not mine:
+        raise CreditError(f"{root}: no rollout of {task} (tasks here: {_few(tasks)})")
+    if index is None:
+        failed = [i for i, s in enumerate(mine) if not s.passed]
+        index = failed[0] if failed else 0
+    elif not 0 <= index < len(mine):
+        raise CreditError(f"{root}: --index {index}: {task} has {len(mine)} rollouts (0..{len(mine) - 1})")
+    pick = mine[index]
+    with pick.file.open("rb") as f:
+        raw = next(itertools.islice(f, pick.line - 1, None))
+    episode = json.loads(raw)
+    where = f"{pick.file}:{pick.line}"
+    traj = _from_vf_trace(episode["traces"][pick.trace], where, episode)
+    note = f"rollout {index} of {len(mine)} for {task}" + ("" if not pick.passed else " (it passed)")
+    return Trajectory(traj.where, traj.messages, traj.arm, traj.budget, traj.test_cost, task,
+                      f"{note}; {traj.recorded}")
+
+
+def _few(names: list[str], n: int = 5) -> str:
+    return ", ".join(names[:n]) + (f", ... ({len(names)} in all)" if len(names) > n else "")
+
+
+def resolve_task(traj: Trajectory, tasks: dict[str, MbppTask], task_id: str | None = None,
+                 source: str = "the MBPP data") -> tuple[MbppTask, list[str]]:
+    """The trajectory's task (``task_id``, else the one the eval output names,
+    else the one whose user prompt it carries), and notes on any mismatch."""
+    notes = []
+    chosen = task_id or traj.task_id
+    prompt = traj.messages[1]["content"]
+    if chosen is not None:
+        if chosen not in tasks:
+            raise CreditError(f"{traj.where}: task {chosen!r} is not in {source}")
+        task = tasks[chosen]
+        if protocol.user_prompt(task.text, task.test_list) != prompt:
+            notes.append(f"the trajectory's user prompt is not {chosen}'s as glyph-mbpp writes it")
+        return task, notes
+    for t in tasks.values():
+        if protocol.user_prompt(t.text, t.test_list) == prompt:
+            return t, notes
+    raise CreditError(f"{traj.where}: its user prompt matches no task in {source}; pass --task mbpp_N")
+
+
+# ---------------------------------------------------------------- the turn semantics
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The episode's state after step ``step`` (0: before the first)."""
+
+    step: int
+    solution: str
+    budget: int
+    expect_prediction: bool  # Arm B: the next turn must predict and decide
+    seen_ids: frozenset[str]
+    messages: tuple[dict, ...]  # the conversation a continuation from here sees
+
+
+@dataclass
+class TurnResult:
+    tool: str  # read_file / apply_patch / python_test, FINAL, or "-" for a turn that broke the protocol
+    call: protocol.Call | None
+    status: str
+    message: str | None  # the RESULT the runtime answers with; None when the turn ended the episode
+    end: str | None  # final / protocol_error / budget_exhausted: the episode ended at this turn
+    head: str = ""  # that RESULT without its budget line
+
+
+class Workspace:
+    """A scratch runtime workspace and the agent program's own episode state
+    (``glyph.agent.program.Episode``): ``turn`` is one iteration of the
+    program's loop, through the same code."""
+
+    def __init__(self, root: str, solution: str, budget: int, test_cost: int, arm: str,
+                 expect_prediction: bool = False, seen_ids: frozenset[str] = frozenset()) -> None:
+        self.root = root
+        # Resuming where Arm B must predict: the snapshot's solution is the candidate predicted on.
+        candidates = [{"index": 0, "call": "", "source": solution, "sha256": sha256(solution)}] \
+            if expect_prediction else []
+        self.episode = program.Episode(arm, budget, test_cost, {"candidates": candidates, "tests": []}, root)
+        self.episode.expect_prediction, self.episode.seen = expect_prediction, set(seen_ids)
+        with open(self.path, "w", encoding="utf-8", errors="surrogateescape", newline="") as f:
+            f.write(solution)
+
+    @property
+    def budget(self) -> int:
+        return self.episode.budget
+
+    @property
+    def end(self) -> str | None:
+        return self.episode.end
+
+    @property
+    def path(self) -> str:
+        return os.path.join(self.root, protocol.SOLUTION_FILE)
+
+    def solution(self) -> str:
+        with open(self.path, encoding="utf-8", errors="surrogateescape", newline="") as f:
+            return f.read()
+
+    def turn(self, reply: str, tester: Callable[[str, bool], str]) -> TurnResult:
+        """One turn. ``tester`` answers python_test (and a REVISE's shadow
+        test, which changes neither the workspace nor the reward)."""
+        ep = self.episode
+        step = ep.turn(reply[:program.REPLY_CAP], tester)
+        if step is None:
+            if ep.end == "protocol_error":
+                return TurnResult("-", None, f"protocol error: {ep.error}", None, ep.end)
+            if ep.end == "final":
+                return TurnResult("FINAL", None, "FINAL", None, ep.end)
+            return TurnResult(ep.call.tool, ep.call, f"budget exhausted: {ep.error}", None, ep.end)
+        call, status, body = step
+        return TurnResult(call.tool, call, status, protocol.result_message(call, status, body, ep.budget), None,
+                          protocol.result_message(call, status, body))
+
+    def snapshot(self, step: int, messages: tuple[dict, ...]) -> Snapshot:
+        ep = self.episode
+        return Snapshot(step, self.solution(), ep.budget, ep.expect_prediction, frozenset(ep.seen), messages)
+
+
+# ---------------------------------------------------------------- replaying the trajectory
+
+
+@dataclass
+class Step:
+    index: int  # 1-based: the index-th assistant turn
+    tool: str
+    call_id: str | None
+    summary: str
+    status: str
+    budget_left: int
+    changed: bool  # solution.py differs from the step before
+
+
+@dataclass
+class Replay:
+    steps: list[Step]
+    snapshots: list[Snapshot]  # snapshots[k]: after step k; [0]: the start
+    divergences: list[str]
+    notes: list[str]
+
+
+def summarize(call: protocol.Call | None) -> str:
+    if call is None:
+        return ""
+    a = call.args
+    if call.tool == "apply_patch":
+        return f"{a['path']}: -{_lines(a['find'])} +{_lines(a['replace'])} lines"
+    return a.get("path", "")
+
+
+def _lines(text: str) -> int:
+    return len(text.splitlines()) or int(bool(text))
+
+
+def replay(traj: Trajectory) -> Replay:
+    """Snapshot the workspace before the first step and after each one."""
+    msgs = traj.messages
+    steps, divergences, notes = [], [], []
+    with tempfile.TemporaryDirectory(prefix="glyph-credit-") as root:
+        ws = Workspace(root, protocol.PLACEHOLDER, traj.budget, traj.test_cost, traj.arm)
+        snaps = [ws.snapshot(0, msgs[:2])]
+        i = 2
+        while i < len(msgs):
+            if msgs[i]["role"] != "assistant":
+                raise CreditError(f"{traj.where}: message {i} is a {msgs[i]['role']} message where the next "
+                                  f"assistant turn should be")
+            k = len(steps) + 1
+            recorded = msgs[i + 1]["content"] if i + 1 < len(msgs) and msgs[i + 1]["role"] == "user" else None
+            before = snaps[-1].solution
+            r = ws.turn(msgs[i]["content"], lambda source, shadow, rec=recorded: _recorded_outcome(rec))
+            status = r.status + (" (recorded)" if r.tool == "python_test" and r.end is None and recorded else "")
+            if r.end is None:
+                if recorded is None:
+                    notes.append(f"step {k} has no recorded RESULT (the trajectory was cut off after it)")
+                _compare(k, r, recorded, ws.budget, divergences)
+                conversation = msgs[:i + 1] + ({"role": "user", "content": recorded or r.message},)
+            else:  # the step ended the episode and changed nothing: a continuation resumes before it
+                conversation = msgs[:i]
+            snaps.append(ws.snapshot(k, conversation))
+            steps.append(Step(k, r.tool, r.call.id if r.call else None, summarize(r.call), status, ws.budget,
+                              snaps[-1].solution != before))
+            if r.end is not None:
+                if i + 1 < len(msgs):
+                    notes.append(f"the episode ended at step {k} ({r.end}); the {len(msgs) - i - 1} messages "
+                                 f"after it are not replayed")
+                break
+            i += 1 if recorded is None else 2
+    if not steps:
+        notes.append("the trajectory has no assistant turn")
+    return Replay(steps, snaps, divergences, notes)
+
+
+def _recorded_outcome(recorded: str | None) -> str:
+    if recorded is None:
+        return NOT_RECORDED
+    try:
+        return protocol.parse_result_status(recorded)
+    except protocol.ProtocolError:
+        return NOT_RECORDED
+
+
+def _compare(k: int, r: TurnResult, recorded: str | None, budget: int, out: list[str]) -> None:
+    if recorded is None:
+        return
+    want = r.head
+    if not recorded.startswith(want):
+        out.append(f"step {k}: recorded {recorded.splitlines()[0][:120]!r}, replay gives "
+                   f"{want.splitlines()[0][:120]!r}")
+    left = protocol.budget_left(recorded)
+    if left is not None and left != budget:
+        out.append(f"step {k}: recorded {left} tool calls left, replay gives {budget}")
+
+
+# ---------------------------------------------------------------- continuations
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a continuation's policy sees before each of its turns."""
+
+    task: MbppTask
+    arm: str
+    messages: tuple[dict, ...]  # the original conversation up to the snapshot, then the continuation's turns
+    budget: int  # tool calls left
+    test_cost: int
+    expect_prediction: bool  # Arm B: this turn must carry <PREDICTION> and <DECISION>
+    seen_ids: frozenset[str]  # call ids already used in the episode
+    snapshot: Snapshot  # where the continuation started
+
+
+Policy = Callable[[Context], str]
+"""One assistant turn (protocol text) for the episode so far."""
+
+
+class Continuation(Protocol):
+    """A fixed policy that plays an episode on from a snapshot. ``start`` is
+    called once per snapshot and returns a fresh policy (it may keep state).
+    It may also offer ``needed(task, snapshot, test_cost, visible)``: the
+    budget it would need from ``snapshot`` (``visible(source)`` grades the
+    visible tests), shown beside the outcome; :class:`Repair` does."""
+
+    name: str
+
+    def start(self, task: MbppTask, snapshot: Snapshot) -> Policy: ...
+
+
+def repair_patches(source: str, reference: str) -> list[tuple[str, str]] | None:
+    """``(find, replace)`` pairs that, applied in order with
+    ``protocol.apply_patch``, turn ``source`` into ``reference``: one per
+    difflib hunk (line-wise), each ``find`` the hunk's lines widened by
+    context lines on both sides until it occurs exactly once (at worst the
+    whole file: a whole-file replacement). ``None`` when ``source`` is empty:
+    ``apply_patch`` has no anchor in an empty file."""
+    patches, current = [], source
+    b = reference.splitlines(keepends=True)
+    for _ in range(len(source.splitlines()) + len(b) + 1):
+        a = current.splitlines(keepends=True)
+        hunks = [op for op in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes() if op[0] != "equal"]
+        if not hunks:
+            return patches
+        if not current:
+            return None
+        _, i1, i2, j1, j2 = hunks[0]
+        lo, hi = i1, i2
+        while not ("".join(a[lo:hi]) and current.count("".join(a[lo:hi])) == 1):
+            lo, hi = max(0, lo - 1), min(len(a), hi + 1)
+        find = "".join(a[lo:hi])
+        replace = "".join(a[lo:i1] + b[j1:j2] + a[i2:hi])
+        current = protocol.apply_patch(current, find, replace)
+        patches.append((find, replace))
+    return patches + [(current, reference)]  # difflib did not converge (never seen): replace the whole file
+
+
+class Repair:
+    """The built-in continuation: test; PASS -> FINAL; else one apply_patch
+    per hunk to the reference solution, test, FINAL (see the module docstring)."""
+
+    name = "repair"
+
+    def needed(self, task: MbppTask, snapshot: Snapshot, test_cost: int,
+               visible: Callable[[str], str]) -> int | None:
+        """The budget a full repair takes from ``snapshot``; None: it cannot succeed (empty file)."""
+        if visible(snapshot.solution) == Outcome.PASS.value:
+            return test_cost
+        patches = repair_patches(snapshot.solution, task.code)
+        return None if patches is None else 2 * test_cost + len(patches)
+
+    def start(self, task: MbppTask, snapshot: Snapshot) -> Policy:
+        return _GeneratorPolicy(self._play(task, snapshot))
+
+    @staticmethod
+    def _play(task: MbppTask, snapshot: Snapshot) -> Generator[str, Context, None]:
+        ctx = yield ""
+        ids = (f"repair-{n}" for n in itertools.count(1) if f"repair-{n}" not in snapshot.seen_ids)
+        seen_outcome = Outcome.ASSERTION_FAILURE.value
+
+        def turn(tool: str, ctx: Context, decision: str, **args: str) -> str:
+            line = protocol.Call(next(ids), tool, args).line()
+            if not ctx.expect_prediction:
+                return line
+            label = Outcome.PASS.value if decision == "KEEP" else seen_outcome
+            return f"<PREDICTION>{label}</PREDICTION>\n<DECISION>{decision}</DECISION>\n{line}"
+
+        ctx = yield turn("python_test", ctx, "KEEP")
+        status = _last_status(ctx)
+        if status == Outcome.PASS.value:
+            yield "FINAL: the state already passes the tests."
+            return
+        if status in Outcome.__members__:
+            seen_outcome = status
+        patches = repair_patches(snapshot.solution, task.code)
+        if patches is None:
+            yield "FINAL: cannot repair: solution.py is empty, so apply_patch has no anchor."
+            return
+        for find, replace in patches:
+            ctx = yield turn("apply_patch", ctx, "REVISE", path=protocol.SOLUTION_FILE, find=find, replace=replace)
+            if _last_status(ctx) != "ok":
+                yield f"FINAL: a planned patch failed ({_last_status(ctx)})."
+                return
+        ctx = yield turn("python_test", ctx, "KEEP")
+        yield "FINAL: repaired."
+
+
+class _GeneratorPolicy:
+    def __init__(self, gen: Generator[str, Context, None]) -> None:
+        self.gen = gen
+        next(gen)
+
+    def __call__(self, ctx: Context) -> str:
+        try:
+            return self.gen.send(ctx)
+        except StopIteration:
+            return "FINAL: nothing left to do."
+
+
+def _last_status(ctx: Context) -> str:
+    try:
+        return protocol.parse_result_status(ctx.messages[-1]["content"])
+    except (protocol.ProtocolError, IndexError):
+        return ""
+
+
+class ChatContinuation:
+    """A model continues: each turn is ``chat(messages)`` on the conversation
+    so far (the original turns up to the snapshot, then its own). Use
+    :func:`endpoint_chat` for an OpenAI-compatible endpoint."""
+
+    def __init__(self, chat: Callable[[list[dict]], str], name: str = "chat") -> None:
+        self.chat, self.name = chat, name
+
+    def start(self, task: MbppTask, snapshot: Snapshot) -> Policy:
+        return lambda ctx: self.chat([dict(m) for m in ctx.messages])
+
+
+def endpoint_chat(base_url: str, model: str, temperature: float = 0.0, timeout: float = 300.0,
+                  api_key: str | None = None) -> Callable[[list[dict]], str]:
+    """One chat completion per turn from an OpenAI-compatible endpoint, through
+    the agent program's own client (``glyph.agent.program.chat``: retries on
+    429/502/503/504 and dropped connections; a final failure raises
+    ``program.EndpointError``). The key: ``api_key``, else ``$OPENAI_API_KEY``."""
+    endpoint = {"base_url": base_url, "model": model, "sampling": {"temperature": temperature}}
+    key = api_key or os.environ.get("OPENAI_API_KEY", "")
+    return lambda messages: program.chat(endpoint, messages, timeout, key)
+
+
+# ---------------------------------------------------------------- continuing from a snapshot
+
+
+@dataclass
+class Attempt:
+    """How a continuation from one snapshot went."""
+
+    outcome: str  # PASS, or why not: BUDGET_EXHAUSTED, PROTOCOL_ERROR, NO_PASSING_TEST, a hidden-test outcome
+    reachable: bool
+    end: str | None
+    used: int  # budget units it spent
+    needed: int | None  # the budget it would need from the snapshot, where the continuation says (None: unknown)
+    hidden: str | None  # its final solution.py on the hidden tests (graded when it ended with FINAL)
+    calls: list[str] = field(default_factory=list)  # "tool summary -> status", in order
+    final: str = ""  # its FINAL line, or why it stopped
+
+
+class Grader:
+    """glyph's trusted grader on the task's visible and hidden tests, each distinct source graded once."""
+
+    def __init__(self, task: MbppTask, limits=None) -> None:
+        from glyph.envs.mbpp.finalize import Regrader, TaskTests
+        from glyph.sandbox import Limits
+
+        tests = TaskTests(task.test_setup_code, tuple(task.test_list), tuple(task.test_list))
+        self.rg = Regrader(tests, limits or Limits(cpu_s=10, wall_s=20))
+
+    def visible(self, source: str) -> str:
+        return self.rg.visible(source)
+
+    def hidden(self, source: str) -> str:
+        return self.rg.hidden(source)["base"][0]
+
+
+def continue_from(snap: Snapshot, traj: Trajectory, task: MbppTask, continuation: Continuation,
+                  grader: Grader) -> Attempt:
+    """Play ``continuation`` on from ``snap`` under the runtime's turn semantics."""
+    with tempfile.TemporaryDirectory(prefix="glyph-credit-") as root:
+        ws = Workspace(root, snap.solution, snap.budget, traj.test_cost, traj.arm, snap.expect_prediction,
+                       snap.seen_ids)
+        policy = continuation.start(task, snap)
+        messages = list(snap.messages)
+        calls, final = [], ""
+        while ws.end is None:  # every turn either spends budget or ends the episode
+            reply = policy(Context(task, traj.arm, tuple(messages), ws.budget, traj.test_cost,
+                                   ws.episode.expect_prediction, frozenset(ws.episode.seen), snap))
+            messages.append({"role": "assistant", "content": reply})
+            r = ws.turn(reply, lambda source, shadow: grader.visible(source))
+            if r.end == "final":
+                final = next((ln for ln in reply.splitlines() if ln.startswith("FINAL:")), "FINAL:")
+            elif r.end is not None:
+                final = r.status
+            if r.call is not None:
+                calls.append(f"{r.call.tool} {summarize(r.call)}".strip() + f" -> {r.status}")
+            if r.message is not None:
+                messages.append({"role": "user", "content": r.message})
+        source = ws.solution()
+    used = snap.budget - ws.budget
+    estimate = getattr(continuation, "needed", None)
+    needed = estimate(task, snap, traj.test_cost, grader.visible) if callable(estimate) else None
+    tested = any(t["outcome"] == Outcome.PASS.value for t in ws.episode.trace["tests"])
+    if ws.end != "final":
+        return Attempt(ws.end.upper(), False, ws.end, used, needed, None, calls, final)
+    hidden = grader.hidden(source)
+    outcome = hidden if tested else "NO_PASSING_TEST"
+    return Attempt(outcome, outcome == Outcome.PASS.value, ws.end, used, needed, hidden, calls, final)
+
+
+# ---------------------------------------------------------------- credit
+
+
+def earliest_unreachable(reachable: list[bool]) -> int | None:
+    """The first k with reachable[k:] all False; None if the last is reachable."""
+    if not reachable or reachable[-1]:
+        return None
+    k = len(reachable) - 1
+    while k > 0 and not reachable[k - 1]:
+        k -= 1
+    return k
+
+
+@dataclass
+class Row:
+    index: int  # 0: the start; k: after step k
+    tool: str
+    call_id: str | None
+    summary: str
+    status: str
+    budget_left: int
+    changed: bool
+    solution_sha256: str
+    solution: str
+    continuation: Attempt
+
+
+@dataclass
+class Report:
+    source: str
+    task: str
+    arm: str
+    budget: int
+    test_cost: int
+    continuation: str
+    recorded: str  # how the original run ended, as recorded
+    final_outcome: str  # the final state's outcome on the hidden tests
+    earliest_unreachable: int | None
+    verdict: str
+    steps: list[Row]
+    divergences: list[str]
+    notes: list[str]
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def assign(traj: Trajectory, task: MbppTask, continuation: Continuation | None = None, *,
+           notes: list[str] | None = None, grader: Grader | None = None,
+           on_snapshot: Callable[[int, int], None] | None = None) -> Report:
+    """Replay ``traj``, continue from every snapshot, and name the earliest
+    step from which success was no longer reachable."""
+    continuation = continuation or Repair()
+    grader = grader or Grader(task)
+    rp = replay(traj)
+    results = []
+    for snap in rp.snapshots:
+        results.append(continue_from(snap, traj, task, continuation, grader))
+        if on_snapshot is not None:
+            on_snapshot(len(results), len(rp.snapshots))
+    k = earliest_unreachable([r.reachable for r in results])
+    rows = [Row(0, "start", None, "", "", traj.budget, False, sha256(rp.snapshots[0].solution),
+                rp.snapshots[0].solution, results[0])]
+    for s, snap, res in zip(rp.steps, rp.snapshots[1:], results[1:]):
+        rows.append(Row(s.index, s.tool, s.call_id, s.summary, s.status, s.budget_left, s.changed,
+                        sha256(snap.solution), snap.solution, res))
+    final_outcome = grader.hidden(rp.snapshots[-1].solution)
+    if k is None and final_outcome == Outcome.PASS.value:
+        verdict = ("reachable at the end: the final solution.py already passes the hidden tests, so no step "
+                   "made success unreachable; a failed reward came from how the episode ended (no passing "
+                   "visible test, no FINAL)")
+    elif k is None:
+        verdict = (f"reachable at the end: the {continuation.name} continuation still succeeds from the final "
+                   f"state, so no step made success unreachable; the failure lies in how the episode ended")
+    elif k == 0:
+        verdict = (f"unreachable from the start: the {continuation.name} continuation fails even with the full "
+                   f"budget, so no step is to blame")
+    else:
+        s = rp.steps[k - 1]
+        verdict = (f"step {k} ({s.tool} {s.summary}".rstrip() + f", {s.budget_left} calls left after it) is the "
+                   f"earliest step from which success was no longer reachable")
+    return Report(traj.where, task.id, traj.arm, traj.budget, traj.test_cost, continuation.name, traj.recorded,
+                  final_outcome, k, verdict, rows, rp.divergences,
+                  (notes or []) + rp.notes)
+
+
+def table(report: Report):
+    """The report as a ``rich`` table."""
+    from rich.table import Table
+
+    t = Table(title=f"credit: {report.task} (arm {report.arm}, budget {report.budget}, "
+                    f"continuation {report.continuation})")
+    for col in ("step", "action", "status", "left", "solution", "continuation", "used", "needs", "reachable"):
+        t.add_column(col, justify="right" if col in ("step", "left", "used", "needs") else "left")
+    for r in report.steps:
+        c = r.continuation
+        mark = "[green]yes[/green]" if c.reachable else "[red]no[/red]"
+        if r.index == report.earliest_unreachable:
+            mark += " [bold red]<- earliest[/bold red]"
+        sol = r.solution_sha256[:8] + (" changed" if r.changed else "")
+        t.add_row(str(r.index), f"{r.tool} {r.summary}".strip(), r.status, str(r.budget_left), sol, c.outcome,
+                  str(c.used), "-" if c.needed is None else str(c.needed), mark)
+    return t

@@ -1,1 +1,0 @@
-"""glyph-mbpp: the verifiers environment (program, taskset, harness, env)."""

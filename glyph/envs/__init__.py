@@ -1,0 +1,1 @@
+"""The verifiers v1 environments: glyph-mbpp and glyph-conventions."""

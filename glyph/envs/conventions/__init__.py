@@ -1,0 +1,1 @@
+"""glyph-conventions: taskset, harness, env."""

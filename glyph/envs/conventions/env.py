@@ -1,0 +1,20 @@
+"""The glyph-conventions Env: verifiers' single-agent env with the conventions
+harness on the local subprocess runtime by default (``--env.agent.runtime.type
+docker|prime|...`` to scale out)."""
+
+from __future__ import annotations
+
+import verifiers.v1 as vf
+
+from glyph.envs.conventions.harness import ConventionsHarnessConfig
+
+__all__ = ["ConventionsEnv"]
+
+
+class ConventionsEnvConfig(vf.SingleAgentEnvConfig):
+    agent: vf.AgentConfig = vf.AgentConfig(runtime=vf.SubprocessConfig(),
+                                           harness=ConventionsHarnessConfig(id="glyph-conventions"))
+
+
+class ConventionsEnv(vf.SingleAgentEnv, vf.Env[ConventionsEnvConfig]):
+    """``SingleAgentEnv`` (one ``agent`` seat) bound to ``ConventionsEnvConfig``."""

@@ -1,0 +1,1 @@
+"""glyph-mbpp: taskset, harness, finalize, test service, gold check, env."""

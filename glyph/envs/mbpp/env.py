@@ -1,0 +1,20 @@
+"""The glyph-mbpp Env: verifiers' single-agent env with glyph-mbpp's harness on
+the local subprocess runtime by default (``--env.agent.runtime.type
+docker|prime|...`` to scale out)."""
+
+from __future__ import annotations
+
+import verifiers.v1 as vf
+
+from glyph.envs.mbpp.harness import GlyphHarnessConfig
+
+__all__ = ["GlyphEnv"]
+
+
+class GlyphEnvConfig(vf.SingleAgentEnvConfig):
+    agent: vf.AgentConfig = vf.AgentConfig(runtime=vf.SubprocessConfig(),
+                                           harness=GlyphHarnessConfig(id="glyph-mbpp"))
+
+
+class GlyphEnv(vf.SingleAgentEnv, vf.Env[GlyphEnvConfig]):
+    """``SingleAgentEnv`` (one ``agent`` seat) bound to ``GlyphEnvConfig``."""

@@ -1,0 +1,490 @@
+"""Trusted finalize: turn what a rollout left behind into a reward, metrics
+and verified PREDICT targets. Framework-free (no verifiers import), so it is
+tested directly.
+
+The trace (``.glyph/trace.json``) was written where the agent worked; it is
+untrusted. Every claim in it is checked against a trusted outcome, graded
+under the rollout's one ``Limits`` (``GlyphHarnessConfig.limits()``):
+
+* on the local runtime the test service's own log of what it graded for this
+  rollout is the trusted record: the claims must match it (in order, visible
+  and shadow; an entry repeated under one ``request`` id, a retried POST,
+  counts once), and its outcomes are taken as they are, not graded again;
+* each candidate's source matches its recorded hash, and its recorded
+  outcome (visible or shadow test) matches the trusted one: the log's, or,
+  for a source with no trusted record (the container runtime, a candidate
+  never tested), glyph's grader's;
+* each visible test result matches the trusted outcome of the source it names;
+* the final ``solution.py`` is the last candidate (nothing changed it after
+  the program ended);
+* the trace has the shape the program writes (``parse_trace``: the keys it
+  reads, each of its type); one that does not is tampering, with the key and
+  what is wrong with it as the reason, and none of its claims is read.
+
+Any mismatch marks the rollout tampered: reward 0, metric ``tampered`` = 1,
+except a disagreement an honest grading reproduces: where a claim differs
+from glyph's grading, the source is graded again (``REGRADES`` times), and a
+claim one of those gradings gives (a run near its limit, a non-deterministic
+solution) is accepted (honest grading gives it) and counted in the metric
+``grade_disagreements``; so are two outcomes the service logged for one
+source. A forged outcome no grading gives stays tampering.
+
+Reward = 1 only for a terminal ``FINAL:``, a visible test that passed
+(by its trusted outcome), and a final solution that passes the hidden tests: the study's
+definition. A rollout with no trace, a crashed program or a timeout scores 0
+with the reason recorded.
+
+Two hidden suites: ``base`` (the task's hidden tests, the study's) and, when
+the task has generated plus tests (``glyph.data.plus``), ``plus`` = base
+followed by them. ``TaskTests.reward`` names the one the reward grades; the
+other is recorded too (metric ``base_passed``, and ``plus_passed`` only where
+the task has plus tests, so a run without them does not read as failing
+them), under the same rule (FINAL, a passing visible test, no tamper).
+
+Both come from one grading of the plus suite. The fast path grades checks
+in order in one session and stops at the first failure, so its first checks,
+the base suite's, run exactly as they would alone: same session state, same
+limits spent so far. A failure among them is the base outcome; a failure
+after them means base passed. Where that does not hold (the referee path,
+which runs ``test_*`` functions last) base is graded on its own; so it is
+when plus tests that do not compile would otherwise break a base reward.
+
+``verify`` runs one function per job, each tested on its own: ``parse_trace``
+(the untrusted JSON, once, into frozen ``Trace``/``Candidate``/``TestCall``/
+``ToolCall`` structs), ``check_log`` (the claims against the service's log),
+``verify_candidates``, ``verify_tests``, ``check_final_source``,
+``grade_hidden``, ``compute_metrics`` and ``reason``. It never raises on what
+the rollout left; a fault of the trusted side (the grader, the service log)
+raises, and finalize records it as an errored rollout, not a score.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import msgspec
+
+from glyph.agent.tools import sha256
+from glyph.grading import InvalidTests, grade
+from glyph.outcomes import Outcome
+from glyph.agent.protocol import PLACEHOLDER
+from glyph.record import MbppRecord, VerifiedCandidate
+from glyph.sandbox import Limits
+
+
+@dataclass(frozen=True)
+class TaskTests:
+    setup: str
+    visible: tuple[str, ...]
+    hidden: tuple[str, ...]
+    plus: tuple[str, ...] | None = None
+    """The task's generated plus tests (``glyph.data.plus``); None: not available."""
+    reward: str = "base"
+    """``base``: the reward grades ``hidden``; ``plus``: ``hidden`` then ``plus``."""
+
+    def __post_init__(self) -> None:
+        if self.reward not in ("base", "plus"):
+            raise ValueError(f"reward suite {self.reward!r}: use base or plus")
+        if self.reward == "plus" and self.plus is None:
+            raise ValueError("the reward grades the plus tests, but the task has none recorded")
+
+
+REGRADES = 2  # further gradings of a source whose claimed outcome differs from glyph's grading
+
+
+@dataclass
+class Regrader:
+    """Grades each distinct source once, trusting ``seed``: visible-test
+    outcomes already known per sha256 (the test service's log)."""
+
+    tests: TaskTests
+    limits: Limits
+    cache: dict = field(default_factory=dict)
+    trusted: dict[str, set[str]] = field(default_factory=dict)
+    """Every outcome the trusted record (the service log) gives each sha256."""
+    gradings: int = 0
+    disagreements: int = 0
+
+    def seed(self, log: list[tuple[str, str, bool]]) -> None:
+        """Take ``(sha256, outcome, shadow)`` entries as trusted outcomes; a
+        source logged with two outcomes counts as a disagreement."""
+        for sha, outcome, _ in log:
+            seen = self.trusted.setdefault(sha, set())
+            if seen and outcome not in seen:
+                self.disagreements += 1
+            seen.add(outcome)
+            self.cache.setdefault(("v", sha), outcome)
+
+    def _grade_visible(self, source: str) -> str:
+        self.gradings += 1
+        tests = "\n".join(self.tests.visible)
+        return grade(source, self.tests.setup, tests, limits=self.limits).outcome.value
+
+    def visible(self, source: str) -> str:
+        key = ("v", sha256(source))
+        if key not in self.cache:
+            self.cache[key] = self._grade_visible(source)
+        return self.cache[key]
+
+    def agrees(self, source: str, claimed: object) -> bool:
+        """Whether ``claimed`` is a trusted outcome of ``source``: logged for
+        it, or given by glyph's grading (graded again up to ``REGRADES``
+        times where it differs: a reproduced claim is a disagreement, not
+        tampering)."""
+        sha = sha256(source)
+        if sha in self.trusted:
+            return claimed in self.trusted[sha]
+        if claimed == self.visible(source):
+            return True
+        if claimed not in Outcome.__members__:
+            return False
+        seen = self.trusted.setdefault(sha, {self.visible(source)})
+        for _ in range(REGRADES):
+            seen.add(self._grade_visible(source))
+            if claimed in seen:
+                self.disagreements += 1
+                return True
+        return False
+
+    def hidden(self, source: str) -> dict[str, tuple[str, str] | None]:
+        """The final solution's (outcome, detail) on each suite: ``base``,
+        ``plus`` (None when the task has no plus tests). One grading of the
+        plus suite gives both on the fast path (see the module docstring)."""
+        t = self.tests
+        base_text = "\n".join(t.hidden)
+
+        def base_alone() -> tuple[str, str]:
+            g = grade(source, t.setup, base_text, limits=self.limits)
+            return g.outcome.value, g.detail
+
+        if not t.plus:
+            base = base_alone()
+            return {"base": base, "plus": None if t.plus is None else base}
+        try:
+            p = grade(source, t.setup, base_text + "\n" + "\n".join(t.plus), limits=self.limits)
+        except InvalidTests as exc:
+            if t.reward == "plus":
+                raise
+            return {"base": base_alone(), "plus": (Outcome.OTHER.value, f"the plus tests are unusable: {exc}")}
+        plus = (p.outcome.value, p.detail)
+        if p.path != "fast":  # the referee runs test_* functions last: no prefix to read
+            return {"base": base_alone(), "plus": plus}
+        failed = next((c for c in p.checks if c.outcome is not None and not c.passed), None)
+        if failed is not None and failed.line is not None and failed.line > base_text.count("\n") + 1:
+            return {"base": (Outcome.PASS.value, ""), "plus": plus}  # every base check passed first
+        return {"base": plus, "plus": plus}
+
+
+METRICS = ("passed", "first_patch_correct", "prediction_accuracy", "predictions", "bad_patch_rejection_rate",
+           "unnecessary_rejection_rate", "recovered_after_executed_failure", "had_executed_failure",
+           "visible_test_calls", "visible_tool_calls", "tampered", "budget_exhausted", "revise_count",
+           "protocol_error", "no_trace", "base_passed", "grade_disagreements")
+PLUS_METRICS = ("plus_passed",)  # recorded only where the task has plus tests
+
+
+def metric_defaults(plus: bool) -> dict[str, float]:
+    """Every metric at 0 (``plus``: the task has plus tests)."""
+    return {m: 0.0 for m in METRICS + (PLUS_METRICS if plus else ())}
+
+
+def _rate(hits: int, n: int) -> float:
+    return hits / n if n else 0.0
+
+
+# ---------------------------------------------------------------- the trace, typed
+
+
+class Candidate(msgspec.Struct, frozen=True, kw_only=True):
+    """A patched ``solution.py`` (``glyph.agent.tools.execute``), with Arm B's
+    prediction for it (``glyph.agent.program.Episode.turn``) where one was made."""
+
+    index: int
+    source: str
+    sha256: str
+    call: str | None = None
+    """The apply_patch call that made it (not checked: nothing depends on it)."""
+    verified_label: str | msgspec.UnsetType = msgspec.UNSET
+    """The recorded outcome of its visible (or shadow) test; UNSET: never tested.
+    A recorded label is a claim, so an explicit null is malformed, not "none"."""
+    shadow: bool = False
+    sampled_label: str | None = None
+    decision: str | None = None
+    context: list[dict[str, str]] | None = None
+    """The messages before the prediction turn, passed on to PREDICT as recorded."""
+    prediction_turn: str | None = None
+    prediction_call: str | None = None
+
+
+class TestCall(msgspec.Struct, frozen=True, kw_only=True):
+    """A ``python_test``: the sha256 of the ``solution.py`` it tested and the outcome it claims."""
+
+    __test__ = False  # not a pytest class
+
+    call: str
+    sha256: str
+    outcome: str
+
+
+class ToolCall(msgspec.Struct, frozen=True, kw_only=True):
+    """Any tool call that ran (only counted: ``visible_tool_calls``)."""
+
+    id: str | None = None
+    tool: str | None = None
+    status: str | None = None
+
+
+class Trace(msgspec.Struct, frozen=True, kw_only=True):
+    """The part of ``.glyph/trace.json`` finalize reads (``glyph.agent.program.run``
+    writes it; other keys, ``messages``, ``turns``..., are not read). Missing
+    lists and ends default to empty, as a trace saved mid-episode has them."""
+
+    candidates: tuple[Candidate, ...] = ()
+    tests: tuple[TestCall, ...] = ()
+    calls: tuple[ToolCall, ...] = ()
+    end: str | None = None
+    """How the episode ended (``final``, ``protocol_error``, ...); None: it did not."""
+    error: str | None = None
+    final: bool = False
+
+
+class MalformedTrace(ValueError):
+    """The trace does not have the shape the program writes: tampering, never a crash."""
+
+
+def parse_trace(raw: dict) -> Trace:
+    """``raw`` (the trace's JSON object) as a ``Trace``; raises
+    ``MalformedTrace`` naming what is wrong and where (``$.candidates[0].source``)."""
+    try:
+        trace = msgspec.convert(raw, Trace)
+    except msgspec.ValidationError as exc:
+        raise MalformedTrace(f"malformed trace: {exc}") from None
+    for c in trace.candidates:
+        if c.shadow and c.verified_label is msgspec.UNSET:  # the shadow test is what made it one
+            raise MalformedTrace(f"malformed trace: candidate {c.index} is a shadow candidate "
+                                 "with no verified_label")
+    return trace
+
+
+# ---------------------------------------------------------------- the jobs
+
+
+class Logged(NamedTuple):
+    """One grading in the test service's log (``glyph.envs.mbpp.test_service``)."""
+
+    sha256: str
+    outcome: str
+    shadow: bool
+
+
+def logged_entries(service_log: list[dict]) -> list[Logged]:
+    """The service log's entries in order, an entry repeated under one
+    ``request`` id counted once (a retried POST). The log is trusted: one
+    that lacks a field is glyph's fault and raises."""
+    seen: set[str] = set()
+    out = []
+    for e in service_log:
+        request = e.get("request")
+        if request is not None:
+            if request in seen:
+                continue
+            seen.add(request)
+        out.append(Logged(e["sha256"], e["outcome"], e["shadow"]))
+    return out
+
+
+def check_log(trace: Trace, logged: list[Logged]) -> list[str]:
+    """The tamper reason, if any, where the trace's test claims (visible, in
+    order; shadow, as a set) differ from what the test service graded."""
+    if trace.end == "tester_error" and logged:
+        logged = logged[:-1]  # graded, but the answer never reached the program
+    claimed = [Logged(t.sha256, t.outcome, False) for t in trace.tests]
+    claimed_shadow = sorted(Logged(c.sha256, c.verified_label, True) for c in trace.candidates if c.shadow)
+    visible_logged = [e for e in logged if not e.shadow]
+    shadow_logged = sorted(e for e in logged if e.shadow)
+    if visible_logged != claimed or shadow_logged != claimed_shadow:
+        return ["the trace's tests differ from what the test service graded"]
+    return []
+
+
+def verify_candidates(trace: Trace, rg: Regrader) -> tuple[list[VerifiedCandidate], list[str]]:
+    """Each candidate whose source matches its hash, with its trusted outcome
+    (its recorded one where a trusted grading gives it), and the tamper reasons:
+    a hash that does not match, a recorded outcome no trusted grading gives."""
+    verified, tamper = [], []
+    for c in trace.candidates:
+        if sha256(c.source) != c.sha256:
+            tamper.append(f"candidate {c.index}: source does not match its hash")
+            continue
+        if c.verified_label is msgspec.UNSET:
+            label = rg.visible(c.source)
+        elif rg.agrees(c.source, c.verified_label):
+            label = c.verified_label
+        else:
+            label = rg.visible(c.source)
+            tamper.append(f"candidate {c.index}: recorded {c.verified_label}, re-grade {label}")
+        verified.append(VerifiedCandidate(
+            index=c.index, sha256=c.sha256, verified_label=label, sampled_label=c.sampled_label,
+            decision=c.decision, shadow=c.shadow, context=c.context, prediction_turn=c.prediction_turn,
+            prediction_call=c.prediction_call))
+    return verified, tamper
+
+
+def known_sources(trace: Trace) -> dict[str, str]:
+    """The sources a visible test may name, by sha256: each candidate whose
+    source matches its hash, and the placeholder ``solution.py`` starts as."""
+    known = {sha256(PLACEHOLDER): PLACEHOLDER}
+    known.update((c.sha256, c.source) for c in trace.candidates if sha256(c.source) == c.sha256)
+    return known
+
+
+def verify_tests(trace: Trace, rg: Regrader) -> tuple[list[str], list[str]]:
+    """The trusted outcome of each visible test, in order (its recorded one
+    where a trusted grading gives it), and the tamper reasons: a test of a
+    source that is no recorded candidate, a recorded outcome no trusted
+    grading gives."""
+    known = known_sources(trace)
+    visible, tamper = [], []
+    for t in trace.tests:
+        source = known.get(t.sha256)
+        if source is None:
+            tamper.append(f"test {t.call}: tested source is no recorded candidate")
+        elif rg.agrees(source, t.outcome):
+            visible.append(t.outcome)
+        else:
+            trusted = rg.visible(source)
+            tamper.append(f"test {t.call}: recorded {t.outcome}, re-grade {trusted}")
+            visible.append(trusted)
+    return visible, tamper
+
+
+def check_final_source(trace: Trace, final_source: str | None) -> list[str]:
+    """The tamper reason, if any, where ``solution.py`` is not the last
+    candidate (the placeholder where there is none)."""
+    last = trace.candidates[-1].source if trace.candidates else PLACEHOLDER
+    if final_source is not None and final_source != last:
+        return ["solution.py changed after the last recorded patch"]
+    return []
+
+
+Suites = dict[str, tuple[str, str] | None]
+
+
+def grade_hidden(rg: Regrader, final_source: str | None) -> Suites:
+    """The final solution's (outcome, detail) on each hidden suite
+    (``Regrader.hidden``); a missing ``solution.py`` gets ``OTHER`` on each."""
+    if final_source is None:
+        missing = (Outcome.OTHER.value, "solution.py is missing")
+        return {"base": missing, "plus": None if rg.tests.plus is None else missing}
+    return rg.hidden(final_source)
+
+
+def rewardable(trace: Trace, visible: list[str], tamper: list[str]) -> bool:
+    """The study's conditions on the episode itself: no tampering, a terminal
+    ``FINAL:``, a visible test that passed (by its trusted outcome)."""
+    return not tamper and trace.final and trace.end == "final" and Outcome.PASS.value in visible
+
+
+def compute_metrics(trace: Trace, candidates: list[VerifiedCandidate], visible: list[str], tamper: list[str],
+                    suites: Suites, tests: TaskTests, disagreements: int) -> dict[str, float]:
+    """Every metric (``METRICS``, and ``PLUS_METRICS`` where the task has plus tests)."""
+    m = metric_defaults(tests.plus is not None)
+    preds = [c for c in candidates if c.sampled_label is not None]
+    failing = [c for c in preds if c.verified_label != Outcome.PASS.value]
+    passing = [c for c in preds if c.verified_label == Outcome.PASS.value]
+    m["tampered"] = float(bool(tamper))
+    m["grade_disagreements"] = float(disagreements)
+    m["predictions"] = float(len(preds))
+    m["prediction_accuracy"] = _rate(sum(c.sampled_label == c.verified_label for c in preds), len(preds))
+    m["bad_patch_rejection_rate"] = _rate(sum(c.decision == "REVISE" for c in failing), len(failing))
+    m["unnecessary_rejection_rate"] = _rate(sum(c.decision == "REVISE" for c in passing), len(passing))
+    m["revise_count"] = float(sum(c.decision == "REVISE" for c in preds))
+    m["first_patch_correct"] = float(bool(candidates) and candidates[0].verified_label == Outcome.PASS.value)
+    m["visible_test_calls"] = float(len(trace.tests))
+    m["visible_tool_calls"] = float(len(trace.calls))
+    m["had_executed_failure"] = float(any(v != Outcome.PASS.value for v in visible))
+    m["budget_exhausted"] = float(trace.end == "budget_exhausted")
+    m["protocol_error"] = float(trace.end == "protocol_error")
+    ok = rewardable(trace, visible, tamper)
+    passed = ok and suites[tests.reward][0] == Outcome.PASS.value
+    m["passed"] = float(passed)
+    m["base_passed"] = float(ok and suites["base"][0] == Outcome.PASS.value)
+    if suites["plus"] is not None:
+        m["plus_passed"] = float(ok and suites["plus"][0] == Outcome.PASS.value)
+    m["recovered_after_executed_failure"] = float(passed and m["had_executed_failure"] == 1.0)
+    return m
+
+
+def reason(trace: Trace, final_source: str | None, visible: list[str], tamper: list[str], suites: Suites,
+           tests: TaskTests) -> str:
+    """Why the rollout got its reward: the first that applies of a missing
+    ``solution.py``, a pass, tampering, an unfinished or non-FINAL episode,
+    no passing visible test, the hidden suites' outcome."""
+    final_outcome = suites[tests.reward][0]
+    if final_source is None:
+        return "solution.py is missing"
+    if rewardable(trace, visible, tamper) and final_outcome == Outcome.PASS.value:
+        return "passed"
+    if tamper:
+        return "tampered: " + "; ".join(tamper[:3])
+    if trace.end is None:
+        return "the program did not finish (killed, or the rollout timed out)"
+    if not (trace.final and trace.end == "final"):
+        return f"ended by {trace.end}: {trace.error}"
+    if Outcome.PASS.value not in visible:
+        return "no visible test passed"
+    return (f"the final solution gets {final_outcome} on the hidden tests"
+            + (" (with the plus tests)" if tests.reward == "plus" else ""))
+
+
+# ---------------------------------------------------------------- the entry
+
+
+def verify(trace: object, final_source: str | None, tests: TaskTests, limits: Limits,
+           service_log: list[dict] | None = None, program: dict | None = None) -> MbppRecord:
+    """The rollout's record (``info["glyph"]``): reward, metrics, reasons, and the
+    verified candidates (``sampled_label`` vs ``verified_label``, with the
+    exact context before each prediction turn) that PREDICT trains on.
+    Never raises on what the rollout left (a malformed trace is tampering);
+    a fault of the trusted side (the grader, the service log) raises."""
+    out = MbppRecord(reward=0.0, reward_suite=tests.reward, metrics=metric_defaults(tests.plus is not None),
+                     program=program or {})
+    if not isinstance(trace, dict):
+        out.reason = "the program left no trace" if trace is None else "the trace is not a JSON object"
+        out.metrics["no_trace"] = 1.0
+        if trace is not None:
+            out.tamper.append("malformed trace")
+            out.metrics["tampered"] = 1.0
+        return out
+    rg = Regrader(tests, limits)
+    logged = None if service_log is None else logged_entries(service_log)
+    tamper: list[str] = out.tamper
+    candidates: list[VerifiedCandidate] = []
+    visible: list[str] = []
+    try:
+        t = parse_trace(trace)
+    except MalformedTrace as exc:
+        t = Trace()  # nothing it claims is read
+        tamper.append(str(exc))
+    else:
+        if logged is not None:
+            rg.seed(logged)
+            tamper += check_log(t, logged)
+        candidates, found = verify_candidates(t, rg)
+        tamper += found
+        visible, found = verify_tests(t, rg)
+        tamper += found
+        tamper += check_final_source(t, final_source)
+    out.candidates = candidates
+    suites = grade_hidden(rg, final_source)
+    out.final_outcome, detail = suites[tests.reward]
+    if final_source is not None:
+        out.final_detail = detail
+    out.base_outcome = suites["base"][0]
+    if suites["plus"] is not None:
+        out.plus_outcome, out.plus_detail = suites["plus"]
+    out.metrics = compute_metrics(t, candidates, visible, tamper, suites, tests, rg.disagreements)
+    out.visible_gradings = rg.gradings  # visible-test gradings finalize ran (none where the log had each)
+    out.reward = out.metrics["passed"]
+    out.reason = reason(t, final_source, visible, tamper, suites, tests)
+    return out

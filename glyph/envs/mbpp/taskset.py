@@ -1,0 +1,167 @@
+"""The glyph-mbpp taskset and task: rows from ``glyph.data.mbpp``, trusted
+finalize (``glyph.envs.mbpp.finalize``) and the study's reward and metrics.
+
+``hidden`` decides what the reward grades: ``base`` (the study's: the task's
+hidden tests) or ``plus`` (those, then the plus tests ``glyph data plus``
+generated from the reference solution). Wherever a task's plus tests are
+found (``plus_path``) finalize grades both and records each as a metric, so
+one run gives pass@1 on both."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Literal
+
+import verifiers.v1 as vf
+from pydantic import field_validator
+
+from glyph.envs.mbpp.validate import validate_task
+from glyph.envs.mbpp.harness import limits_from_record
+from glyph.envs.mbpp.finalize import TaskTests, metric_defaults, verify
+from glyph.agent import program
+from glyph.agent.protocol import SOLUTION_FILE
+from glyph import record
+from glyph.sandbox import get_sandbox
+from glyph.data import mbpp, plus
+from glyph.vfcompat import timed_out
+
+DATA_OPTION = "--env.taskset.data-path"
+MAX_TRACE_BYTES = 32 << 20
+
+
+class GlyphData(vf.TaskData):
+    """One MBPP task for one arm. ``hidden_*`` are graded on the trusted side
+    only (they are recorded in the eval output, never given to the program)."""
+
+    arm: Literal["a", "b"] = "a"
+    task_text: str = ""
+    visible_tests: list[str] = []
+    hidden_setup: str = ""
+    hidden_tests: list[str] = []
+    plus_tests: list[str] | None = None
+    """Generated plus tests (graded after ``hidden_tests``); None: not available."""
+    hidden: Literal["base", "plus"] = "base"
+    reference: str = ""
+
+
+class GlyphTask(vf.Task[GlyphData]):
+    async def validate(self, runtime: vf.Runtime) -> bool:
+        """verifiers' gold check: the reference passes (``glyph.envs.mbpp.validate``)."""
+        return await validate_task(self, runtime)
+
+    async def finalize(self, trace: vf.Trace, runtime: vf.Runtime) -> None:
+        """Check everything the rollout claims, under the grading limits the
+        harness recorded (``trace.info["glyph_limits"]``, from
+        ``GlyphHarnessConfig.limits()``), taking outcomes from the test
+        service's log where there is one (never raises: a failure here is
+        errored, never scored: a failure of glyph's own grading is not the
+        model's). ``info.glyph.sandbox`` records the sandbox mode and
+        protections that graded it."""
+        try:
+            raw = await _read(runtime, program.TRACE)
+            final = await _read(runtime, SOLUTION_FILE)
+            try:
+                data = json.loads(raw) if raw is not None else None
+            except (ValueError, RecursionError):  # a deeply nested trace is as malformed as a broken one
+                data = "unparseable"
+            d = self.data
+            tests = TaskTests(d.hidden_setup, tuple(d.visible_tests), tuple(d.hidden_tests),
+                              None if d.plus_tests is None else tuple(d.plus_tests), d.hidden)
+            service_log = trace.info.get("glyph_service_log")
+            limits = limits_from_record(trace.info.get("glyph_limits"))
+            info = await asyncio.to_thread(verify, data, final, tests, limits, service_log,
+                                           trace.info.get("glyph_program"))
+            info.sandbox = get_sandbox().protections().record()
+        except Exception as exc:
+            # A fault of the trusted side: recorded, then raised, so verifiers fails the rollout
+            # (errored, not scored; 0.4.0 v1/rollout.py:590,621; a60a606 v1/rollout.py:474,494).
+            trace.info[record.INFO_KEY] = record.encode(
+                record.fault_record("finalize_error", f"finalize failed: {type(exc).__name__}: {exc}"))
+            raise
+        if timed_out(trace):
+            info.reason = record.TIMED_OUT_REASON + info.reason
+        trace.info[record.INFO_KEY] = record.encode(info)
+
+    @vf.reward(weight=1.0)
+    async def passed(self, trace: vf.Trace) -> float:
+        got = record.mbpp_record(trace.info)
+        return float(got.reward or 0.0) if got is not None else 0.0
+
+    @vf.metric
+    async def glyph_metrics(self, trace: vf.Trace) -> dict[str, float]:
+        got = record.mbpp_record(trace.info)
+        return dict((got.metrics if got is not None else None) or metric_defaults(self.data.plus_tests is not None))
+
+
+async def _read(runtime: vf.Runtime, path: str) -> str | None:
+    try:
+        return (await runtime.read(path, max_bytes=MAX_TRACE_BYTES)).decode("utf-8", "surrogateescape")
+    except Exception:  # absent or unreadable: verify() records why
+        return None
+
+
+class GlyphTasksetConfig(vf.TasksetConfig):
+    arm: Literal["a", "b"] = "a"
+    """a: test and react; b: predict the outcome of each patch, then KEEP or REVISE."""
+    split: Literal["sft", "rl", "validation", "test"] = "test"
+    data_path: str | None = None
+    """An MBPP JSONL in the official schema; default $GLYPH_MBPP_PATH, else the official download."""
+    seed: int = 42
+    challenge_tests: bool = False
+    """Add MBPP's challenge tests to the hidden tests (11 tasks have them)."""
+    hidden: Literal["base", "plus"] = "base"
+    """What the reward grades: base (the study's hidden tests) or plus (those, then the generated plus tests)."""
+    plus_path: str | None = None
+    """The folder of plus tests (`glyph data plus`); default $GLYPH_PLUS_PATH, else artifacts/plus
+    when it exists. Where a task's tests are found they are graded and recorded as a metric."""
+
+    @field_validator("data_path")
+    @classmethod
+    def _usable_data(cls, path: str | None) -> str | None:
+        """A missing or bad file given here is a config error naming this option (vf-eval shows it
+        as one error, not a traceback from ``load``). Not run on the default (None): verifiers
+        builds a default config at every CLI parse, ``--help`` included."""
+        problem = mbpp.data_problem(path, option=DATA_OPTION)
+        if problem:
+            raise ValueError(problem)
+        return path
+
+
+class GlyphTaskset(vf.Taskset[GlyphTask, GlyphTasksetConfig]):
+    def __iter__(self):
+        """The tasks, as verifiers reads them (``vf-eval``, ``eval``, PRIME-RL:
+        ``Taskset.__iter__`` calls ``load``, and every view is a copy of this
+        class; 0.4.0 ``v1/taskset.py:75-84,165-168``, a60a606
+        ``v1/taskset.py:54-67``). No usable data (none given and the official
+        download failed, or plus tests asked for and absent) ends the command
+        with one line naming the option to change: a ``SystemExit``, the way
+        verifiers' own CLI ends on a plugin's config error (0.4.0
+        ``v1/cli/resolve.py:21-29``), not a traceback. ``load`` itself raises
+        ``DataError``. The default data (``data_path`` None) is not checked by
+        the config's validator: verifiers builds a default config at every
+        parse, ``--help`` included."""
+        try:
+            yield from super().__iter__()
+        except mbpp.DataError as exc:
+            raise SystemExit(f"glyph-mbpp: {exc}") from exc
+
+    def load(self):
+        cfg = self.config
+        source = mbpp.load_source(cfg.data_path, option=DATA_OPTION)
+        by_id = {t.task_id: t for t in source.tasks}
+        folder = plus.resolve_dir(cfg.plus_path)
+        if cfg.hidden == "plus" and not folder.is_dir():
+            raise mbpp.DataError(f"--env.taskset.hidden plus: no plus tests at {folder}; run "
+                                 f"`glyph data plus --out {folder.parent}` or set --env.taskset.plus-path")
+        for task_id in mbpp.make_splits(by_id, cfg.seed)[cfg.split]:
+            t = by_id[task_id]
+            row = mbpp.task_row(t, cfg.split)
+            hidden = list(t.test_list) + (list(t.challenge_test_list) if cfg.challenge_tests else [])
+            plus_tests = plus.load_tests(folder, t) if cfg.hidden == "plus" else \
+                plus.current(folder, t) if folder.is_dir() else None
+            yield GlyphTask(GlyphData(id=t.id, name=t.id, prompt=row["prompt"][cfg.arm], arm=cfg.arm,
+                                      task_text=t.text, visible_tests=list(t.test_list),
+                                      hidden_setup=t.test_setup_code, hidden_tests=hidden,
+                                      plus_tests=plus_tests, hidden=cfg.hidden, reference=t.code),
+                            cfg.task)

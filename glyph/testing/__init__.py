@@ -1,0 +1,1 @@
+"""Test and benchmark support: nothing here is on a user's path."""
