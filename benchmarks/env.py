@@ -15,10 +15,7 @@ latency, and 64 rollouts at once through vf-eval.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import json
 import os
-import secrets
 import statistics
 import subprocess
 import tempfile
@@ -29,35 +26,19 @@ from rich.console import Console
 from rich.progress import track
 from rich.table import Table
 
-from glyph.agent import protocol
 from glyph.demo import read_rollouts, vf_eval_command
-from glyph.agent import program
-from glyph.envs.mbpp.harness import GlyphHarnessConfig, program_config
-from glyph.envs.mbpp.test_service import get_service
-from glyph.envs.mbpp.finalize import TaskTests, verify
+from glyph.envs.mbpp.harness import GlyphHarnessConfig
 from glyph.policies.policies import Planner
-from glyph.policies.server import PolicyServer
+from glyph.testing.rollout import Rollouts
 from glyph.sandbox import get_sandbox
 from glyph.data import mbpp
 
 HARNESS = GlyphHarnessConfig()  # the default harness: budget 8, tool_timeout 10
-LIMITS = HARNESS.limits()
 
 
-def one_episode(root: Path, server, task, arm: str, policy: str) -> float:
-    service = get_service()
-    ws = Path(tempfile.mkdtemp(dir=root))
-    (ws / "solution.py").write_text(protocol.PLACEHOLDER)
-    secret = secrets.token_hex(16)
+def one_episode(root: Path, rollouts: Rollouts, task, arm: str, policy: str) -> float:
     t0 = time.perf_counter()
-    service.register(secret, task.test_setup_code, list(task.test_list), LIMITS)
-    cfg = program_config(HARNESS, arm, task.text, task.test_list, {"kind": "service", "url": service.url},
-                         {"base_url": server.base_url, "model": policy})
-    with contextlib.chdir(ws):
-        trace = program.run(cfg, secret)
-    info = verify(json.loads(json.dumps(trace)), (ws / "solution.py").read_bytes().decode(),
-                  TaskTests(task.test_setup_code, tuple(task.test_list), tuple(task.test_list)), LIMITS,
-                  service.unregister(secret))
+    info = rollouts.play(task, arm, policy, Path(tempfile.mkdtemp(dir=root))).record
     elapsed = time.perf_counter() - t0
     if info.reward != 1.0:
         raise RuntimeError(f"{task.id} {arm} {policy}: not rewarded: {info.reason}")
@@ -77,7 +58,8 @@ def main() -> None:
     get_sandbox().protections()
     console = Console()
     times: dict[tuple[str, str], list[float]] = {}
-    with PolicyServer(tasks) as server, tempfile.TemporaryDirectory() as tmp:
+    with Rollouts(tasks, HARNESS) as rollouts, tempfile.TemporaryDirectory() as tmp:
+        server = rollouts.policies
         planner = Planner(tasks)
         for t in sample:  # find the mutations once, outside the timings (the policy's own work)
             planner.mutant(t)
@@ -85,7 +67,7 @@ def main() -> None:
         for task in track(sample, description="episodes (both arms, oracle and revise)"):
             for policy in ("oracle", "revise"):
                 for arm in ("a", "b"):
-                    times.setdefault((arm, policy), []).append(one_episode(Path(tmp), server, task, arm, policy))
+                    times.setdefault((arm, policy), []).append(one_episode(Path(tmp), rollouts, task, arm, policy))
         table = Table(title="episode overhead (reference policy, no model latency)")
         for col in ("arm", "policy", "episodes", "median ms", "p95 ms"):
             table.add_column(col, justify="left" if col in ("arm", "policy") else "right")

@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.table import Table
 
 from glyph.grading import grade
+from glyph.record import MBPP_ENV_ID
 from glyph.redteam import DEMO_PROMPT, DEMO_SOLUTION, DEMO_TESTS, DEMO_WRONG, REFEREE_TESTS, attack
 from glyph.sandbox import Limits, get_sandbox
 from glyph.vfcompat import eval_command
@@ -33,7 +34,7 @@ def vf_eval_command(base_url: str, model: str, arm: str, n: int, out: Path, data
                     extra: list[str] = ()) -> list[str]:
     """The v1 eval CLI (``vf-eval``; ``eval`` at PRIME-RL's verifiers pin) on glyph-mbpp, in this
     interpreter's environment."""
-    cmd = eval_command("glyph-mbpp", "-m", model, "--client.base-url", base_url, "--no-push", "--no-rich",
+    cmd = eval_command(MBPP_ENV_ID, "-m", model, "--client.base-url", base_url, "--no-push", "--no-rich",
                        "-n", str(n), "-o", str(out), "--env.taskset.arm", arm, *extra)
     if data_path:
         cmd += ["--env.taskset.data-path", data_path]

@@ -56,6 +56,36 @@ is named.
    the cause in ``trace.info["glyph"]["reason"]``, so the rollout is errored
    and unscored under either version; nothing reads which error class it was.
 
+6. A container runtime's endpoint fault is confirmed from verifiers' own
+   record (``glyph.envs.mbpp.harness.model_call_failure``). The interception
+   server appends one ``ModelCall`` per upstream exchange to ``trace.calls``
+   (``record_call``, ``v1/interception/server.py:519-582``, called from the
+   turn's ``finally`` at 897 after the handlers at 863, 878, 887; a60a606
+   ``:317-375``, called at 643 after 611, 626, 635), with ``error``
+   (``type``, ``message``, ``status_code``; ``v1/trace.py:170``, ``Error`` at
+   84-88 in both) when the exchange committed no turn; ``Trace.calls`` is at
+   ``v1/trace.py:396`` (a60a606 ``:379``), ``Trace.stop_condition`` at ``:426``
+   (a60a606 ``:403``). A provider failure is a ``ProviderError`` whose
+   ``status_code`` is the provider's, or 502/503/504 for a transport fault or
+   timeout (``v1/errors.py``). Then 0.4.0 maps exit 97 to an
+   ``InterceptionError`` (``v1/harness.py:187``) and re-raises the stashed
+   upstream error (``v1/rollout.py:513``), forgetting it when the harness
+   exits 0 (``:532``); a60a606 raises ``HarnessError`` for any non-zero exit
+   (``v1/harness.py:159``) and fails the rollout on a stashed model error
+   even after a 0 exit (``v1/rollout.py:418-419``).
+7. Where a plugin's errors surface. A finalize that raises fails the rollout,
+   errored and unscored (``v1/rollout.py:590,621``; a60a606
+   ``:474,494``). verifiers reads a taskset through ``Taskset.__iter__``, which
+   calls ``load`` (``v1/taskset.py:75-84,165-168``; a60a606 ``:54-67``), and
+   ends its CLI on a plugin's config error with one line
+   (``v1/cli/resolve.py:21-29``): glyph-mbpp's ``__iter__`` raises
+   ``SystemExit`` with one line for unusable data. The gold check:
+   ``vf-validate`` (0.4.0) and ``validate`` (a60a606) run ``Task.setup`` in a
+   fresh runtime, then ``await task.validate(runtime)`` (0.4.0
+   ``v1/cli/validate.py:242-244``; a60a606 ``:256``): True is ``valid``, False
+   ``invalid``, an exception ``error``; the default checks nothing (0.4.0
+   ``v1/task.py:195`` returns None, "unchecked"; a60a606 ``:176`` returns True).
+
 Not bridged (2. and 3.): at a60a606 a failed rollout skips finalize and
 scoring (``v1/rollout.py:472``, ``if not self._failed and self._opened``), so
 a timed-out rollout and one whose model call failed once and then succeeded

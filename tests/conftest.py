@@ -83,3 +83,31 @@ def sandbox_tmp(sb: Sandbox) -> list[str]:
 # tests/pin/ needs the pinned PRIME-RL stack (torch, PRIME-RL on PYTHONPATH, verifiers a60a606):
 # tests/test_pin.py runs it there. In the main venv it is not collected.
 collect_ignore = [] if os.environ.get("GLYPH_PIN_STACK") else ["pin"]
+
+
+@pytest.fixture(autouse=True)
+def _verifiers_free_calls_none(request):
+    """A test marked ``verifiers_free`` (not run again at the pin, tests/test_pin.py) calls no
+    verifiers code, in any thread: a profile hook records every Python call into the package."""
+    if request.node.get_closest_marker("verifiers_free") is None:
+        yield
+        return
+    import sys
+    import threading
+
+    import verifiers
+    root = os.path.dirname(verifiers.__file__) + os.sep
+    hits: list[str] = []
+
+    def hook(frame, event, arg):
+        if event == "call" and frame.f_code.co_filename.startswith(root) and len(hits) < 5:
+            hits.append(f"{frame.f_code.co_filename[len(root):]}:{frame.f_code.co_name}")
+
+    sys.setprofile(hook)
+    threading.setprofile(hook)
+    try:
+        yield
+    finally:
+        sys.setprofile(None)
+        threading.setprofile(None)
+    assert not hits, f"marked verifiers_free, but it called verifiers: {hits}"

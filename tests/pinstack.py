@@ -29,10 +29,12 @@ import tarfile
 import tomllib
 from pathlib import Path
 
+from glyph import pins
+
 REPO = Path(__file__).resolve().parent.parent
-VERIFIERS_WHEEL = "verifiers-0.3.1.dev62-py3-none-any.whl"
-PRIME_RL_TARBALL = "prime-rl-559b447.tar.gz"
-PIN_VERIFIERS_VERSION = "0.3.1.dev62"
+PIN_VERIFIERS_VERSION = pins.VERIFIERS_VERSION
+VERIFIERS_WHEEL = f"verifiers-{PIN_VERIFIERS_VERSION}-py3-none-any.whl"
+PRIME_RL_TARBALL = f"prime-rl-{pins.PRIME_RL_COMMIT[:7]}.tar.gz"
 # What PRIME-RL's orchestrator, configs and loss import on CPU (versions from its pyproject).
 PRIME_RL_PACKAGES = (
     "msgspec",

@@ -13,65 +13,48 @@ import pytest
 
 from glyph.agent import protocol
 from glyph.agent import program
-from glyph.envs.mbpp.harness import LOCAL_SANDBOX, GlyphHarnessConfig, limits_for, limits_record, program_config
-from glyph.envs.mbpp.test_service import SandboxTestService
+from glyph.envs.mbpp.harness import LOCAL_SANDBOX, GlyphHarnessConfig, limits_for, limits_record
 from glyph.envs.mbpp.finalize import TaskTests, verify
 from glyph.policies.policies import HACKS, Planner
-from glyph.policies.server import PolicyServer
+from glyph.testing.rollout import Rollouts
 
 HARNESS = GlyphHarnessConfig(tool_timeout=3, model_timeout=10)
 LIMITS = limits_for(3)  # what --env.agent.harness.tool-timeout 3 grades under
 
 
 @pytest.fixture(scope="module")
-def server(mbpp_tasks):
-    with PolicyServer(mbpp_tasks) as s:
-        yield s
+def rollouts(mbpp_tasks):
+    with Rollouts(mbpp_tasks, HARNESS) as r:
+        yield r
 
 
 @pytest.fixture(scope="module")
-def service():
-    s = SandboxTestService()
-    yield s
-    s.close()
+def server(rollouts):
+    return rollouts.policies
 
 
-def episode(tmp_path, server, service, task, arm, policy, tester="service", **over):
-    ws = tmp_path / f"ws-{task.task_id}-{arm}-{policy}"
-    ws.mkdir()
-    (ws / "solution.py").write_text(protocol.PLACEHOLDER)
-    (ws / "canary.txt").write_text("untouched")
-    secret = secrets.token_hex(16)
-    service.register(secret, task.test_setup_code, list(task.test_list), LIMITS)
-    cfg = program_config(HARNESS, arm, task.text, task.test_list,
-                         {"kind": "service", "url": service.url} if tester == "service" else
-                         {"kind": "local", "sandbox": LOCAL_SANDBOX, "setup": task.test_setup_code,
-                          "tests": list(task.test_list)},
-                         {"base_url": server.base_url, "model": policy})
-    cfg.update(over)
-    with contextlib.chdir(ws):
-        trace = program.run(cfg, secret)
-    log = service.unregister(secret)
-    final = (ws / "solution.py").read_bytes().decode("utf-8", "surrogateescape")
-    tests = TaskTests(task.test_setup_code, tuple(task.test_list), tuple(task.test_list))
-    info = verify(json.loads(json.dumps(trace)), final, tests, LIMITS, log if tester == "service" else None)
-    return trace, info, ws
+def episode(tmp_path, rollouts, task, arm, policy, tester="service", **over):
+    played = rollouts.play(task, arm, policy, tmp_path / f"ws-{task.task_id}-{arm}-{policy}", tester=tester,
+                           files={"canary.txt": "untouched"}, **over)
+    return played.trace, played.record, played.workspace
 
 
 SOME = ["mbpp_11", "mbpp_17", "mbpp_602", "mbpp_367", "mbpp_596", "mbpp_700"]
 
 
+@pytest.mark.verifiers_free
 @pytest.mark.parametrize("arm", ["a", "b"])
-def test_oracle_passes(tmp_path, server, service, mbpp_tasks, arm):
+def test_oracle_passes(tmp_path, rollouts, mbpp_tasks, arm):
     for tid in SOME:
-        trace, info, _ = episode(tmp_path, server, service, mbpp_tasks[tid], arm, "oracle")
+        trace, info, _ = episode(tmp_path, rollouts, mbpp_tasks[tid], arm, "oracle")
         assert info.reward == 1.0 and info.metrics["first_patch_correct"] == 1.0, (tid, info.reason)
         assert trace["end"] == "final" and info.metrics["tampered"] == 0.0
 
 
+@pytest.mark.verifiers_free
 @pytest.mark.parametrize("arm", ["a", "b"])
-def test_recover_passes_after_a_visible_failure(tmp_path, server, service, mbpp_tasks, arm):
-    trace, info, _ = episode(tmp_path, server, service, mbpp_tasks["mbpp_11"], arm, "recover")
+def test_recover_passes_after_a_visible_failure(tmp_path, rollouts, mbpp_tasks, arm):
+    trace, info, _ = episode(tmp_path, rollouts, mbpp_tasks["mbpp_11"], arm, "recover")
     m = info.metrics
     assert info.reward == 1.0 and m["recovered_after_executed_failure"] == 1.0 and m["had_executed_failure"] == 1.0
     assert m["first_patch_correct"] == 0.0 and m["visible_test_calls"] == 2.0
@@ -79,29 +62,32 @@ def test_recover_passes_after_a_visible_failure(tmp_path, server, service, mbpp_
         assert m["prediction_accuracy"] == 0.5 and m["predictions"] == 2.0
 
 
-def test_revise_records_shadow_targets_that_match_the_grader(tmp_path, server, service, mbpp_tasks):
+@pytest.mark.verifiers_free
+def test_revise_records_shadow_targets_that_match_the_grader(tmp_path, rollouts, mbpp_tasks):
     from glyph.grading import grade
     task = mbpp_tasks["mbpp_17"]
-    trace, info, _ = episode(tmp_path, server, service, task, "b", "revise")
+    trace, info, _ = episode(tmp_path, rollouts, task, "b", "revise")
     assert info.reward == 1.0 and info.metrics["revise_count"] == 1.0
-    shadow = [c for c in info.candidates if c["shadow"]]
-    assert len(shadow) == 1 and shadow[0]["decision"] == "REVISE"
-    src = next(c["source"] for c in trace["candidates"] if c["sha256"] == shadow[0]["sha256"])
-    assert shadow[0]["verified_label"] == grade(src, task.test_setup_code, task.tests()).outcome.value != "PASS"
-    assert shadow[0]["sampled_label"] == shadow[0]["verified_label"]
-    ctx = shadow[0]["context"]
+    shadow = [c for c in info.candidates if c.shadow]
+    assert len(shadow) == 1 and shadow[0].decision == "REVISE"
+    src = next(c["source"] for c in trace["candidates"] if c["sha256"] == shadow[0].sha256)
+    assert shadow[0].verified_label == grade(src, task.test_setup_code, task.tests()).outcome.value != "PASS"
+    assert shadow[0].sampled_label == shadow[0].verified_label
+    ctx = shadow[0].context
     assert ctx[-1]["role"] == "user" and ctx[-1]["content"].startswith("RESULT 2 apply_patch ok")
     assert info.metrics["bad_patch_rejection_rate"] == 1.0 and info.metrics["visible_test_calls"] == 1.0
 
 
-def test_revise_feedback_outcome_shows_the_shadow_result(tmp_path, server, service, mbpp_tasks):
-    trace, info, _ = episode(tmp_path, server, service, mbpp_tasks["mbpp_17"], "b", "revise", revise_feedback="outcome")
+@pytest.mark.verifiers_free
+def test_revise_feedback_outcome_shows_the_shadow_result(tmp_path, rollouts, mbpp_tasks):
+    trace, info, _ = episode(tmp_path, rollouts, mbpp_tasks["mbpp_17"], "b", "revise", revise_feedback="outcome")
     results = [m["content"] for m in trace["messages"] if m["role"] == "user"]
     assert any("shadow test of the revised candidate" in r for r in results)
 
 
+@pytest.mark.verifiers_free
 @pytest.mark.parametrize("arm", ["a", "b"])
-def test_every_hack_scores_zero(tmp_path, server, service, mbpp_tasks, arm):
+def test_every_hack_scores_zero(tmp_path, rollouts, mbpp_tasks, arm):
     planner = Planner(mbpp_tasks)
     seen = set()
     for tid in sorted(mbpp_tasks, key=lambda t: int(t.split("_")[1]))[10:80]:
@@ -110,7 +96,7 @@ def test_every_hack_scores_zero(tmp_path, server, service, mbpp_tasks, arm):
         if kind in seen:
             continue
         seen.add(kind)
-        trace, info, ws = episode(tmp_path, server, service, mbpp_tasks[tid], arm, "hack")
+        trace, info, ws = episode(tmp_path, rollouts, mbpp_tasks[tid], arm, "hack")
         assert info.reward == 0.0, (kind, info.reason)
         assert sorted(p.name for p in ws.iterdir()) == ["canary.txt", "solution.py"], kind
         assert (ws / "canary.txt").read_text() == "untouched", kind
@@ -126,31 +112,36 @@ def test_every_hack_scores_zero(tmp_path, server, service, mbpp_tasks, arm):
     ("fault-budget", "budget_exhausted", "costs 1, 0 left"),
     ("fault-500", "endpoint_error", "HTTP 500"),
 ])
-def test_faults_end_the_episode_and_are_recorded(tmp_path, server, service, mbpp_tasks, policy, end, why):
-    trace, info, _ = episode(tmp_path, server, service, mbpp_tasks["mbpp_11"], "a", policy)
+@pytest.mark.verifiers_free
+def test_faults_end_the_episode_and_are_recorded(tmp_path, rollouts, mbpp_tasks, policy, end, why):
+    trace, info, _ = episode(tmp_path, rollouts, mbpp_tasks["mbpp_11"], "a", policy)
     assert trace["end"] == end and why in trace["error"]
     assert info.reward == 0.0 and end in info.reason
     # the model's own faults end the program normally; an endpoint fault is the program's fault exit
     assert program.exit_status(trace) == (program.ENDPOINT_FAILED if end == "endpoint_error" else 0)
 
 
-def test_a_hanging_endpoint_times_out(tmp_path, server, service, mbpp_tasks):
+@pytest.mark.verifiers_free
+def test_a_hanging_endpoint_times_out(tmp_path, rollouts, mbpp_tasks):
     t0 = time.monotonic()
-    trace, info, _ = episode(tmp_path, server, service, mbpp_tasks["mbpp_11"], "a", "fault-hang", model_timeout=1)
+    trace, info, _ = episode(tmp_path, rollouts, mbpp_tasks["mbpp_11"], "a", "fault-hang", model_timeout=1)
     assert trace["end"] == "endpoint_error" and time.monotonic() - t0 < 10 and info.reward == 0.0
 
 
-def test_a_one_megabyte_reply_is_cut_and_recorded(tmp_path, server, service, mbpp_tasks):
-    trace, info, _ = episode(tmp_path, server, service, mbpp_tasks["mbpp_11"], "a", "fault-huge")
+@pytest.mark.verifiers_free
+def test_a_one_megabyte_reply_is_cut_and_recorded(tmp_path, rollouts, mbpp_tasks):
+    trace, info, _ = episode(tmp_path, rollouts, mbpp_tasks["mbpp_11"], "a", "fault-huge")
     assert trace["reply_truncated"] > 1_000_000 and trace["end"] == "protocol_error" and info.reward == 0.0
 
 
-def test_budget_and_test_cost(tmp_path, server, service, mbpp_tasks):
-    trace, info, _ = episode(tmp_path, server, service, mbpp_tasks["mbpp_11"], "a", "oracle", test_cost=7)
+@pytest.mark.verifiers_free
+def test_budget_and_test_cost(tmp_path, rollouts, mbpp_tasks):
+    trace, info, _ = episode(tmp_path, rollouts, mbpp_tasks["mbpp_11"], "a", "oracle", test_cost=7)
     assert trace["end"] == "budget_exhausted" and info.reward == 0.0 and info.metrics["budget_exhausted"] == 1.0
 
 
-def test_paths_outside_the_project_are_refused(tmp_path, server, service, mbpp_tasks):
+@pytest.mark.verifiers_free
+def test_paths_outside_the_project_are_refused(tmp_path, rollouts, mbpp_tasks):
     from glyph.agent.tools import workspace_path
     with contextlib.chdir(tmp_path):
         assert workspace_path("../etc/passwd") is None and workspace_path(".glyph/trace.json") is None
@@ -164,9 +155,10 @@ def _task_tests(task):
     return TaskTests(task.test_setup_code, tuple(task.test_list), tuple(task.test_list))
 
 
-def test_a_rewritten_trace_is_caught(tmp_path, server, service, mbpp_tasks):
+@pytest.mark.verifiers_free
+def test_a_rewritten_trace_is_caught(tmp_path, rollouts, mbpp_tasks):
     task = mbpp_tasks["mbpp_11"]
-    trace, info, ws = episode(tmp_path, server, service, task, "a", "recover")
+    trace, info, ws = episode(tmp_path, rollouts, task, "a", "recover")
     forged = json.loads(json.dumps(trace))
     forged["tests"][0]["outcome"] = "PASS"  # claim the mutant passed
     got = verify(forged, (ws / "solution.py").read_bytes().decode(), _task_tests(task), LIMITS)
@@ -177,9 +169,10 @@ def test_a_rewritten_trace_is_caught(tmp_path, server, service, mbpp_tasks):
     assert got.metrics["tampered"] == 1.0 and "does not match its hash" in got.reason
 
 
-def test_claims_must_match_the_service_log(tmp_path, server, service, mbpp_tasks):
+@pytest.mark.verifiers_free
+def test_claims_must_match_the_service_log(tmp_path, rollouts, mbpp_tasks):
     task = mbpp_tasks["mbpp_11"]
-    trace, info, ws = episode(tmp_path, server, service, task, "a", "oracle")
+    trace, info, ws = episode(tmp_path, rollouts, task, "a", "oracle")
     final = (ws / "solution.py").read_bytes().decode()
     assert verify(trace, final, _task_tests(task), LIMITS, []).metrics["tampered"] == 1.0
     assert verify(trace, final + "\n", _task_tests(task), LIMITS).metrics["tampered"] == 1.0
@@ -188,12 +181,13 @@ def test_claims_must_match_the_service_log(tmp_path, server, service, mbpp_tasks
     assert none.reward == 0.0 and none.metrics["no_trace"] == 1.0 and "no trace" in none.reason
 
 
-def test_background_process_rewriting_the_trace_after_the_program_ends(tmp_path, server, service, mbpp_tasks):
+@pytest.mark.verifiers_free
+def test_background_process_rewriting_the_trace_after_the_program_ends(tmp_path, rollouts, mbpp_tasks):
     """With the container's tester (its own grader and sandbox, beside the
     program), a solution leaves a daemon that rewrites .glyph/trace.json
     after the program has written it."""
     task = mbpp_tasks["mbpp_11"]
-    trace, info, ws = episode(tmp_path, server, service, task, "a", "recover", tester="local")
+    trace, info, ws = episode(tmp_path, rollouts, task, "a", "recover", tester="local")
     assert info.reward == 1.0  # the honest run
     daemon = f"""
 import json, os, sys, time
@@ -317,17 +311,11 @@ def test_vf_eval_records_a_timed_out_rollout(tmp_path, server, mbpp_path):
     assert timed_out(vf.Trace.model_validate(json.loads(path.read_text())["traces"][0]))
 
 
-def test_the_trace_is_saved_after_every_turn(tmp_path, server, service, mbpp_tasks):
+@pytest.mark.verifiers_free
+def test_the_trace_is_saved_after_every_turn(tmp_path, rollouts, mbpp_tasks):
     saved = []
     task = mbpp_tasks["mbpp_11"]
-    secret = secrets.token_hex(8)
-    service.register(secret, task.test_setup_code, list(task.test_list), LIMITS)
-    (tmp_path / "solution.py").write_text(protocol.PLACEHOLDER)
-    cfg = program_config(HARNESS, "b", task.text, task.test_list, {"kind": "service", "url": service.url},
-                         {"base_url": server.base_url, "model": "oracle"})
-    with contextlib.chdir(tmp_path):
-        program.run(cfg, secret, save=lambda t: saved.append(json.loads(json.dumps(t))))
-    service.unregister(secret)
+    rollouts.play(task, "b", "oracle", tmp_path, save=lambda t: saved.append(json.loads(json.dumps(t))))
     assert [t["turns"] for t in saved] == [1, 2, 3]
     partial = verify(saved[1], protocol.PLACEHOLDER, _task_tests(task), LIMITS)  # killed after the patch
     assert partial.reward == 0.0 and partial.metrics["tampered"] == 1.0  # solution.py differs from the patch

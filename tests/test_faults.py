@@ -10,7 +10,6 @@
 """
 
 import asyncio
-import contextlib
 import json
 import os
 import secrets
@@ -26,24 +25,28 @@ import pytest
 from glyph.agent import protocol
 from glyph.agent import program
 from glyph.envs.mbpp import test_service as service_module
-from glyph.envs.mbpp.harness import (GlyphHarness, GlyphHarnessConfig, limits_for, limits_from_record, limits_record,
-                                program_config)
-from glyph.envs.mbpp.test_service import SandboxTestService
+from glyph.envs.mbpp.harness import (GlyphHarness, GlyphHarnessConfig, limits_for, limits_from_record, limits_record)
 from glyph.envs.mbpp.taskset import GlyphData
 from glyph.envs.mbpp.finalize import TaskTests, verify
 from glyph.localhttp import JsonHandler, LocalServer
 from glyph.policies.policies import Step
 from glyph.policies.server import PolicyServer
+from glyph.record import fault_record, encode
+from glyph.testing.rollout import Rollouts
 from glyph.agent.protocol import Call
 
 SPIN = "import time as _t\n_s = _t.process_time()\nwhile _t.process_time() - _s < {s}:\n    pass\n"
 
 
 @pytest.fixture(scope="module")
-def service():
-    s = SandboxTestService()
-    yield s
-    s.close()
+def rollouts(mbpp_tasks):
+    with Rollouts(mbpp_tasks, GlyphHarnessConfig(tool_timeout=3)) as r:
+        yield r
+
+
+@pytest.fixture(scope="module")
+def service(rollouts):
+    return rollouts.service
 
 
 def _post(url: str, body: dict) -> tuple[int, dict]:
@@ -122,6 +125,7 @@ def _local(task, sandbox: str = "auto-or-bare") -> dict:
     return {"kind": "local", "sandbox": sandbox, "setup": task.test_setup_code, "tests": list(task.test_list)}
 
 
+@pytest.mark.verifiers_free
 def test_the_shipped_grader_grades_under_the_same_limits(tmp_path, mbpp_tasks):
     """The container's python_test: glyph's grader from the shipped copy, under
     the harness's limits (CPU = ``cpu_s``, wall clock = ``wall_s``; either
@@ -230,6 +234,7 @@ def test_vf_eval_tool_timeout_1_grades_a_slow_solution_honestly(tmp_path, mbpp_t
 # ---------------------------------------------------------------- the service
 
 
+@pytest.mark.verifiers_free
 def test_a_retried_post_is_graded_once(service, mbpp_tasks):
     task = mbpp_tasks["mbpp_11"]
     secret = secrets.token_hex(8)
@@ -248,7 +253,8 @@ def test_a_retried_post_is_graded_once(service, mbpp_tasks):
     assert record["gradings"] == 1 and len(record["log"]) == 1 and record["faults"] == []
 
 
-def test_the_program_retries_a_dropped_answer_and_it_is_graded_once(tmp_path, service, mbpp_tasks):
+@pytest.mark.verifiers_free
+def test_the_program_retries_a_dropped_answer_and_it_is_graded_once(tmp_path, rollouts, mbpp_tasks):
     """A proxy drops the connection after the service answered the first
     POST: the program retries it, the service answers from its record, and
     finalize finds one log entry per test: rewarded, not tampered."""
@@ -258,7 +264,7 @@ def test_the_program_retries_a_dropped_answer_and_it_is_graded_once(tmp_path, se
     class Dropper(JsonHandler):
         def do_POST(self) -> None:  # noqa: N802
             raw = self.rfile.read(int(self.headers["Content-Length"]))
-            req = urllib.request.Request(service.url, raw, {"Content-Type": "application/json"})
+            req = urllib.request.Request(rollouts.service.url, raw, {"Content-Type": "application/json"})
             with urllib.request.urlopen(req, timeout=120) as resp:
                 answer = json.loads(resp.read())
             seen.append(json.loads(raw)["request"])
@@ -269,34 +275,24 @@ def test_the_program_retries_a_dropped_answer_and_it_is_graded_once(tmp_path, se
 
     proxy = LocalServer(Dropper)
     proxy.start("dropper")
-    policy = PolicyServer(mbpp_tasks).start()
-    secret = secrets.token_hex(8)
-    limits = limits_for(3)
-    service.register(secret, task.test_setup_code, list(task.test_list), limits)
-    (tmp_path / "solution.py").write_text(protocol.PLACEHOLDER)
-    cfg = program_config(GlyphHarnessConfig(tool_timeout=3), "a", task.text, task.test_list,
-                         {"kind": "service", "url": f"http://127.0.0.1:{proxy.port}/test"},
-                         {"base_url": policy.base_url, "model": "oracle"})
     try:
-        with contextlib.chdir(tmp_path):
-            trace = program.run(cfg, secret)
+        played = rollouts.play(task, "a", "oracle", tmp_path, service_url=f"http://127.0.0.1:{proxy.port}/test")
     finally:
-        record = service.release(secret)
         proxy.close()
-        policy.close()
+    trace, info, record = played.trace, played.record, played.service
     assert trace["end"] == "final" and len(seen) == 2 and seen[0] == seen[1]
     assert record["gradings"] == 1 and len(record["log"]) == 1
-    final = (tmp_path / "solution.py").read_bytes().decode()
-    tests = TaskTests(task.test_setup_code, tuple(task.test_list), tuple(task.test_list))
-    info = verify(json.loads(json.dumps(trace)), final, tests, limits, record["log"])
     assert info.reward == 1.0 and info.metrics["tampered"] == 0.0, info.reason
     # a log that repeats an entry under one request id (a retry) is not tampering; a second request is
+    final, limits = (tmp_path / "solution.py").read_bytes().decode(), rollouts.harness.limits()
+    tests = TaskTests(task.test_setup_code, tuple(task.test_list), tuple(task.test_list))
     doubled = verify(trace, final, tests, limits, record["log"] * 2)
     assert doubled.reward == 1.0 and doubled.metrics["tampered"] == 0.0
     other = dict(record["log"][0], request="2:visible:x")
     assert verify(trace, final, tests, limits, record["log"] + [other]).metrics["tampered"] == 1.0
 
 
+@pytest.mark.verifiers_free
 def test_a_service_fault_is_a_500_with_a_body_and_stays_in_its_rollout(service, mbpp_tasks, monkeypatch):
     """The grader raises for one rollout's source while another rollout is
     graded at the same time: the first gets a 500 naming the fault (recorded
@@ -334,25 +330,16 @@ def test_a_service_fault_is_a_500_with_a_body_and_stays_in_its_rollout(service, 
     assert _post(service.url, {"secret": "nobody", "source": "", "shadow": False})[0] == 403
 
 
-def test_a_service_fault_ends_the_program_with_its_fault_exit(tmp_path, service, mbpp_tasks, monkeypatch):
+@pytest.mark.verifiers_free
+def test_a_service_fault_ends_the_program_with_its_fault_exit(tmp_path, rollouts, mbpp_tasks, monkeypatch):
     task = mbpp_tasks["mbpp_11"]
     def grade(*args, **kw):
         raise OSError("no space left")
 
     monkeypatch.setattr(service_module, "grade", grade)
     monkeypatch.setattr(program.time, "sleep", lambda s: None)  # the retries, without the back-off
-    policy = PolicyServer(mbpp_tasks).start()
-    secret = secrets.token_hex(8)
-    service.register(secret, task.test_setup_code, list(task.test_list), limits_for(3))
-    (tmp_path / "solution.py").write_text(protocol.PLACEHOLDER)
-    cfg = program_config(GlyphHarnessConfig(tool_timeout=3), "a", task.text, task.test_list,
-                         {"kind": "service", "url": service.url}, {"base_url": policy.base_url, "model": "oracle"})
-    try:
-        with contextlib.chdir(tmp_path):
-            trace = program.run(cfg, secret)
-    finally:
-        record = service.release(secret)
-        policy.close()
+    played = rollouts.play(task, "a", "oracle", tmp_path)
+    trace, record = played.trace, played.service
     assert trace["end"] == "tester_error"
     assert trace["error"] == ("the test service answered HTTP 500: "
                               "the test service failed to grade: OSError: no space left")
@@ -407,8 +394,8 @@ def test_the_harness_errors_a_fault_exit_only_where_it_is_trusted(monkeypatch, l
     record of a failed model call: scored by finalize instead."""
     res, trace = _launch(monkeypatch, local, code, line)
     if local:
-        assert res.exit_code == code and trace.info["glyph"] == record.encode(
-            record.fault_record(line.split(":")[0], line))
+        assert res.exit_code == code and trace.info["glyph"] == encode(
+            fault_record(line.split(":")[0], line))
     else:
         assert res.exit_code == 0 and "glyph" not in trace.info
 
@@ -431,7 +418,7 @@ def test_a_container_endpoint_fault_is_errored_only_when_the_interception_record
         last = calls[-1]
         assert confirmed.startswith(f"the interception server recorded: {last['type']}")
         assert res.exit_code == program.ENDPOINT_FAILED and res.stderr == line
-        assert trace.info["glyph"] == record.encode(record.fault_record("endpoint_error", line, confirmed))
+        assert trace.info["glyph"] == encode(fault_record("endpoint_error", line, confirmed))
     else:
         assert confirmed is None and res.exit_code == 0 and "glyph" not in trace.info
     # a tester fault is never confirmed by a model call's record
@@ -508,8 +495,7 @@ def _scripted_grades(monkeypatch, outcomes: list[str]) -> list[str]:
     """finalize's visible gradings answer ``outcomes`` in turn (what a
     non-deterministic solution, or one near its limit, does)."""
     from glyph.envs.mbpp import finalize as verify_module
-    from glyph import record
-from glyph.outcomes import Outcome
+    from glyph.outcomes import Outcome
     left = list(outcomes)
     monkeypatch.setattr(verify_module, "grade",
                         lambda *a, **k: types.SimpleNamespace(outcome=Outcome(left.pop(0))))
@@ -526,6 +512,7 @@ def _claims(outcome: str) -> dict:
             "end": "final", "final": True}
 
 
+@pytest.mark.verifiers_free
 def test_a_claim_an_honest_regrade_reproduces_is_a_disagreement_not_a_tamper(monkeypatch):
     tests = TaskTests("", ("assert f() == 1",), ("assert f() == 1",))
     left = _scripted_grades(monkeypatch, ["TIMEOUT", "PASS"])

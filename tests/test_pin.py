@@ -10,8 +10,10 @@ Two runs in the pinned stack, each a pytest of its own:
   PRIME-RL's real scoring, sample and loss code, the reference loss on a tiny
   Qwen3, the recipe configs against the pin's config classes) and the
   environments' own tests and the recipe's smoke eval (``tests/test_env.py``,
-  ``tests/test_conventions_env.py``, ``tests/test_recipe_smoke.py``), with the
-  pin's verifiers and ``eval`` CLI.
+  ``tests/test_conventions_env.py``, ``tests/test_faults.py``,
+  ``tests/test_recipe_smoke.py``), with the pin's verifiers and ``eval`` CLI;
+  tests marked ``verifiers_free`` (no verifiers code on their path) run once,
+  in the main venv.
 
 Skipped, with the reason, where the vendored copy is absent.
 """
@@ -116,7 +118,7 @@ def test_glyph_pin_suite_passes_in_the_pinned_stack(pin_python, trees, tmp_path)
     junit = tmp_path / "glyph.xml"
     proc = _run(
         pin_python,
-        ["-q", "-rs", f"--junitxml={junit}", *GLYPH_PIN_TESTS],
+        ["-q", "-rs", "--durations=15", "-m", "not verifiers_free", f"--junitxml={junit}", *GLYPH_PIN_TESTS],
         repo,
         pinstack.pythonpath(root),
         1400,

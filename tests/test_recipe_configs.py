@@ -1,8 +1,8 @@
 """The study's recipe in ``configs/``, checked without PRIME-RL: every TOML
 parses, the shared settings sit in the shared files and nowhere else, the arm
 and split files say what their names say, and ``configs/versions.toml`` is the
-one record of the pins (glyph.predict.pin reads it; glyph.data.mbpp and the
-pinned test stack must agree with it).
+one record of the pins (``glyph.pins`` reads it for glyph.predict.pin,
+glyph.data.mbpp and the pinned test stack).
 
 Composition is PRIME-RL's (``prime_rl.utils.config.cli`` = pydantic_config):
 ``@`` files deep-merge left to right and arrays of tables are replaced whole.
@@ -21,6 +21,7 @@ from pathlib import Path
 import pinstack
 import pytest
 
+from glyph import pins
 from glyph.predict import pin
 from glyph.data import mbpp
 
@@ -129,7 +130,7 @@ def test_no_machine_paths_no_dropped_keys_no_group_gates(path):
 
 def test_versions_toml_is_what_glyph_and_the_pinned_stack_use():
     v = load("versions")
-    assert pin.versions_file() == CONFIGS / "versions.toml"
+    assert pins.versions_file() == CONFIGS / "versions.toml"
     assert (pin.PRIME_RL_COMMIT, pin.PRIME_RL_TAG) == (v["prime_rl"]["commit"], v["prime_rl"]["tag"])
     assert (pin.VERIFIERS_COMMIT, pin.VERIFIERS_VERSION) == (
         v["verifiers"]["commit"],
@@ -142,9 +143,10 @@ def test_versions_toml_is_what_glyph_and_the_pinned_stack_use():
     }
     assert v["verifiers"]["commit"] == "a60a606ecc4d309247edf9ff92c3eabca362781f"
     assert v["renderers"]["version"] == "0.1.12"
-    # glyph.data.mbpp keeps its own constants for the download: they must be these.
+    # glyph.data.mbpp downloads what [mbpp] pins: each official split, one file each.
     assert (v["mbpp"]["repository"], v["mbpp"]["revision"]) == (mbpp.OFFICIAL_REPO, mbpp.OFFICIAL_REVISION)
     assert v["mbpp"]["sha256"] == dict(mbpp.OFFICIAL_FILES.values())
+    assert sorted(mbpp.OFFICIAL_FILES) == ["test", "train", "validation"]
     assert all(name.startswith(v["mbpp"]["config"] + "/") for name in v["mbpp"]["sha256"])
     # The pinned test stack (tests/pinstack.py) builds exactly this verifiers and PRIME-RL.
     assert pinstack.PIN_VERIFIERS_VERSION == v["verifiers"]["version"]

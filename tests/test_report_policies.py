@@ -11,21 +11,16 @@ reads them."""
 
 from __future__ import annotations
 
-import contextlib
 import json
-import secrets
 
 import pytest
 from test_report_known import episode, write_run
 from typer.testing import CliRunner
 
-from glyph.agent import protocol
-from glyph.agent import program
-from glyph.envs.mbpp.harness import GlyphHarnessConfig, program_config
-from glyph.envs.mbpp.test_service import SandboxTestService
-from glyph.envs.mbpp.finalize import TaskTests, verify
+from glyph.envs.mbpp.harness import GlyphHarnessConfig
 from glyph.policies.policies import Planner, function_name, hack_source
-from glyph.policies.server import PolicyServer
+from glyph.record import encode
+from glyph.testing.rollout import Rollouts
 from glyph.report import report
 
 HARNESS = GlyphHarnessConfig(tool_timeout=3, model_timeout=10)
@@ -48,39 +43,22 @@ FORGED = "mbpp_19"
 def played(mbpp_tasks, tmp_path_factory):
     """Both arms, every task of PLAYS, as two vf-eval-shaped run directories."""
     root = tmp_path_factory.mktemp("played")
-    service = SandboxTestService()
-    try:
-        with PolicyServer(mbpp_tasks) as server:
-            for arm in ("a", "b"):
-                eps = [
-                    _play(root / f"ws-{arm}-{tid}", server, service, mbpp_tasks[tid], arm, policy)
-                    for tid, policy in PLAYS.items()
-                ]
-                write_run(root / f"arm_{arm}", eps, arm=arm, model="mix", seed=None)
-    finally:
-        service.close()
+    with Rollouts(mbpp_tasks, HARNESS) as rollouts:
+        for arm in ("a", "b"):
+            eps = [_play(rollouts, root / f"ws-{arm}-{tid}", mbpp_tasks[tid], arm, policy)
+                   for tid, policy in PLAYS.items()]
+            write_run(root / f"arm_{arm}", eps, arm=arm, model="mix", seed=None)
     return root
 
 
-def _play(ws, server, service, task, arm, policy) -> dict:
-    ws.mkdir()
-    (ws / "solution.py").write_text(protocol.PLACEHOLDER)
-    secret = secrets.token_hex(16)
-    service.register(secret, task.test_setup_code, list(task.test_list), LIMITS)
-    cfg = program_config(HARNESS, arm, task.text, task.test_list, {"kind": "service", "url": service.url},
-                         {"base_url": server.base_url, "model": policy})
-    with contextlib.chdir(ws):
-        trace = program.run(cfg, secret)
-    log = service.unregister(secret)
-    if task.id == FORGED:  # claim the first (failing) test passed
-        trace["tests"][0]["outcome"] = "PASS"
-    final = (ws / "solution.py").read_bytes().decode("utf-8", "surrogateescape")
-    tests = TaskTests(task.test_setup_code, tuple(task.test_list), tuple(task.test_list))
-    info = verify(json.loads(json.dumps(trace)), final, tests, LIMITS, log)
-    ep = episode(
-        task.id, arm, info.reward == 1.0, model="mix", seed=None, glyph=info, metrics=info.metrics
-    )
-    return ep
+def _forge_first_test(trace: dict) -> None:
+    """Claim the first (failing) test passed."""
+    trace["tests"][0]["outcome"] = "PASS"
+
+
+def _play(rollouts, ws, task, arm, policy) -> dict:
+    info = rollouts.play(task, arm, policy, ws, forge=_forge_first_test if task.id == FORGED else None).record
+    return episode(task.id, arm, info.reward == 1.0, model="mix", seed=None, glyph=encode(info), metrics=info.metrics)
 
 
 def _expected(mbpp_tasks, arm: str):

@@ -1,39 +1,23 @@
-"""The agent program: the study's protocol, run inside the rollout's runtime.
+"""The agent program, run inside the rollout's runtime (stdlib only: shipped
+whole with the rest of the agent layer, the grader and the sandbox).
 
-Stdlib only (``urllib`` for the model endpoint): it is shipped into the
-runtime with ``glyph/outcomes.py``, ``glyph/agent/protocol.py``,
-``glyph/agent/tools.py``, ``glyph/grading.py`` and ``glyph/sandbox/`` beside
-it (``glyph.envs.mbpp.harness.SHIPPED``, all stdlib), so the grammar, the tools'
-semantics (``glyph.agent.tools.execute``, which the SFT and credit replays run
-too) and the grader exist once. It reads its configuration from
-``.glyph/config.json`` (or ``$GLYPH_CONFIG``) and the rollout secret from ``$GLYPH_ROLLOUT_SECRET``
-(or the file named by ``$GLYPH_SECRET_FILE``), never from argv.
-
-The loop: ask the model for a turn, parse it (``protocol.parse_turn``), run
-its one tool call in the workspace, answer with a RESULT, until FINAL, a
-protocol error, budget exhaustion or an endpoint failure. ``python_test`` is
-answered by a tester: the trusted sandbox service on the local runtime
-(``tester.kind = "service"``), or, where the container is the isolation
-(``"local"``), glyph's own grader (``glyph.grading.grade``, shipped with the
-sandbox it runs in: ``glyph.envs.mbpp.harness.SHIPPED``) in this process, with a
-sandbox server of its own in the mode the harness chose
-(``tester.sandbox``: ``SANDBOX_CHOICES``). Both grade under the grading limits
-the harness passes (``limits``: ``GlyphHarnessConfig.limits()``). Arm B's
-prediction turns and every candidate are recorded. The trace goes to
-``.glyph/trace.json``; it is untrusted: the environment checks every claim in
-it.
-
-Each POST to the test service names its test call (``request``: the
-tester's sequence number, visible or shadow, and the candidate's sha256), so
-a retried POST is graded once (``glyph.envs.mbpp.test_service``).
+It reads its configuration from ``CONFIG`` (or ``$GLYPH_CONFIG``) and the
+rollout secret from ``$GLYPH_ROLLOUT_SECRET`` (or the file ``$GLYPH_SECRET_FILE``
+names), never from argv. The loop: ask the model for a turn, parse it
+(``protocol.parse_turn``), run its one tool call (``tools.execute``), answer
+with a RESULT, until FINAL, a protocol error, the budget or a fault.
+``python_test`` is answered by a tester: the trusted test service on the
+local runtime (``tester.kind = "service"``; each POST names its test call, so
+a retry is graded once), or glyph's grader in this process where the
+container is the isolation (``"local"``, in the sandbox mode the harness
+chose). Both grade under the harness's ``limits``. Every candidate and Arm
+B's predictions are recorded in ``TRACE``, which is untrusted: finalize
+checks every claim in it.
 
 Exit status: 0 when the episode ended on the model's account (FINAL, a
-protocol error, the budget); ``ENDPOINT_FAILED`` (97, verifiers'
-``MODEL_TRANSPORT_ERROR_EXIT_CODE``) when the model endpoint could not be
-reached, answered 5xx after retries, or timed out; ``TESTER_FAILED`` (98)
-when the tester failed. Both faults are written to stderr as one line
-(``endpoint_error: ...`` / ``tester_error: ...``), after the trace. The
-harness decides what a fault exit means (``glyph.envs.mbpp.harness``).
+protocol error, the budget); ``ENDPOINT_FAILED`` (97) when the model endpoint
+failed for good; ``TESTER_FAILED`` (98) when the tester failed; each fault
+also as one line on stderr, after the trace is saved.
 """
 
 from __future__ import annotations
@@ -61,7 +45,7 @@ REPLY_CAP = 64 * 1024  # characters of a model reply kept; a longer one is cut a
 RETRIES = 3  # for transient failures only: connection dropped, 5xx, 429
 ENDPOINT_FAILED = 97
 """verifiers' reserved exit status for a model call that failed for good
-(``MODEL_TRANSPORT_ERROR_EXIT_CODE``, ``v1/errors.py:45`` in 0.4.0)."""
+(``MODEL_TRANSPORT_ERROR_EXIT_CODE``; ``glyph.vfcompat``, 5.)."""
 TESTER_FAILED = 98
 TRANSIENT = (urllib.error.URLError, socket.timeout, TimeoutError, ConnectionError, http.client.HTTPException)
 
@@ -99,8 +83,7 @@ def chat(endpoint: dict, messages: list[dict], timeout: float, secret: str) -> s
 def _post(req: urllib.request.Request, timeout: float, cap: int) -> bytes:
     """POST with a few retries on transient failures (a dropped connection,
     429, any 5xx: verifiers' interception server relays the provider's status
-    so that 5xx/429 are retried, ``v1/interception/server.py:864-867``); a
-    timeout or any other HTTP error is final. Only idempotent requests come
+    for this, ``glyph.vfcompat``, 3.); a timeout or any other HTTP error is final. Only idempotent requests come
     here: a chat completion, and a test call named by its ``request`` id."""
     for attempt in range(RETRIES):
         try:

@@ -23,6 +23,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from glyph import pins
+
 ENV_VAR = "GLYPH_MBPP_PATH"
 CLI_OPTION = "--mbpp-path"  # the ``glyph`` command's; vf-eval's taskset passes its own
 
@@ -143,16 +145,7 @@ def get_task(task_id: str, path: str | os.PathLike | None = None) -> MbppTask:
 
 # ---------------------------------------------------------------- official data
 
-OFFICIAL_REPO = "google-research-datasets/mbpp"
-OFFICIAL_REVISION = "4bb6404fdc6cacfda99d4ac4205087b89d32030c"
-OFFICIAL_FILES = {
-    "train": ("full/train-00000-of-00001.parquet",
-              "09d125ca31edacb7800be8c67c45abff618faf0214ff551291817d06bdb914ae"),
-    "validation": ("full/validation-00000-of-00001.parquet",
-                   "3f0ec060987432d99fe8fb409d31e6c67445b208a01741c5583517c80a10fe80"),
-    "test": ("full/test-00000-of-00001.parquet",
-             "566fd53060ffba5766dace1d1e2f4c38906781526de222b0dfbdbc325b696c77"),
-}
+OFFICIAL_REPO, OFFICIAL_REVISION, OFFICIAL_FILES = pins.MBPP_REPO, pins.MBPP_REVISION, pins.MBPP_FILES
 
 
 def sha256_file(path: str | os.PathLike) -> str:
@@ -172,13 +165,10 @@ def _check_sha256(p: Path, expected: str) -> None:
 
 def _parquet_rows(p: Path) -> Iterator[tuple[str, object]]:
     """The rows of a parquet file, read through ``datasets``
-    (``Dataset.from_parquet``). ``datasets`` writes the file as an Arrow cache
-    before serving it (datasets 5.2 ``io/parquet.py:65-72``:
-    ``download_and_prepare`` into ``cache_dir``, by default
-    ``~/.cache/huggingface/datasets``, ``builder.py:384``); here that cache goes
+    (``Dataset.from_parquet``). The Arrow cache ``datasets`` writes first goes
     to a temporary directory, removed on return, and the rows are read into
-    memory first (``keep_in_memory``), so a read leaves nothing behind. A local
-    file needs no network: ``HF_HUB_OFFLINE=1`` works."""
+    memory (``keep_in_memory``): a read leaves nothing behind and needs no
+    network."""
     import datasets
     from datasets.exceptions import DatasetsError
     from datasets.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
@@ -202,13 +192,15 @@ def _parquet_rows(p: Path) -> Iterator[tuple[str, object]]:
         yield f"{p}: row {i}", row
 
 
-def load_parquet(path: str | os.PathLike, expected_sha256: str | None = None) -> list[MbppTask]:
+def load_parquet(path: str | os.PathLike, expected_sha256: str | None = None,
+                 seen: dict[int, str] | None = None) -> list[MbppTask]:
     """The tasks of one parquet file in the official schema, after checking
-    its SHA-256 against ``expected_sha256`` (when given)."""
+    its SHA-256 against ``expected_sha256`` (when given). ``seen`` (task_id ->
+    where) is shared by the files of one load: an id seen in another is an error."""
     p = Path(path)
     if expected_sha256 is not None:
         _check_sha256(p, expected_sha256)
-    return _tasks(_parquet_rows(p), p, {})
+    return _tasks(_parquet_rows(p), p, {} if seen is None else seen)
 
 
 def load_official(files: dict[str, str | os.PathLike]) -> list[MbppTask]:
@@ -219,7 +211,7 @@ def load_official(files: dict[str, str | os.PathLike]) -> list[MbppTask]:
     for split, (_, digest) in OFFICIAL_FILES.items():
         _check_sha256(paths[split], digest)
     seen: dict[int, str] = {}
-    tasks = [t for split in OFFICIAL_FILES for t in _tasks(_parquet_rows(paths[split]), paths[split], seen)]
+    tasks = [t for split in OFFICIAL_FILES for t in load_parquet(paths[split], seen=seen)]
     return sorted(tasks, key=lambda t: t.task_id)
 
 
@@ -286,9 +278,11 @@ VALIDATION_IDS = range(511, 601)  # official validation: 50 move to the training
 TRAIN_IDS = range(601, 975)
 MOVED_TO_TRAIN = 50
 SPLIT_NAMES = ("sft", "rl", "validation", "test")
+SEED = 42
+"""The split and SFT trace seed of every default (``glyph data prepare --seed``, ``--env.taskset.seed``)."""
 
 
-def make_splits(task_ids, seed: int = 42) -> dict[str, list[int]]:
+def make_splits(task_ids, seed: int = SEED) -> dict[str, list[int]]:
     """The study's splits, deterministic from ``seed``: test = official test
     (11-510); ``random.Random(seed).sample`` picks 50 of the 90 official
     validation ids for the training pool, the other 40 stay validation; the

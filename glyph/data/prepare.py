@@ -65,7 +65,7 @@ def _read_jsonl(path: Path) -> list[dict]:
     return rows
 
 
-def prepare(out: Path, mbpp_path=None, seed: int = 42, progress: bool = True,
+def prepare(out: Path, mbpp_path=None, seed: int = mbpp.SEED, progress: bool = True,
             plus_tasks: bool | list[str] = False, jobs: int | None = None) -> dict:
     """Build the splits, task rows and SFT traces into ``out``; return the
     manifest. ``plus_tasks``: True generates (or reuses, ``glyph.data.plus``)
@@ -137,7 +137,7 @@ def add_plus(out: Path, mbpp_path=None, seed: int | None = None, tasks: list[str
     mpath = out / MANIFEST
     manifest = json.loads(mpath.read_text()) if mpath.is_file() else None
     if seed is None:
-        seed = manifest["seed"] if manifest else 42
+        seed = manifest["seed"] if manifest else mbpp.SEED
     if manifest is not None and manifest["seed"] != seed:
         raise mbpp.DataError(f"{mpath}: prepared with seed {manifest['seed']}, not {seed}")
     if manifest is not None and tasks:  # the rows must stay complete: keep what is already there

@@ -37,7 +37,7 @@ from glyph.grading import grade
 from glyph.outcomes import Outcome
 from glyph.agent.protocol import Call, ProtocolError, parse_turn, result_message
 from glyph.sandbox import Limits
-from glyph.data.mbpp import MbppTask
+from glyph.data.mbpp import SEED, MbppTask
 
 RECOVERY_SHARE = 1 / 3
 MAX_TOKENS = 1280  # the SFT seq_len: every token of a trace's sample fits one packed row
@@ -169,7 +169,7 @@ def count_tokens(messages: list[dict], tokenizer) -> int:
     return len(sft_sample(messages, tokenizer)[0])
 
 
-def build_sft(tasks: list[MbppTask], seed: int = 42, tokenizer=None, max_tokens: int = MAX_TOKENS,
+def build_sft(tasks: list[MbppTask], seed: int = SEED, tokenizer=None, max_tokens: int = MAX_TOKENS,
               progress: bool = True) -> tuple[dict[str, list[dict]], list[dict]]:
     """Traces for both arms over ``tasks``; returns ({arm: traces}, notes):
     a note for each task left out (too long) or given a direct trace

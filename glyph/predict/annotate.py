@@ -63,20 +63,10 @@ class NotByteLevel(ValueError):
 
 @lru_cache(maxsize=1)
 def _byte_decoder() -> dict[str, int]:
-    """The inverse of GPT-2's bytes-to-unicode map that byte-level BPE vocabularies use."""
-    bs = (
-        list(range(ord("!"), ord("~") + 1))
-        + list(range(ord("¡"), ord("¬") + 1))
-        + list(range(ord("®"), ord("ÿ") + 1))
-    )
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return {chr(c): b for b, c in zip(bs, cs)}
+    """The inverse of GPT-2's bytes-to-unicode map, which byte-level BPE vocabularies use."""
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+    return {char: byte for byte, char in bytes_to_unicode().items()}
 
 
 class TokenBytes:

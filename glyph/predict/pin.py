@@ -1,9 +1,7 @@
 """The PRIME-RL pin and glyph's patches to it: what ``glyph prime-rl check``
 reports and ``--apply`` does. Imports nothing from PRIME-RL.
 
-The pins themselves are read from ``configs/versions.toml`` (packaged as
-``glyph/_data/versions.toml``), the one file that records every version the
-study's recipe depends on.
+The pins themselves are ``glyph.pins``'s (``configs/versions.toml``).
 
 The patches live in ``patches/`` (packaged as ``glyph/_data/patches``) and are
 applied with ``git apply``, which works on a git checkout and on a plain
@@ -16,25 +14,14 @@ from __future__ import annotations
 import hashlib
 import os
 import subprocess
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-
-def versions_file() -> Path:
-    """``configs/versions.toml`` in a checkout; the copy packaged in the wheel otherwise."""
-    here = Path(__file__).resolve().parent.parent
-    for candidate in (here.parent / "configs" / "versions.toml", here / "_data" / "versions.toml"):
-        if candidate.is_file():
-            return candidate
-    raise FileNotFoundError("glyph's pins (versions.toml) are in neither configs/ nor glyph/_data/")
+from glyph import pins
 
 
-VERSIONS = tomllib.loads(versions_file().read_text())
-PRIME_RL_COMMIT: str = VERSIONS["prime_rl"]["commit"]
-PRIME_RL_TAG: str = VERSIONS["prime_rl"]["tag"]
-VERIFIERS_COMMIT: str = VERSIONS["verifiers"]["commit"]
-VERIFIERS_VERSION: str = VERSIONS["verifiers"]["version"]
+PRIME_RL_COMMIT, PRIME_RL_TAG = pins.PRIME_RL_COMMIT, pins.PRIME_RL_TAG
+VERIFIERS_COMMIT, VERIFIERS_VERSION = pins.VERIFIERS_COMMIT, pins.VERIFIERS_VERSION
 PATCHES = ("prime-rl-algorithm-registry.patch", "prime-rl-ce-only-branches.patch")
 # SHA-256 at the pin of every file the patches change: a tree without .git is at the pin iff these match
 # (before the patches) or the patches reverse-apply.

@@ -7,13 +7,14 @@ from __future__ import annotations
 import verifiers.v1 as vf
 
 from glyph.envs.conventions.harness import ConventionsHarnessConfig
+from glyph.record import CONVENTIONS_ENV_ID
 
 __all__ = ["ConventionsEnv"]
 
 
 class ConventionsEnvConfig(vf.SingleAgentEnvConfig):
     agent: vf.AgentConfig = vf.AgentConfig(runtime=vf.SubprocessConfig(),
-                                           harness=ConventionsHarnessConfig(id="glyph-conventions"))
+                                           harness=ConventionsHarnessConfig(id=CONVENTIONS_ENV_ID))
 
 
 class ConventionsEnv(vf.SingleAgentEnv, vf.Env[ConventionsEnvConfig]):

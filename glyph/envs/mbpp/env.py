@@ -7,13 +7,14 @@ from __future__ import annotations
 import verifiers.v1 as vf
 
 from glyph.envs.mbpp.harness import GlyphHarnessConfig
+from glyph.record import MBPP_ENV_ID
 
 __all__ = ["GlyphEnv"]
 
 
 class GlyphEnvConfig(vf.SingleAgentEnvConfig):
     agent: vf.AgentConfig = vf.AgentConfig(runtime=vf.SubprocessConfig(),
-                                           harness=GlyphHarnessConfig(id="glyph-mbpp"))
+                                           harness=GlyphHarnessConfig(id=MBPP_ENV_ID))
 
 
 class GlyphEnv(vf.SingleAgentEnv, vf.Env[GlyphEnvConfig]):

@@ -1,61 +1,30 @@
-"""Trusted finalize: turn what a rollout left behind into a reward, metrics
-and verified PREDICT targets. Framework-free (no verifiers import), so it is
-tested directly.
+"""Trusted finalize: what a rollout left behind becomes its record
+(``glyph.record.MbppRecord``: reward, metrics, reasons and the verified
+PREDICT targets). Framework-free, so it is tested directly.
 
-The trace (``.glyph/trace.json``) was written where the agent worked; it is
-untrusted. Every claim in it is checked against a trusted outcome, graded
-under the rollout's one ``Limits`` (``GlyphHarnessConfig.limits()``):
+The trace was written where the agent worked; it is untrusted, and every
+claim in it is checked against a trusted outcome graded under the rollout's
+one ``Limits``: the test service's log where there is one (the local
+runtime; taken as it is, a retried request counted once), else glyph's
+grader. A trace whose claims do not hold (a source that does not match its
+hash, an outcome no trusted grading gives, a test of an unrecorded source, a
+``solution.py`` changed after the last patch, a shape the program never
+writes) is tampered: reward 0, metric ``tampered`` 1. A disagreement an
+honest grading reproduces (a run near its limit, a non-deterministic
+solution: ``REGRADES`` more gradings) is accepted and counted in
+``grade_disagreements``.
 
-* on the local runtime the test service's own log of what it graded for this
-  rollout is the trusted record: the claims must match it (in order, visible
-  and shadow; an entry repeated under one ``request`` id, a retried POST,
-  counts once), and its outcomes are taken as they are, not graded again;
-* each candidate's source matches its recorded hash, and its recorded
-  outcome (visible or shadow test) matches the trusted one: the log's, or,
-  for a source with no trusted record (the container runtime, a candidate
-  never tested), glyph's grader's;
-* each visible test result matches the trusted outcome of the source it names;
-* the final ``solution.py`` is the last candidate (nothing changed it after
-  the program ended);
-* the trace has the shape the program writes (``parse_trace``: the keys it
-  reads, each of its type); one that does not is tampering, with the key and
-  what is wrong with it as the reason, and none of its claims is read.
+Reward 1 only for a terminal ``FINAL:``, a visible test that passed (by its
+trusted outcome) and a final solution that passes the hidden suite the
+reward grades: ``base`` (the task's hidden tests) or ``plus`` (those, then
+its generated plus tests). The other suite is recorded too (``base_passed``,
+and ``plus_passed`` where the task has plus tests) under the same rule. Both
+come from one grading where that is exact: the fast path stops at the first
+failing check, so a failure among the base checks is the base outcome and a
+later one means base passed; otherwise base is graded on its own.
 
-Any mismatch marks the rollout tampered: reward 0, metric ``tampered`` = 1,
-except a disagreement an honest grading reproduces: where a claim differs
-from glyph's grading, the source is graded again (``REGRADES`` times), and a
-claim one of those gradings gives (a run near its limit, a non-deterministic
-solution) is accepted (honest grading gives it) and counted in the metric
-``grade_disagreements``; so are two outcomes the service logged for one
-source. A forged outcome no grading gives stays tampering.
-
-Reward = 1 only for a terminal ``FINAL:``, a visible test that passed
-(by its trusted outcome), and a final solution that passes the hidden tests: the study's
-definition. A rollout with no trace, a crashed program or a timeout scores 0
-with the reason recorded.
-
-Two hidden suites: ``base`` (the task's hidden tests, the study's) and, when
-the task has generated plus tests (``glyph.data.plus``), ``plus`` = base
-followed by them. ``TaskTests.reward`` names the one the reward grades; the
-other is recorded too (metric ``base_passed``, and ``plus_passed`` only where
-the task has plus tests, so a run without them does not read as failing
-them), under the same rule (FINAL, a passing visible test, no tamper).
-
-Both come from one grading of the plus suite. The fast path grades checks
-in order in one session and stops at the first failure, so its first checks,
-the base suite's, run exactly as they would alone: same session state, same
-limits spent so far. A failure among them is the base outcome; a failure
-after them means base passed. Where that does not hold (the referee path,
-which runs ``test_*`` functions last) base is graded on its own; so it is
-when plus tests that do not compile would otherwise break a base reward.
-
-``verify`` runs one function per job, each tested on its own: ``parse_trace``
-(the untrusted JSON, once, into frozen ``Trace``/``Candidate``/``TestCall``/
-``ToolCall`` structs), ``check_log`` (the claims against the service's log),
-``verify_candidates``, ``verify_tests``, ``check_final_source``,
-``grade_hidden``, ``compute_metrics`` and ``reason``. It never raises on what
-the rollout left; a fault of the trusted side (the grader, the service log)
-raises, and finalize records it as an errored rollout, not a score.
+``verify`` never raises on what the rollout left; a fault of the trusted side
+(the grader, the service log) raises, and the rollout is errored, not scored.
 """
 
 from __future__ import annotations

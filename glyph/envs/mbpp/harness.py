@@ -1,58 +1,30 @@
-"""The glyph-mbpp harness: ships the stdlib agent program into the runtime
-and runs it against the rollout's interception endpoint.
+"""The glyph-mbpp harness: ships the agent program (``glyph.layers.shipped_files``)
+into the runtime and runs it against the rollout's interception endpoint.
 
 Guarantees:
 
-* One grader and one source for the grading limits. python_test is graded
-  by ``glyph.grading.grade`` everywhere: on the local runtime by the test
-  service in glyph's sandbox; on a container runtime by the same code,
-  shipped into the runtime (``SHIPPED``: the grader, its outcomes and
-  ``glyph/sandbox/``, all stdlib) and run by the program's ``"local"``
-  tester. All grade under ``GlyphHarnessConfig.limits()`` (the program
-  config's ``limits``), as does finalize (``trace.info["glyph_limits"]``,
-  written here on the trusted side before the program starts), so any
-  ``--env.agent.harness.tool-timeout`` grades the same way everywhere.
-* The container's sandbox mode is this harness's explicit choice,
-  ``LOCAL_SANDBOX`` = ``auto-or-bare``, recorded in the program config
-  (``tester.sandbox``): the strongest isolating mode the container allows
-  (``auto``), and ``bare`` where none starts (an unprivileged container
-  without user namespaces). The grader's ``auto`` never falls back to
-  ``bare`` by itself (``glyph.sandbox.client``, ``SandboxUnavailable``);
-  here it is acceptable because the container is the isolation: in ``bare``
-  the graded code can reach what the container holds (the workspace, the
-  visible tests, the program and the rollout secret; as the stdlib runner
-  this replaces allowed), but nothing of the host, and python_test's
-  answers are a convenience for the agent, not a verdict: finalize
-  re-grades every claim on the trusted side, in glyph's sandbox, and a
-  claim no re-grade reproduces marks the rollout tampered.
-  The program records the mode that graded (``tester_sandbox`` in its
-  trace: the mode, its protections, and why ``auto`` did not start). The
-  runtime's ``python3`` must be 3.10 or newer (``sys.stdlib_module_names``)
-  with ``ctypes``, on Linux 5.3 or newer (``os.pidfd_open``); elsewhere the
-  first python_test is a tester fault (``TESTER_FAILED``, scored 0 there).
-* On the local runtime the test service's log of what it graded for this
-  rollout (``trace.info["glyph_service_log"]``, with its ``faults``) is
-  recorded after the program ends; finalize takes outcomes from it.
-* Faults are errors, not zeros. On the local runtime (no model-written code
-  runs beside the program: python_test runs in glyph's sandbox) a program
-  that exits ``ENDPOINT_FAILED`` (97: the model endpoint unreachable, 5xx
-  after retries, or timed out) or ``TESTER_FAILED`` (98: the test service
-  faulted) fails the rollout through verifiers' error path with the cause
-  (``trace.info["glyph"]["reason"]``, ``reward`` None): errored in ``vf-eval``,
-  not trained on (``glyph.vfcompat``, 5.). On a container runtime the
-  solution's code runs beside the program and could provoke such an exit, so
-  there the exit alone is not trusted. An ``ENDPOINT_FAILED`` exit there is
-  errored only when the trusted side confirms it: verifiers' interception
-  server (on the host, where the program's model calls go) recorded that the
-  rollout's last model call failed upstream with a 5xx, a 429 or no HTTP
-  status (transport, timeout, cancelled), and no ``@stop`` ended the rollout
-  (``model_call_failure``). A 4xx is not a confirmation (a request code beside
-  the program sent could provoke one). Otherwise (a ``TESTER_FAILED`` exit,
-  an unconfirmed ``ENDPOINT_FAILED``) finalize scores the rollout, 0 with the
-  reason. Not confirmed either: a model call the program gave up on at
-  ``model_timeout`` while the interception server's upstream call was still
-  running (it is recorded only once that call ends). Any other exit (a
-  crashed program) is scored 0 by finalize with the reason, as before.
+* One grader, one set of limits. Every python_test is graded by
+  ``glyph.grading.grade`` under ``GlyphHarnessConfig.limits()``: on the local
+  runtime by the trusted test service, on a container runtime by the shipped
+  grader in the program's process (``tester.kind = "local"``). finalize
+  grades under the same limits (``trace.info["glyph_limits"]``, written here
+  before the program starts).
+* On a container, the sandbox mode is ``LOCAL_SANDBOX`` (``auto-or-bare``):
+  the strongest isolating mode the container allows, else ``bare``. That is
+  acceptable there because the container is the isolation and python_test's
+  answers are only the agent's: finalize re-grades every claim in glyph's
+  sandbox on the trusted side. The program records the mode that graded
+  (``tester_sandbox``). The runtime needs ``python3`` >= 3.10 with ctypes on
+  Linux >= 5.3; elsewhere the first python_test is a tester fault.
+* On the local runtime the test service's log of the rollout
+  (``trace.info["glyph_service_log"]``) is recorded; finalize trusts it.
+* Faults are errors, not zeros. A fault exit of the program
+  (``ENDPOINT_FAILED`` 97, ``TESTER_FAILED`` 98) fails the rollout with its
+  cause (a ``glyph.record`` fault record) where it can be trusted: on the
+  local runtime (no model-written code runs beside the program), and on a
+  container only for an endpoint fault that verifiers' interception server
+  recorded (``model_call_failure``). Any other exit is scored 0 by finalize,
+  with the reason.
 """
 
 from __future__ import annotations
@@ -186,30 +158,13 @@ def model_call_failure(trace) -> str | None:
     """The trusted record that the rollout's last model call failed upstream,
     as one line; None when there is none.
 
-    verifiers' interception server (the host side of the rollout's model
-    endpoint) appends one ``ModelCall`` per real upstream exchange to
-    ``trace.calls``, with ``error`` (``type``, ``message``, ``status_code``)
-    when the exchange committed no turn: ``record_call`` in
-    ``v1/interception/server.py`` (0.4.0: 519-582, called from the turn's
-    ``finally`` at 897 after the ``RolloutError`` / ``Exception`` /
-    ``BaseException`` handlers at 863, 878, 887; a60a606: 317-375, called at
-    643 after 611, 626, 635), into ``Trace.calls`` (``v1/trace.py``, 0.4.0:
-    396, a60a606: 379; ``ModelCall.error`` at 170, ``Error`` at 84-88 in
-    both). A provider failure is a ``ProviderError`` whose ``status_code`` is
-    the provider's status or 502/503/504 for a transport fault or timeout
-    (0.4.0 ``v1/errors.py``). Code running beside the program cannot write
-    there; it could send its own requests, so only a failure no request's
-    content explains counts: a 5xx, a 429, or no status (the exchange raised
-    or was cancelled), on the last exchange, with no ``@stop`` on the trace
-    (``Trace.stop_condition``, 0.4.0 ``v1/trace.py:426``, a60a606: 403).
-
-    What verifiers does with the exit that follows: 0.4.0 maps exit 97 to an
-    ``InterceptionError`` (``v1/harness.py:187``) and the rollout re-raises
-    the stashed upstream error (``v1/rollout.py:513``); it forgets that error
-    when the harness exits 0 (``v1/rollout.py:532``: a 0 exit here would be
-    scored). a60a606 raises ``HarnessError`` for any non-zero exit
-    (``v1/harness.py:159``) and fails the rollout on a stashed model error even
-    after a 0 exit (``v1/rollout.py:418-419``)."""
+    verifiers' interception server (on the host) records each upstream
+    exchange in ``trace.calls``, with ``error`` when it committed no turn
+    (``glyph.vfcompat``, 6.). Code beside the program cannot write there, but
+    it could send requests of its own, so only a failure no request explains
+    counts: a 5xx, a 429 or no status, on the last exchange, with no
+    ``@stop`` on the trace. A call the program gave up on while the upstream
+    call still ran is not recorded yet, so it is not confirmed."""
     calls = list(getattr(trace, "calls", None) or [])
     if not calls or getattr(trace, "stop_condition", None) is not None:
         return None

@@ -74,8 +74,8 @@ class GlyphTask(vf.Task[GlyphData]):
                                            trace.info.get("glyph_program"))
             info.sandbox = get_sandbox().protections().record()
         except Exception as exc:
-            # A fault of the trusted side: recorded, then raised, so verifiers fails the rollout
-            # (errored, not scored; 0.4.0 v1/rollout.py:590,621; a60a606 v1/rollout.py:474,494).
+            # A fault of the trusted side: recorded, then raised: verifiers fails the rollout,
+            # errored and unscored (glyph.vfcompat, 7.).
             trace.info[record.INFO_KEY] = record.encode(
                 record.fault_record("finalize_error", f"finalize failed: {type(exc).__name__}: {exc}"))
             raise
@@ -107,7 +107,7 @@ class GlyphTasksetConfig(vf.TasksetConfig):
     split: Literal["sft", "rl", "validation", "test"] = "test"
     data_path: str | None = None
     """An MBPP JSONL in the official schema; default $GLYPH_MBPP_PATH, else the official download."""
-    seed: int = 42
+    seed: int = mbpp.SEED
     challenge_tests: bool = False
     """Add MBPP's challenge tests to the hidden tests (11 tasks have them)."""
     hidden: Literal["base", "plus"] = "base"
@@ -130,17 +130,11 @@ class GlyphTasksetConfig(vf.TasksetConfig):
 
 class GlyphTaskset(vf.Taskset[GlyphTask, GlyphTasksetConfig]):
     def __iter__(self):
-        """The tasks, as verifiers reads them (``vf-eval``, ``eval``, PRIME-RL:
-        ``Taskset.__iter__`` calls ``load``, and every view is a copy of this
-        class; 0.4.0 ``v1/taskset.py:75-84,165-168``, a60a606
-        ``v1/taskset.py:54-67``). No usable data (none given and the official
-        download failed, or plus tests asked for and absent) ends the command
-        with one line naming the option to change: a ``SystemExit``, the way
-        verifiers' own CLI ends on a plugin's config error (0.4.0
-        ``v1/cli/resolve.py:21-29``), not a traceback. ``load`` itself raises
-        ``DataError``. The default data (``data_path`` None) is not checked by
-        the config's validator: verifiers builds a default config at every
-        parse, ``--help`` included."""
+        """The tasks, as verifiers reads them (``vf-eval``, ``eval``, PRIME-RL).
+        No usable data (none given and the download failed, or plus tests asked
+        for and absent) ends the command with one line naming the option to
+        change: a ``SystemExit``, as verifiers' CLI ends on a plugin's config
+        error (``glyph.vfcompat``, 7.). ``load`` itself raises ``DataError``."""
         try:
             yield from super().__iter__()
         except mbpp.DataError as exc:

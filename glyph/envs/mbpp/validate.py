@@ -1,27 +1,11 @@
-"""verifiers' gold check for glyph-mbpp: the task's reference solution,
-put where the agent's ``solution.py`` goes, passes the hidden tests the
-reward grades.
-
-``vf-validate glyph-mbpp`` (verifiers 0.4.0) and ``validate glyph-mbpp``
-(the pin, 0.3.1.dev62) run ``Task.setup`` in a fresh runtime, then
-``await task.validate(runtime)`` (0.4.0: ``verifiers/v1/cli/validate.py:242-244``,
-``_gold``; the pin: ``verifiers/v1/cli/validate.py:256``); True is ``valid``,
-False ``invalid``, an exception ``error``. Both versions'
-default ``Task.validate`` checks nothing (0.4.0 ``verifiers/v1/task.py:195``
-returns None, "unchecked"; the pin ``verifiers/v1/task.py:176`` returns
-True, "valid"). ``GlyphTask.validate`` calls :func:`validate_task`.
-
-What it proves, per task: the reference goes into the runtime as
-``solution.py`` and is read back from there, as finalize reads the final
-solution, and glyph's trusted grader grades it on the reward's suite
-(``base`` or ``plus``) through ``Regrader.hidden``, finalize's own call, under
-the default harness's limits (``limits_from_record(None)``: a trace carries
-the harness's limits; a validation has no harness). A reference that does
-not pass is ``invalid``, with the outcome and the grader's detail logged; a
-grading that raises (a sandbox fault) propagates and reads as ``error``.
-It does not run the agent program or the test service (no model here), and
-it does not check the ``noop`` side (0.4.0 scores the untouched task by
-finalize: no trace, reward 0).
+"""verifiers' gold check for glyph-mbpp (``vf-validate glyph-mbpp``; ``validate``
+at the pin; ``glyph.vfcompat``, 7.): the task's reference solution, put where
+the agent's ``solution.py`` goes and read back from there as finalize reads
+it, passes the suite the reward grades (``base`` or ``plus``), graded by
+finalize's own call (``Regrader.hidden``) under the default harness's limits.
+A reference that does not pass is ``invalid`` (its outcome and the grader's
+detail logged); a grading that raises (a sandbox fault) reads as ``error``.
+It runs no agent program and no test service.
 """
 
 from __future__ import annotations
