@@ -36,49 +36,35 @@ mode, and never falls back to ``bare`` on its own):
     files and is exempt from ``RLIMIT_NPROC``).
 ``confined`` (root without CAP_SYS_ADMIN, e.g. a default container)
     no namespace can be created, and without bind mounts a private root
-    has to be a copy: at start the server builds one in a fresh private
-    directory (``_build_copy``: the interpreter, its ELF loader, the shared
-    libraries it and every extension module map, the standard library
-    without its tests, site-packages and GUI, /etc/ld.so.cache and
-    /etc/localtime, a few devices where mknod works, an empty /tmp holding
-    the runs' directories; no /proc, no /usr, no shell), each file
-    hard-linked where it can be, else copied (about 0.2 s hard-linked, under
-    1 s copied). Each worker chroots into it (CAP_SYS_CHROOT, checked at
-    start), so a run sees none of the host's files (a world-readable copy
-    of the benchmark data included) and no process command line; it has a
-    uid of its own (it cannot signal the server or another run, and
-    ``RLIMIT_NPROC`` counts its processes only), writes only its run
-    directory, has no capabilities, a seccomp filter that fails
-    ``socket()`` and ``io_uring_setup`` (no network; the ``socketpair`` a
-    program may use stays), rlimits, the wall clock and the sweep (which
-    also removes what the run's uid left in the host's usual world-writable
-    directories). The copy is world-readable, so a Python installed under
-    root's home serves too. Not protected: the host's pid namespace (a run
-    can ``kill(-1)`` its own uid's processes only), and the run directory is
-    on the host's disk (its files bounded by ``RLIMIT_FSIZE``, not by a
-    filesystem of its own). The server removes the copy when it exits, the
-    client when the server died.
+    has to be a copy: at start the server builds one of the Python
+    installation (``rootfs``: no /proc, no /usr, no shell) and each worker
+    chroots into it (CAP_SYS_CHROOT, checked at start), so a run sees none
+    of the host's files (a world-readable copy of the benchmark data
+    included) and no process command line; it has a uid of its own (it
+    cannot signal the server or another run, and ``RLIMIT_NPROC`` counts
+    its processes only), writes only its run directory, has no
+    capabilities, a seccomp filter that fails ``socket()`` and
+    ``io_uring_setup`` (no network; the ``socketpair`` a program may use
+    stays), rlimits, the wall clock and the sweep (which also removes what
+    the run's uid left in the host's usual world-writable directories). Not
+    protected: the host's pid namespace (a run can ``kill(-1)`` its own
+    uid's processes only), and the run directory is on the host's disk (its
+    files bounded by ``RLIMIT_FSIZE``, not by a filesystem of its own).
 ``bare`` (only when asked for)
     the caller's uid and capabilities, the host's files and network, no
     process limit; rlimits, the wall clock and the sweep of orphans only. A
     solution can read the workspace and a rollout's secret.
 
 In every mode, where this process can make a cgroup with the memory
-controller (cgroup v2 with ``memory`` in its cgroup's subtree_control, or
-the v1 memory hierarchy, found through /proc/self/cgroup and
-/proc/self/mountinfo), each run's processes together are capped at
-``Limits.run_memory_bytes`` (swap included): the server makes a cgroup of
-its own (``glyph-<pid>-<random>``) under its cgroup and a child per worker,
-puts each worker there before it does anything, writes the cap when the
-job comes, and removes the child once the run is swept. At the cap the
-kernel OOM-kills in that cgroup only (v2: the whole run, memory.oom.group;
-v1: one process, and the server, told by an eventfd, kills the rest); the
-status says ``memory_exceeded`` and the grader reports a MemoryError. Where
-there is no writable cgroup (``userns`` as an unprivileged user; a
-read-only /sys/fs/cgroup), protection ``memory_cap`` is off and says so: a
-run is then bounded by each process's address-space limit times the
-process limit (in ``userns``, that bound covers all runs together; in
-``bare``, nothing bounds a run's processes together).
+controller (``cgroups``), each run's processes together are capped at
+``Limits.run_memory_bytes`` (swap included); at the cap the kernel kills
+in that run's cgroup only, the status says ``memory_exceeded`` and the
+grader reports a MemoryError. Where there is no writable cgroup
+(``userns`` as an unprivileged user; a read-only /sys/fs/cgroup),
+protection ``memory_cap`` is off and says so: a run is then bounded by each
+process's address-space limit times the process limit (in ``userns``, that
+bound covers all runs together; in ``bare``, nothing bounds a run's
+processes together).
 
 One run costs one fork of this already-warm interpreter, not an interpreter
 start, and that fork (with the confinement) happens ahead of the request:
@@ -95,28 +81,32 @@ The client passes the run's pipes with the request (SCM_RIGHTS), so output
 never flows through this process. What the server reports is trusted: no
 untrusted code ever ran in it, and no run can signal, trace or write to it.
 
+This module is the event loop and its bookkeeping; beside it, imported by
+file name: ``isolation`` (the protections of each mode, applied at
+start, and the kernel primitives), ``rootfs`` (``confined``'s copied root),
+``cgroups`` (the per-run memory cap), ``confine`` (a pre-forked worker's
+confinement), ``worker`` (what a run executes) and ``wire`` (its messages).
 Stdlib only.
 """
 
 from __future__ import annotations
 
 import ctypes
-import errno
 import gc
 import json
 import os
-import resource
 import secrets
 import select
-import shutil
 import signal
 import socket
-import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import confine  # noqa: E402
+import isolation  # noqa: E402
+import rootfs  # noqa: E402
 import wire  # noqa: E402
 import worker  # noqa: E402
 
@@ -130,886 +120,7 @@ PRELOAD = (
     "uuid warnings weakref zlib"
 ).split()
 
-UID_BASE = 1_610_612_736  # 0x60000000: far above any uid a system hands out
-UID_SPAN = 65536  # uids one server cycles through
-UID_BLOCKS = 32768  # each server picks a random block (uids stay below 0xE0000000), so servers alive at once rarely share a uid
-
-MODES = ("namespaces", "userns", "confined", "bare")
-
-PR_SET_PDEATHSIG = 1
-PR_SET_DUMPABLE = 4
-PR_CAPBSET_DROP = 24
-PR_SET_SECUREBITS = 28
-PR_SET_CHILD_SUBREAPER = 36
-PR_SET_NO_NEW_PRIVS = 38
-PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
-# linux/securebits.h: SECBIT_NOROOT and SECBIT_NO_CAP_AMBIENT_RAISE set, SECBIT_NO_SETUID_FIXUP and
-# SECBIT_KEEP_CAPS left off, all four locked: uid 0 of a user namespace gains no capability by exec.
-SECURE_NOROOT_ALL = 0x01 | 0x02 | 0x08 | 0x20 | 0x40 | 0x80
-CAP_SETPCAP = 8
-CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWPID = 0x00020000, 0x08000000, 0x20000000
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
-MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
-MNT_DETACH = 2
-
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.mount.argtypes = (ctypes.c_char_p,) * 3 + (ctypes.c_ulong, ctypes.c_char_p)
-_libc.umount2.argtypes = (ctypes.c_char_p, ctypes.c_int)
-
-# What each protection means, and what it means when it is off (``glyph sandbox info``; the
-# names are a stable contract: rollouts record them).
-IF_OFF = {
-    "uid_separation": "runs share one uid: where no other protection covers it, a run can signal or read "
-                      "the processes and files of a concurrent run",
-    "mount_isolation": "the run sees the host's files: every file its uid can read (the workspace, the "
-                       "benchmark data, a rollout's secret) and every directory its uid can write",
-    "network_isolation": "the run can open connections: to the internet and to services on the host's "
-                         "loopback, the test service included",
-    "pid_namespace": "the run sees the host's processes and their command lines, and can signal those of "
-                     "its own uid",
-    "rlimits": "no bound on the run's memory, CPU time, processes, file size or open files",
-    "wall_clock": "a run that sleeps holds its grading forever",
-    "sweep": "processes a run leaves behind keep running after it is graded",
-    "no_capabilities": "the run holds capabilities: it could undo the other protections",
-    "minimal_environment": "the run inherits the caller's environment (API keys included)",
-    "memory_cap": "a run's processes together have no memory cap: each process is bounded by its "
-                  "address space limit only, so a run can take that times the process limit and push the "
-                  "machine (the server and concurrent runs included) out of memory",
-}
-
-
-def _prot(on: bool, how: str, name: str) -> dict:
-    return {"on": bool(on), "how": how, "if_off": IF_OFF[name]}
-
-
-def _prctl(option: int, arg: int, arg2: int = 0) -> None:
-    if _libc.prctl(option, ctypes.c_ulong(arg), ctypes.c_ulong(arg2), 0, 0) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"prctl({option}): {os.strerror(err)}")
-
-
-def _unshare(flags: int) -> None:
-    if _libc.unshare(flags) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"unshare({flags:#x}): {os.strerror(err)}")
-
-
-class _CapHeader(ctypes.Structure):
-    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
-
-
-class _CapData(ctypes.Structure):
-    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
-                ("inheritable", ctypes.c_uint32)]
-
-
-# seccomp (linux/seccomp.h, linux/filter.h, linux/audit.h): for ``confined``, which has no network
-# namespace. Per architecture: (AUDIT_ARCH, __NR_socket, __NR_io_uring_setup, x32 syscall bit).
-_SECCOMP_ARCHES = {"x86_64": (0xC000003E, 41, 425, 0x40000000), "aarch64": (0xC00000B7, 198, 425, 0)}
-PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
-SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO = 0x7FFF0000, 0x00050000
-
-
-class _SockFilter(ctypes.Structure):
-    _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8),
-                ("k", ctypes.c_uint32)]
-
-
-class _SockFprog(ctypes.Structure):
-    _fields_ = [("len", ctypes.c_uint16), ("filter", ctypes.POINTER(_SockFilter))]
-
-
-def _no_sockets_filter() -> list[tuple[int, int, int, int]] | None:
-    """A seccomp program that fails ``socket()`` (every family; ``socketpair``
-    stays) and ``io_uring_setup`` (io_uring can open sockets past seccomp)
-    with EACCES, and every syscall of a foreign ABI (i386 ``int 0x80``, x32)
-    likewise; None on an architecture it does not know."""
-    import platform
-    arch = _SECCOMP_ARCHES.get(platform.machine())
-    if arch is None:
-        return None
-    audit_arch, nr_socket, nr_io_uring_setup, x32 = arch
-    ld, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06  # BPF_LD|W|ABS, BPF_JMP|JEQ|K, BPF_JMP|JGE|K, BPF_RET|K
-    deny = SECCOMP_RET_ERRNO | 13  # EACCES
-    prog = [
-        (ld, 0, 0, 4),                      # 0: arch
-        (jeq, 0, 5, audit_arch),            # 1: foreign ABI -> 7 (deny)
-        (ld, 0, 0, 0),                      # 2: syscall number
-        (jge, 4, 0, x32) if x32 else (jeq, 0, 0, 0),  # 3: x32 -> 7 (deny)
-        (jeq, 3, 0, nr_socket),             # 4: socket -> 8 (deny)
-        (jeq, 2, 0, nr_io_uring_setup),     # 5: io_uring_setup -> 8 (deny)
-        (ret, 0, 0, SECCOMP_RET_ALLOW),     # 6
-        (ret, 0, 0, deny),                  # 7
-        (ret, 0, 0, deny),                  # 8
-    ]
-    return prog
-
-
-def _install_seccomp(prog: list[tuple[int, int, int, int]]) -> None:
-    """Needs no_new_privs (set before)."""
-    filters = (_SockFilter * len(prog))(*[_SockFilter(*i) for i in prog])
-    fprog = _SockFprog(len(prog), filters)
-    if _libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"seccomp: {os.strerror(err)}")
-
-
-def _cap_last() -> int:
-    with open("/proc/sys/kernel/cap_last_cap") as f:
-        return int(f.read())
-
-
-def _effective_caps() -> int:
-    """This thread's effective capability set, from capget(2) (not
-    /proc/self/status: a ``confined`` worker has no /proc after its chroot)."""
-    header = _CapHeader(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3: two 32-bit words
-    data = (_CapData * 2)()
-    if _libc.capget(ctypes.byref(header), data) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"capget: {os.strerror(err)}")
-    return data[0].effective | data[1].effective << 32
-
-
-def _drop_bounding_set(cap_last: int) -> None:
-    """Where this process may (CAP_SETPCAP: root, of the host or of a user
-    namespace): empty the bounding set and lock SECBIT_NOROOT, so that no
-    later exec, even by uid 0 of a user namespace, gains a capability.
-    Called before any uid switch (which would take CAP_SETPCAP away)."""
-    if _effective_caps() >> CAP_SETPCAP & 1:
-        for cap in range(cap_last + 1):
-            _prctl(PR_CAPBSET_DROP, cap)
-        _prctl(PR_SET_SECUREBITS, SECURE_NOROOT_ALL)
-
-
-def _drop_capabilities() -> None:
-    """Clear the ambient, effective, permitted and inheritable sets; check
-    that none is left."""
-    _libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)  # EINVAL before Linux 4.3: none to clear
-    header = _CapHeader(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3: two 32-bit words
-    data = (_CapData * 2)()
-    if _libc.capset(ctypes.byref(header), data) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"capset: {os.strerror(err)}")
-    if _effective_caps():
-        raise OSError("capabilities still held after dropping them")
-
-
-def _mount(source, target, fstype, flags, data=None) -> None:
-    enc = lambda s: s.encode() if isinstance(s, str) else s  # noqa: E731
-    if _libc.mount(enc(source), enc(target), enc(fstype), flags, enc(data)) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"mount {target}: {os.strerror(err)}")
-
-
-# ---------------------------------------------------------------- isolation
-
-
-def _bind_ro(src: str, dst: str) -> None:
-    _mount(src, dst, None, MS_BIND | MS_REC)
-    nodev = 0 if src.startswith("/dev/") else MS_NODEV
-    _mount(None, dst, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | nodev)
-
-
-def _build_root(opts: dict) -> str:
-    """A minimal read-only filesystem view: the system's /usr (and the
-    merged-/usr links), the Python installation, a few devices, a private
-    /proc and a private /tmp that holds the runs' directories (each its own
-    tmpfs, mounted by the server). Nothing else of the host is visible: not
-    the project, not the data, not the caller's home."""
-    _mount(None, "/", None, MS_REC | MS_PRIVATE)
-    base = "/tmp"
-    _mount("tmpfs", base, "tmpfs", MS_NOSUID, "size=16m,mode=755")
-    root = base + "/root"
-    os.mkdir(root, 0o755)
-    _mount(root, root, None, MS_BIND)
-    binds: list[tuple[str, str]] = []
-    for top in ("/usr", "/bin", "/lib", "/lib32", "/lib64", "/libx32", "/sbin"):
-        if os.path.islink(top):
-            os.symlink(os.readlink(top), root + top)
-        elif os.path.isdir(top):
-            os.mkdir(root + top, 0o755)
-            binds.append((top, root + top))
-    for prefix in {os.path.realpath(sys.base_prefix), os.path.realpath(sys.prefix)}:
-        if not any(prefix == t or prefix.startswith(t + "/") for t, _ in binds):
-            os.makedirs(root + prefix, 0o755, exist_ok=True)
-            binds.append((prefix, root + prefix))
-    os.makedirs(root + "/etc", 0o755)
-    for name in ("/etc/ld.so.cache", "/etc/localtime"):
-        if os.path.isfile(name):
-            open(root + name, "w").close()
-            binds.append((name, root + name))
-    os.mkdir(root + "/dev", 0o755)
-    for dev in ("null", "zero", "full", "random", "urandom"):
-        if os.path.exists("/dev/" + dev):
-            open(root + "/dev/" + dev, "w").close()
-            binds.append(("/dev/" + dev, root + "/dev/" + dev))
-    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
-                         ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")):
-        os.symlink(target, root + "/dev/" + name)
-    os.mkdir(root + "/dev/shm", 0o755)
-    os.mkdir(root + "/proc", 0o555)
-    os.mkdir(root + "/tmp", 0o755)
-    for src, dst in binds:
-        _bind_ro(src, dst)
-    _mount("proc", root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "hidepid=2")
-    _mount("tmpfs", root + "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=755")
-    _mount(None, root, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID)
-    os.chroot(root)
-    os.chdir("/")
-    return "/tmp"
-
-
-# ``confined``: no bind mounts without CAP_SYS_ADMIN, so each worker chroots into a copy, built once
-# per server, of what a run's Python needs, at the same absolute paths (lazy imports read those).
-COPY_SKIP = {"site-packages", "dist-packages", "test", "tests", "idle_test", "idlelib", "tkinter",
-             "turtledemo", "ensurepip"}
-DEVICES = ("null", "zero", "full", "random", "urandom")
-CAP_SYS_CHROOT = 18
-
-
-def _elf_interpreter(path: str) -> str | None:
-    """The PT_INTERP of an ELF64 little-endian executable (the loader an
-    exec of it needs, e.g. /lib64/ld-linux-x86-64.so.2); None otherwise."""
-    import struct
-    with open(path, "rb") as f:
-        head = f.read(64)
-        if len(head) < 64 or head[:4] != b"\x7fELF" or head[4:6] != b"\x02\x01":
-            return None
-        (phoff,) = struct.unpack_from("<Q", head, 32)
-        phentsize, phnum = struct.unpack_from("<HH", head, 54)
-        f.seek(phoff)
-        table = f.read(phentsize * phnum)
-        for i in range(phnum):
-            p_type, _, p_offset, _, _, p_filesz = struct.unpack_from("<IIQQQQ", table, i * phentsize)
-            if p_type == 3:  # PT_INTERP
-                f.seek(p_offset)
-                return f.read(p_filesz).rstrip(b"\0").decode()
-    return None
-
-
-def _mapped_files(dynload: list[str]) -> list[str]:
-    """The files a throwaway child of this process has mapped (the
-    interpreter, its shared libraries, the extension modules the server
-    imported) after importing every extension module of ``dynload``, so
-    that a run can import those the server did not, with their libraries."""
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.close(r)
-            signal.alarm(20)
-            for top in dynload:
-                for name in sorted(os.listdir(top)):
-                    if name.endswith(".so"):
-                        try:
-                            __import__(name.split(".")[0])
-                        except BaseException:
-                            pass
-            with open("/proc/self/maps") as f:
-                data = f.read().encode()
-            while data:
-                data = data[os.write(w, data):]
-        finally:
-            os._exit(0)
-    os.close(w)
-    with os.fdopen(r, "rb") as f:
-        data = f.read().decode()
-    os.waitpid(pid, 0)
-    paths = set()
-    for line in data.splitlines():
-        fields = line.split(None, 5)
-        if len(fields) == 6 and fields[5].startswith("/") and os.path.isfile(fields[5]):
-            paths.add(fields[5])
-    return sorted(paths)
-
-
-class _Copier:
-    """Builds the copy under ``top``: directories root's and 0755 (so a run
-    reads a Python installed under a home other uids cannot enter), files
-    hard-linked where they are world-readable and writable only by their
-    owner and on the same filesystem, else copied world-readable."""
-
-    def __init__(self, top: str) -> None:
-        self.top = top
-        self.linked = self.copied = self.size = 0
-        self.no_link: set[int] = set()  # st_dev of filesystems other than the copy's
-
-    def place(self, path: str, depth: int = 0) -> str:
-        """Create the directories and symlinks leading to host ``path`` in
-        the copy; return the real host path it resolves to."""
-        parts = [p for p in path.split("/") if p]
-        cur = ""
-        for i, part in enumerate(parts):
-            cur += "/" + part
-            dst = self.top + cur
-            if os.path.islink(cur):
-                link = os.readlink(cur)
-                if not os.path.lexists(dst):
-                    os.symlink(link, dst)
-                if depth > 40:
-                    raise OSError(f"too many symlinks resolving {path}")
-                return self.place(os.path.normpath(os.path.join(os.path.dirname(cur), link, *parts[i + 1:])),
-                                  depth + 1)
-            if i < len(parts) - 1 and not os.path.lexists(dst):
-                os.mkdir(dst)
-                os.chmod(dst, 0o755)
-        return cur
-
-    def file(self, path: str) -> None:
-        """Host file ``path`` (symlinks along it included) into the copy."""
-        real = self.place(path)
-        if os.path.isdir(real):
-            return self.tree(real)
-        dst = self.top + real
-        if os.path.lexists(dst):
-            return
-        st = os.stat(real)
-        self.size += st.st_size
-        if st.st_mode & 0o004 and not st.st_mode & 0o022 and st.st_dev not in self.no_link:
-            try:
-                os.link(real, dst)
-                self.linked += 1
-                return
-            except OSError as exc:  # another filesystem, or protected_hardlinks
-                if exc.errno == 18:  # EXDEV: no file of that filesystem will link
-                    self.no_link.add(st.st_dev)
-        shutil.copyfile(real, dst)
-        os.chmod(dst, 0o755 if st.st_mode & 0o111 else 0o644)
-        self.copied += 1
-
-    def tree(self, path: str) -> None:
-        """A directory tree, less ``COPY_SKIP`` and config-* (the static
-        libpython and its Makefile)."""
-        real = self.place(path)
-        dst = self.top + real
-        if not os.path.lexists(dst):
-            os.mkdir(dst)
-            os.chmod(dst, 0o755)
-        for root, dirs, files in os.walk(real):
-            dirs[:] = [d for d in dirs if d not in COPY_SKIP and not d.startswith("config-")]
-            for name in list(dirs) + files:
-                src = os.path.join(root, name)
-                if os.path.islink(src):
-                    if not os.path.lexists(self.top + src):
-                        os.symlink(os.readlink(src), self.top + src)
-                    if name in dirs:
-                        dirs.remove(name)
-                elif name in dirs:
-                    os.mkdir(self.top + src)
-                    os.chmod(self.top + src, 0o755)
-                else:
-                    self.file(src)
-
-
-def _build_copy() -> tuple[str, str, dict]:
-    """``confined``: build the root each worker chroots into, in a fresh
-    private directory (root's, 0755): the interpreter (``sys.executable``
-    and its real path), its ELF loader, every shared library a child of
-    this process maps after importing every extension module, the standard
-    library (``COPY_SKIP`` left out, lib-dynload kept) at the same absolute
-    paths, /etc/ld.so.cache and /etc/localtime, the devices ``DEVICES``
-    where mknod works (CAP_MKNOD, a filesystem without nodev), /dev/shm
-    (root's, read-only to runs) and /tmp, the runs' directory. No /proc.
-    Returns (top, runs directory, facts); the caller removes ``top``."""
-    import stat
-    import tempfile
-    t0 = time.monotonic()
-    top = tempfile.mkdtemp(prefix="glyph-root-")
-    os.chmod(top, 0o755)
-    try:
-        copier = _Copier(top)
-        stdlib = os.path.dirname(os.__file__)
-        dynload = [p for p in sys.path if os.path.basename(p) == "lib-dynload" and os.path.isdir(p)]
-        copier.tree(stdlib)
-        for path in dynload:
-            copier.tree(path)
-        for path in ("/bin", "/lib", "/lib32", "/lib64", "/libx32", "/sbin"):  # merged-/usr links
-            if os.path.islink(path):
-                copier.place(path)
-        exe = [sys.executable, os.path.realpath(sys.executable)]
-        loader = _elf_interpreter(exe[1])
-        mapped = _mapped_files(dynload)
-        for path in exe + ([loader] if loader else []) + mapped:
-            copier.file(path)
-        # The names the loader looks a library up by (its soname: libbz2.so.1.0 -> libbz2.so.1.0.4), for
-        # the extension modules a run imports that the server did not load.
-        libs = {path for path in mapped if ".so" in os.path.basename(path)}
-        for folder in sorted({os.path.dirname(path) for path in libs}):
-            for entry in os.scandir(folder):
-                if entry.is_symlink() and os.path.realpath(entry.path) in libs:
-                    copier.place(entry.path)
-        for path in ("/etc/ld.so.cache", "/etc/localtime"):
-            if os.path.isfile(path):
-                copier.file(path)
-        for name in ("dev", "dev/shm", "tmp"):
-            if not os.path.lexists(f"{top}/{name}"):
-                os.mkdir(f"{top}/{name}")
-            os.chmod(f"{top}/{name}", 0o755)
-        missing = []
-        for dev in DEVICES:
-            dst = f"{top}/dev/{dev}"
-            try:
-                os.mknod(dst, stat.S_IFCHR | 0o666, os.stat(f"/dev/{dev}").st_rdev)
-                os.chmod(dst, 0o666)
-                os.close(os.open(dst, os.O_RDONLY))  # fails where the filesystem is mounted nodev
-            except OSError:
-                missing.append(dev)
-                _unlink(dst)
-        facts = {"seconds": time.monotonic() - t0, "bytes": copier.size, "linked": copier.linked,
-                 "copied": copier.copied, "missing_devices": missing}
-        return top, f"{top}/tmp", facts
-    except BaseException:
-        _remove_tree(top)
-        raise
-
-
-def isolate(opts: dict) -> tuple[dict, str]:
-    """Apply every protection of ``opts["mode"]``; return (protections, runs
-    directory). Raises ``SystemExit`` naming what is missing when the mode
-    cannot be had here: a mode never starts with less than it promises.
-    Each protection is reported on or off, with how (or why not) and what
-    off means, for ``glyph sandbox info`` and the rollouts' records."""
-    mode = opts["mode"]
-    if mode not in MODES:
-        raise SystemExit(f"unknown sandbox mode {mode!r}")
-    prot: dict[str, dict] = {}
-    global _CGROUPS
-    _CGROUPS, no_cgroup = _memory_cgroup()  # before any chroot: later it is reached through its fds
-    namespaced = mode in ("namespaces", "userns")
-    runs_dir = None
-    if namespaced:
-        if os.getpid() != 1:
-            raise SystemExit("not pid 1 of a new pid namespace")
-        if not _no_network():
-            raise SystemExit("the network namespace has interfaces up")
-        if os.geteuid() != 0:
-            raise SystemExit("not root in the namespace")
-        try:
-            runs_dir = _build_root(opts)
-        except OSError as exc:
-            raise SystemExit(f"could not build the private root: {exc}") from None
-    seccomp = copy = None
-    if mode == "confined":
-        _check_confined()
-        try:
-            top, runs_dir, copy = _build_copy()
-        except OSError as exc:
-            raise SystemExit(f"could not build the copied root: {exc}") from None
-        try:
-            _probe_copy(top)
-        except BaseException:
-            _remove_tree(top)
-            raise
-        opts["chroot"] = top
-        seccomp = _check_seccomp()
-    user = "" if mode == "namespaces" else " of a user namespace (`unshare --user --map-root-user`)"
-    prot["uid_separation"] = _prot(
-        mode in ("namespaces", "confined"),
-        "each run has its own uid: it cannot signal, trace or read the server or another run"
-        if mode in ("namespaces", "confined") else
-        "one uid is mapped in the user namespace, so runs share the server's uid; compensated: no "
-        "capabilities, and per run a mount namespace showing only its own run directory, a pid namespace "
-        "with its own /proc and an IPC namespace; not compensated: the process limit is shared, and runs "
-        "share the (offline) network namespace"
-        if mode == "userns" else "runs keep the caller's uid", "uid_separation")
-    prot["mount_isolation"] = _prot(
-        namespaced or mode == "confined",
-        f"root{user} in a private mount namespace; chroot into a read-only view of /usr and the Python "
-        "installation; each run's cwd is a size-capped tmpfs of its own, the only place it can write; "
-        "/proc with hidepid=2" if namespaced else
-        "no mount namespace without CAP_SYS_ADMIN; chroot into a copy of the Python installation (the "
-        "interpreter, its shared libraries and standard library; no /usr, no shell), built at server start; "
-        "no /proc; each run's cwd is a directory of its own, the only place it can write (its files bounded "
-        "by the file size limit, not by a filesystem of its own)"
-        + (f"; missing devices (no mknod): {', '.join('/dev/' + d for d in copy['missing_devices'])}"
-           if copy["missing_devices"] else "")
-        if mode == "confined" else "the run sees and writes what the caller can", "mount_isolation")
-    prot["network_isolation"] = _prot(
-        namespaced or (mode == "confined" and seccomp is None),
-        "unshare --net: no interface but a downed loopback" if namespaced else
-        "no network namespace (needs CAP_SYS_ADMIN); a seccomp filter fails socket() for every family "
-        "(socketpair stays), and io_uring"
-        if mode == "confined" and seccomp is None else
-        f"no network namespace, and no seccomp filter: {seccomp}" if mode == "confined" else
-        "the host's network", "network_isolation")
-    prot["pid_namespace"] = _prot(
-        namespaced, "unshare --pid: the run sees no process of the host; the server is its pid 1"
-        if namespaced else
-        "the host's pid namespace; no /proc in the chroot: the run cannot list processes or read their "
-        "command lines, and signals only its own uid's" if mode == "confined" else "the host's pid namespace",
-        "pid_namespace")
-    prot["rlimits"] = _prot(
-        True, "address space, CPU time, file size, open files per process; processes per run"
-        if mode in ("namespaces", "confined") else
-        "address space, CPU time, file size, open files per process; processes: one bound for the "
-        "whole sandbox (runs share a uid)" if mode == "userns" else
-        "address space, CPU time, file size, open files per process; no process limit (it would count "
-        "the caller's own processes)", "rlimits")
-    prot["wall_clock"] = _prot(True, "the server kills the run at its deadline", "wall_clock")
-    prot["sweep"] = _prot(
-        True, "after each run the server kills every orphan re-parented to it (pid 1 or child "
-        "subreaper)" + (", every process of the run's uid" if mode in ("namespaces", "confined") else "")
-        + (", and removes what the run's uid left in /tmp, /var/tmp, /dev/shm and /run/lock"
-           if mode == "confined" else ""), "sweep")
-    bare_caps = mode == "bare" and _effective_caps() != 0
-    prot["no_capabilities"] = _prot(
-        not bare_caps, "the run keeps the caller's capabilities (bare)" if bare_caps else
-        "effective, permitted, inheritable and ambient sets emptied, no_new_privs; where the server is root "
-        "(of the host or of its user namespace), the bounding set emptied and SECBIT_NOROOT locked too: no "
-        "exec gains a capability", "no_capabilities")
-    prot["minimal_environment"] = _prot(True, "PATH, HOME, TMPDIR and LANG only", "minimal_environment")
-    prot["memory_cap"] = _memory_cap_prot(mode, _CGROUPS, no_cgroup, opts)
-    if runs_dir is None:
-        import tempfile
-        runs_dir = tempfile.mkdtemp(prefix="glyph-runs-")
-        os.chmod(runs_dir, 0o755)
-    return prot, runs_dir
-
-
 WORLD_WRITABLE = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock", "/dev/mqueue")  # the usual ones (FHS)
-
-
-def _check_seccomp() -> str | None:
-    """None when the no-sockets filter installs and works here (checked in a
-    throwaway child); else why not."""
-    prog = _no_sockets_filter()
-    if prog is None:
-        import platform
-        return f"no filter for the {platform.machine()} architecture"
-    pid = os.fork()
-    if pid == 0:
-        try:
-            _prctl(PR_SET_NO_NEW_PRIVS, 1)
-            _install_seccomp(prog)
-            try:
-                socket.socket(socket.AF_INET, socket.SOCK_STREAM).close()
-                os._exit(3)
-            except PermissionError:
-                a, b = socket.socketpair()
-                os._exit(0)
-        except BaseException:
-            os._exit(4)
-    code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
-    return None if code == 0 else f"the filter did not hold (probe exit {code})"
-
-
-def _check_confined() -> None:
-    """``confined`` needs root (to give each run a uid of its own) and
-    CAP_SYS_CHROOT (to chroot each run into the copied root)."""
-    if os.geteuid() != 0:
-        raise SystemExit("needs root (to give each run a uid of its own)")
-    if not _effective_caps() >> CAP_SYS_CHROOT & 1:
-        raise SystemExit("needs CAP_SYS_CHROOT (to chroot each run into a copy of the Python installation)")
-
-
-def _probe_copy(top: str) -> None:
-    """In a throwaway child, what a worker does: chroot into ``top``, switch
-    to an unprivileged uid, and read the standard library there (a run
-    imports the modules the server did not pre-import). The copy is
-    world-readable, so a Python under root's home serves too."""
-    probe = UID_BASE - 1
-    stdlib = os.path.dirname(os.__file__)
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.chroot(top)
-            os.chdir("/")
-        except BaseException:
-            os._exit(5)
-        try:
-            os.setgroups([])
-            os.setresgid(probe, probe, probe)
-            os.setresuid(probe, probe, probe)
-        except BaseException:
-            os._exit(4)
-        try:
-            ok = os.access(os.path.join(stdlib, "json", "__init__.py"), os.R_OK) and os.listdir(stdlib)
-            os._exit(0 if ok else 3)
-        except BaseException:
-            os._exit(3)
-    code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
-    if code == 5:
-        raise SystemExit("cannot chroot (no CAP_SYS_CHROOT?)")
-    if code == 4:
-        raise SystemExit("cannot switch to an unprivileged uid (no CAP_SETUID?)")
-    if code != 0:
-        raise SystemExit(f"the copied Python standard library at {stdlib} is not readable by other users")
-
-
-def _no_network() -> bool:
-    """True when this network namespace has no interface but the loopback,
-    and the loopback is down (so even 127.0.0.1 is unreachable)."""
-    import fcntl
-    import struct
-    if [name for _, name in socket.if_nameindex()] != ["lo"]:
-        return False
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        flags = struct.unpack("16sH", fcntl.ioctl(s.fileno(), 0x8913, struct.pack("16sH", b"lo", 0)))[1]
-    return not flags & 1  # IFF_UP
-
-
-# ---------------------------------------------------------------- per-run memory cap (cgroups)
-#
-# Upstream contracts: Linux Documentation/admin-guide/cgroup-v2.rst ("memory.max", "memory.swap.max",
-# "memory.oom.group", "memory.events" oom_kill, "cgroup.kill", "cgroup.subtree_control" and the no
-# internal process constraint) and Documentation/admin-guide/cgroup-v1/memory.rst ("memory.limit_in_bytes",
-# "memory.memsw.limit_in_bytes", section "OOM Control": memory.oom_control and its eventfd notification
-# through cgroup.event_control); /proc/self/cgroup and /proc/self/mountinfo: proc(5), cgroups(7).
-
-
-def _unescape_mountinfo(field: str) -> str:
-    """mountinfo writes space, tab, newline and backslash as \\ooo (proc(5))."""
-    import re
-    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
-
-
-def _own_memory_cgroups() -> tuple[list[tuple[int, str]], list[str]]:
-    """Where this process's own cgroup is in the cgroup v2 hierarchy and in
-    the v1 memory hierarchy, as paths in this mount namespace (from
-    /proc/self/cgroup and /proc/self/mountinfo: nothing hard-coded):
-    ``[(version, path)]``, v2 first; and why a hierarchy is not usable."""
-    with open("/proc/self/cgroup") as f:
-        own = f.read().splitlines()
-    with open("/proc/self/mountinfo") as f:
-        mounts = f.read().splitlines()
-    paths: dict[int, str] = {}
-    for line in own:
-        hid, ctrls, path = line.split(":", 2)
-        if hid == "0" and ctrls == "":
-            paths.setdefault(2, path)
-        elif "memory" in ctrls.split(","):
-            paths.setdefault(1, path)
-    found, why = [], []
-    for version in (2, 1):
-        path = paths.get(version)
-        if path is None:
-            continue
-        for line in mounts:
-            left, sep, right = line.partition(" - ")
-            fields, tail = left.split(), right.split()
-            if not sep or len(fields) < 5 or len(tail) < 3:
-                continue
-            if tail[0] != ("cgroup2" if version == 2 else "cgroup"):
-                continue
-            if version == 1 and "memory" not in tail[2].split(","):
-                continue
-            root, point = _unescape_mountinfo(fields[3]), _unescape_mountinfo(fields[4])
-            if root == "/" or path == root or path.startswith(root + "/"):
-                rel = path if root == "/" else path[len(root):]
-                found.append((version, os.path.normpath(point + "/" + rel)))
-                break
-        else:
-            why.append(f"cgroup v{version}: this process's cgroup is not mounted here")
-    return found, why
-
-
-class Cgroups:
-    """The server's own memory cgroup (``glyph-<pid>-<random>``, made at
-    start under this process's cgroup; the server itself stays outside it)
-    and one child per worker, named after the worker's run directory. The
-    server puts each pre-forked worker into its child before the worker
-    does anything, and writes the run's cap when the job comes. Both
-    directories are opened at start (before any chroot): every later access
-    is relative to those fds."""
-
-    def __init__(self, version: int, host: str) -> None:
-        self.version = version
-        self.name = f"glyph-{os.getpid()}-{secrets.token_hex(4)}"
-        self.path = f"{host}/{self.name}"
-        self.children: set[str] = set()
-        if version == 2:
-            with open(f"{host}/cgroup.subtree_control") as f:
-                if "memory" not in f.read().split():
-                    raise OSError(f"the memory controller is not enabled for the children of {host} "
-                                  "(its cgroup.subtree_control)")
-        self.up = os.open(host, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.mkdir(self.name, 0o755, dir_fd=self.up)
-        except OSError:
-            os.close(self.up)
-            raise
-        self.fd = -1
-        try:
-            self.fd = os.open(self.name, os.O_RDONLY | os.O_DIRECTORY, dir_fd=self.up)
-            if version == 2:
-                self._write("cgroup.subtree_control", "+memory")
-            self.add("probe")  # what each run will need: a child, a cap, a process moved into it
-            try:
-                self.cap("probe", 64 << 20)
-                r, w = os.pipe()
-                pid = os.fork()
-                if pid == 0:
-                    os.close(w)
-                    os.read(r, 1)
-                    os._exit(0)
-                os.close(r)
-                try:
-                    self.join("probe", pid)
-                finally:
-                    os.close(w)
-                    os.waitpid(pid, 0)
-            finally:
-                self.remove("probe")
-        except BaseException:
-            self.close()
-            raise
-
-    def _write(self, rel: str, value: object) -> None:
-        fd = os.open(rel, os.O_WRONLY, dir_fd=self.fd)
-        try:
-            os.write(fd, str(value).encode())
-        finally:
-            os.close(fd)
-
-    def _read(self, rel: str) -> str:
-        fd = os.open(rel, os.O_RDONLY, dir_fd=self.fd)
-        try:
-            return os.read(fd, 1 << 16).decode()
-        finally:
-            os.close(fd)
-
-    def add(self, name: str) -> None:
-        os.mkdir(name, 0o755, dir_fd=self.fd)
-        self.children.add(name)
-        if self.version == 2:
-            try:  # at the cap the kernel kills every process of the run, not one of them
-                self._write(f"{name}/memory.oom.group", 1)
-            except FileNotFoundError:  # before Linux 4.19: the server kills the rest
-                pass
-
-    def join(self, name: str, pid: int) -> None:
-        self._write(f"{name}/cgroup.procs", pid)
-
-    def cap(self, name: str, nbytes: int) -> None:
-        """Memory and swap together at most ``nbytes``. OSError (EBUSY) where
-        the cgroup already uses more than that."""
-        if self.version == 2:
-            self._write(f"{name}/memory.max", nbytes)
-            swap = f"{name}/memory.swap.max", 0
-        else:
-            self._write(f"{name}/memory.limit_in_bytes", nbytes)
-            swap = f"{name}/memory.memsw.limit_in_bytes", nbytes  # must not be below the line above
-        try:
-            self._write(*swap)
-        except FileNotFoundError:  # no swap accounting: nothing to bound
-            pass
-
-    def watch(self, name: str) -> int | None:
-        """v1: an eventfd the kernel signals when the cgroup runs out of
-        memory (it OOM-kills one process, not the run; the server then kills
-        the rest). v2 needs none: memory.oom.group kills the run whole."""
-        if self.version != 1 or not hasattr(os, "eventfd"):
-            return None
-        efd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
-        try:
-            ctl = os.open(f"{name}/memory.oom_control", os.O_RDONLY, dir_fd=self.fd)
-            try:
-                self._write(f"{name}/cgroup.event_control", f"{efd} {ctl}")
-            finally:
-                os.close(ctl)
-        except OSError:
-            os.close(efd)
-            return None
-        return efd
-
-    def oom_kills(self, name: str) -> int:
-        """Processes of the cgroup the kernel OOM-killed (``oom_kill`` of
-        memory.events, v2, or memory.oom_control, v1 since Linux 4.13)."""
-        try:
-            text = self._read(f"{name}/memory.events" if self.version == 2 else f"{name}/memory.oom_control")
-        except OSError:
-            return 0
-        for line in text.splitlines():
-            key, _, value = line.partition(" ")
-            if key == "oom_kill":
-                return int(value)
-        return 0
-
-    def kill(self, name: str) -> None:
-        """v2 since Linux 5.14: kill every process of the cgroup at once."""
-        if self.version == 2:
-            try:
-                self._write(f"{name}/cgroup.kill", 1)
-            except OSError:
-                pass
-
-    def remove(self, name: str, tries: int = 200) -> bool:
-        """rmdir, retried while processes killed a moment ago still leave it
-        (EBUSY); False if it could not be removed yet."""
-        for i in range(tries):
-            try:
-                os.rmdir(name, dir_fd=self.fd)
-            except FileNotFoundError:
-                pass
-            except OSError as exc:
-                if exc.errno == errno.EBUSY and i + 1 < tries:
-                    time.sleep(0.005)
-                    continue
-                return False
-            self.children.discard(name)
-            return True
-        return False
-
-    def close(self) -> None:
-        """Remove every child left and the server's own cgroup."""
-        if self.fd >= 0:
-            for name in sorted(self.children):
-                self.remove(name)
-            os.close(self.fd)
-            self.fd = -1
-        try:
-            os.rmdir(self.name, dir_fd=self.up)
-        except OSError:
-            pass
-        os.close(self.up)
-
-
-def _memory_cgroup() -> tuple[Cgroups | None, str]:
-    """The server's own memory cgroup where one can be made here; else
-    None and why not."""
-    try:
-        found, why = _own_memory_cgroups()
-    except (OSError, ValueError) as exc:
-        return None, f"cannot read /proc/self/cgroup or /proc/self/mountinfo: {exc}"
-    for version, host in found:
-        try:
-            return Cgroups(version, host), ""
-        except OSError as exc:
-            why.append(f"cgroup v{version} at {host}: {exc.strerror or exc}")
-    return None, "; ".join(why) or "no cgroup hierarchy with the memory controller"
-
-
-def _gib(n: int) -> str:
-    return f"{n / (1 << 30):g} GiB" if n >= 1 << 30 else f"{n / (1 << 20):g} MiB"
-
-
-def _memory_cap_prot(mode: str, cgroups: Cgroups | None, why: str, opts: dict) -> dict:
-    """``memory_cap``: on with the cgroup that caps each run; off with why,
-    and what bounds a run's memory instead."""
-    defaults = opts.get("defaults") or {}
-    run_cap, mem, nproc = (int(defaults.get(k, 0)) for k in ("run_memory_bytes", "memory_bytes", "nproc"))
-    if cgroups is not None:
-        oom = ("the kernel kills every process of the run (memory.oom.group)" if cgroups.version == 2 else
-               "the kernel kills one of its processes and the server the rest")
-        return _prot(True, f"cgroup v{cgroups.version} memory controller ({cgroups.path}, a child per "
-                     f"run): a run's processes together get Limits.run_memory_bytes ({_gib(run_cap)} by "
-                     f"default), swap included; at the cap {oom}, reported as a memory error", "memory_cap")
-    if mode == "bare":
-        bound = "bare has no process limit: nothing bounds a run's processes together"
-    else:
-        bound = (f"a run is bounded by the address-space limit of each process times the process limit: "
-                 f"{_gib(mem)} x {nproc} = {_gib(mem * nproc)} with the default Limits")
-        if mode == "userns":
-            bound += (" (the process limit bounds the whole sandbox, so that is the bound of all runs "
-                      "together)")
-    return _prot(False, f"no writable cgroup with the memory controller ({why}); {bound}", "memory_cap")
-
-
-_CGROUPS: Cgroups | None = None  # set by isolate(), used by the Server
-
-
-
-# ---------------------------------------------------------------- server loop
 
 
 class ActiveRun:
@@ -1038,25 +149,20 @@ def main() -> None:
             __import__(name)
         except ImportError:
             pass
-    try:
-        prot, runs_dir = isolate(opts)
-    except BaseException:
-        if _CGROUPS is not None:  # the mode could not be had: leave no cgroup behind
-            _CGROUPS.close()
-        raise
+    prot, runs_dir, cgroups = isolation.isolate(opts)
     if os.getpid() != 1:
-        _prctl(PR_SET_CHILD_SUBREAPER, 1)  # orphans of runs come back to us, not to init
+        isolation.prctl(isolation.PR_SET_CHILD_SUBREAPER, 1)  # orphans of runs come back to us, not to init
     sock = socket.socket(fileno=ctl_fd)
     hello = {"ev": "hello", "pid": os.getpid(), "protections": prot}
-    if _CGROUPS is not None:  # the client removes it if we die
-        hello["cgroup"] = _CGROUPS.path
+    if cgroups is not None:  # the client removes it if we die
+        hello["cgroup"] = cgroups.path
     if os.getpid() != 1:  # confined, bare: on the host's /tmp, so the client removes it after killing us
         hello["runs_dir"] = opts.get("chroot") or runs_dir  # confined: the copied root, the runs' inside
     sock.send(wire.dumps(hello))
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     gc.collect()
     gc.freeze()  # forked workers' collections then leave the server's objects (and their pages) alone
-    Server(sock, prot, runs_dir, opts).loop()
+    Server(sock, prot, runs_dir, opts, cgroups).loop()
 
 
 class Server:
@@ -1066,15 +172,15 @@ class Server:
     forked and confined ahead of time, so a request waits for neither the
     fork nor the confinement. It never runs untrusted code."""
 
-    def __init__(self, sock: socket.socket, prot: dict, runs_dir: str, opts: dict) -> None:
+    def __init__(self, sock: socket.socket, prot: dict, runs_dir: str, opts: dict, cgroups) -> None:
         self.sock = sock
         self.mode = opts["mode"]
         self.uid_separation = prot["uid_separation"]["on"]
         self.private_mounts = self.mode in ("namespaces", "userns")  # runs' directories: tmpfs mounts
         self.chroot = opts.get("chroot")  # confined: the copied root each worker chroots into
-        self.cap_last = _cap_last()
+        self.cap_last = isolation.cap_last_cap()
         confined_net = self.mode == "confined" and prot["network_isolation"]["on"]
-        self.seccomp = _no_sockets_filter() if confined_net else None
+        self.seccomp = isolation.no_sockets_filter() if confined_net else None
         self.runs_dir = runs_dir
         self.pool = int(opts["pool"])
         self.run_disk = f"size={int(opts['run_bytes'])},nr_inodes={int(opts['run_inodes'])},mode=700"
@@ -1084,8 +190,8 @@ class Server:
         self.runs: dict[int, ActiveRun] = {}  # by pid
         self.idle: dict[int, IdleWorker] = {}  # by pid, oldest first
         self.seq = 0
-        self.uid_base = UID_BASE + secrets.randbelow(UID_BLOCKS) * UID_SPAN
-        self.cgroups = _CGROUPS  # the per-run memory cap, where a cgroup could be made
+        self.uid_base = isolation.UID_BASE + secrets.randbelow(isolation.UID_BLOCKS) * isolation.UID_SPAN
+        self.cgroups = cgroups  # the per-run memory cap, where a cgroup could be made (cgroups.Cgroups)
         self.cg_of: dict[int, str] = {}  # worker pid -> its cgroup
         self.oom_fd: dict[int, int] = {}  # run pid -> eventfd signalled when it runs out of memory (v1)
         self.oom_of: dict[int, ActiveRun] = {}  # that eventfd -> the run
@@ -1130,12 +236,13 @@ class Server:
 
     def prefork(self) -> IdleWorker:
         self.seq += 1
-        uid = self.uid_base + self.seq % UID_SPAN if self.uid_separation else None
+        uid = self.uid_base + self.seq % isolation.UID_SPAN if self.uid_separation else None
         rundir = f"{self.runs_dir}/run-{self.seq}"
         os.mkdir(rundir, 0o700)
         if self.private_mounts:  # a size-capped filesystem of its own, dropped whole afterwards
             owner = f",uid={uid},gid={uid}" if uid is not None else ""
-            _mount("tmpfs", rundir, "tmpfs", MS_NOSUID | MS_NODEV, self.run_disk + owner)
+            isolation.mount("tmpfs", rundir, "tmpfs", isolation.MS_NOSUID | isolation.MS_NODEV,
+                            self.run_disk + owner)
         elif uid is not None:
             os.chown(rundir, uid, uid)
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -1143,9 +250,9 @@ class Server:
         pid = os.fork()
         if pid == 0:
             try:
-                _await_gate(gate)
-                _idle_worker(theirs.fileno(), uid, rundir, self.mode, self.cap_last, self.seccomp,
-                             self.chroot)
+                confine.await_gate(gate)
+                confine.idle_worker(theirs.fileno(), uid, rundir, self.mode, self.cap_last, self.seccomp,
+                                    self.chroot, worker.main)
             finally:
                 os._exit(120)
         theirs.close()
@@ -1220,7 +327,7 @@ class Server:
             for item in workers:
                 self.sweep(item.uid)
                 self._sweep_files(item.uid)
-            _remove_tree(self.chroot or self.runs_dir)
+            rootfs.remove_tree(self.chroot or self.runs_dir)
         elif self.cgroups is not None:  # the kernel kills the rest only once we are gone: too late to rmdir
             # Killed again on every pass: a fork bomb's child forked after one kill(-1) survives it, and
             # waiting for it alone would last until its own CPU limit ends it (seconds after the client left).
@@ -1350,11 +457,11 @@ class Server:
 
     def _remove_rundir(self, path: str) -> str | None:
         if self.private_mounts:
-            if _libc.umount2(path.encode(), MNT_DETACH) != 0:
+            if isolation.libc.umount2(path.encode(), isolation.MNT_DETACH) != 0:
                 return f"could not unmount {path}: {os.strerror(ctypes.get_errno())}"
             os.rmdir(path)
             return None
-        return _remove_tree(path)
+        return rootfs.remove_tree(path)
 
     def _sweep_files(self, uid: int | None) -> str | None:
         """``confined``: remove what the run's uid left in the host's
@@ -1374,7 +481,7 @@ class Server:
                 except OSError:
                     continue
                 is_dir = entry.is_dir(follow_symlinks=False)
-                error = _remove_tree(entry.path) if is_dir else _unlink(entry.path)
+                error = rootfs.remove_tree(entry.path) if is_dir else rootfs.unlink(entry.path)
                 if error:
                     errors.append(error)
         return "; ".join(errors) or None
@@ -1470,170 +577,6 @@ class Server:
                 found.add(pid)
             todo.extend(children.get(pid, ()))
         return sorted(found)
-
-
-def _unlink(path: str) -> str | None:
-    try:
-        os.unlink(path)
-        return None
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        return f"could not remove {path}: {exc.strerror}"
-
-
-def _remove_tree(path: str) -> str | None:
-    try:
-        shutil.rmtree(path)
-        return None
-    except (OSError, RecursionError):
-        subprocess.run(["rm", "-rf", "--", path], stdin=subprocess.DEVNULL,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        return None if not os.path.lexists(path) else f"could not remove {path}"
-
-
-# ---------------------------------------------------------------- worker
-
-
-def _private_run_view(rundir: str) -> None:
-    """``userns``: runs share a uid, so each gets a mount namespace of its
-    own in which the runs' directory is a fresh read-only tmpfs holding
-    only this run's directory (the same tmpfs, bound from an fd opened
-    before it was covered)."""
-    parent = os.path.dirname(rundir)
-    _unshare(CLONE_NEWNS)
-    fd = os.open(rundir, os.O_PATH | os.O_DIRECTORY)  # after unshare: a bind source must be in this namespace
-    _mount("tmpfs", parent, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=16k,nr_inodes=16,mode=755")
-    os.mkdir(rundir, 0o700)
-    _mount(f"/proc/self/fd/{fd}", rundir, None, MS_BIND)
-    os.close(fd)
-    _mount(None, parent, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
-
-
-def _own_pid_namespace() -> None:
-    """``userns``: runs share a uid, so each gets a pid namespace of its own
-    (it can signal no process of another run; ``kill(-1)`` reaches only its
-    own). Forks once more: returns in the child, pid 1 of the new namespace
-    with its own /proc, which goes on to run the job. This process stays
-    outside as its reaper: it never runs untrusted code, is invisible from
-    inside, waits for the child and exits as the child did (so the server's
-    ``wait4`` sees the run's status and rusage). When the child exits the
-    kernel kills everything left in its namespace; if this process is
-    killed, the child gets SIGKILL (parent-death signal) and so does the
-    namespace."""
-    _unshare(CLONE_NEWPID)
-    alive_r, alive_w = os.pipe()
-    child = os.fork()
-    if child == 0:
-        os.close(alive_w)
-        _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-        if select.select([alive_r], [], [], 0)[0]:  # EOF: the reaper died before the line above
-            os._exit(0)
-        os.close(alive_r)
-        os.setsid()  # a process group of its own: kill(0) must not reach the reaper
-        _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "hidepid=2")
-        return
-    os.close(alive_r)
-    os.closerange(0, alive_w)
-    os.closerange(alive_w + 1, 1 << 16)
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    _prctl(PR_SET_DUMPABLE, 0)
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, signal.SIG_IGN)
-    _, status = os.waitpid(child, 0)
-    if os.WIFEXITED(status):
-        os._exit(os.WEXITSTATUS(status))
-    sig = os.WTERMSIG(status)
-    try:
-        signal.signal(sig, signal.SIG_DFL)
-    except (OSError, ValueError):  # SIGKILL, SIGSTOP: always default
-        pass
-    os.kill(os.getpid(), sig)
-    os._exit(128 + sig)
-
-
-def _await_gate(gate: tuple[int, int] | None) -> None:
-    """A new worker, before anything else: wait until the server has put it
-    in its run's cgroup (so whatever it forks is in there too)."""
-    if gate is not None:
-        os.close(gate[1])
-        os.read(gate[0], 1)  # EOF once the server is done
-        os.close(gate[0])
-
-
-def _idle_worker(job_fd: int, uid: int | None, rundir: str, mode: str, cap_last: int,
-                 seccomp: list | None, chroot: str | None = None) -> None:
-    """Confine this fresh fork, then wait for a job: the request and its fds."""
-    os.setsid()
-    job_fd = _dup_high(job_fd)
-    os.closerange(0, job_fd)
-    os.closerange(job_fd + 1, 1 << 16)
-    devnull = os.open("/dev/null", os.O_RDONLY)  # before the chroot: its /dev may lack null
-    if chroot is not None:  # confined: into the copied root, while CAP_SYS_CHROOT is held
-        os.chroot(chroot)
-        os.chdir("/")
-        rundir = rundir[len(chroot):]
-    if mode in ("namespaces", "userns"):
-        _unshare(CLONE_NEWIPC)  # SysV IPC objects: none shared between runs, none left after one
-    if mode == "userns":
-        _private_run_view(rundir)
-        _own_pid_namespace()
-    if mode != "bare":  # bare keeps what the caller has: it isolates nothing, by request
-        _drop_bounding_set(cap_last)
-    if uid is not None:
-        os.setgroups([])
-        os.setresgid(uid, uid, uid)
-        os.setresuid(uid, uid, uid)
-    _prctl(PR_SET_NO_NEW_PRIVS, 1)
-    if mode != "bare":
-        _drop_capabilities()
-    if seccomp is not None:
-        _install_seccomp(seccomp)
-    _prctl(PR_SET_DUMPABLE, 0)
-    os.chdir(rundir)
-    os.umask(0o077)
-    os.environ.clear()
-    os.environ.update({"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": rundir, "TMPDIR": rundir,
-                       "LANG": "C.UTF-8"})
-    for sig in (signal.SIGCHLD, signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, signal.SIG_DFL)
-    sys.argv = ["solution"]
-    job = socket.socket(fileno=job_fd)
-    msg, fds, _flags, _addr = socket.recv_fds(job, 1 << 16, 8)
-    if not msg or len(fds) != 6:
-        os._exit(0)
-    job.close()
-    limits = json.loads(msg)["limits"]
-    payload_fd, result_w, out_w, err_w, ctl, req_r = fds
-    os.close(ctl)
-    high = [_dup_high(fd) for fd in (devnull, out_w, err_w, result_w, req_r, payload_fd)]
-    for target, fd in enumerate(high):
-        os.dup2(fd, target)
-    os.closerange(len(high), 1 << 16)
-    mem = int(limits["memory_bytes"])
-    cpu = int(limits["cpu_s"])
-    # userns: this process is pid 1 of its namespace and so ignores SIGXCPU (signals without a
-    # handler do not reach a namespace's init); the hard limit's SIGKILL does, at the limit itself.
-    cpu_hard = cpu if mode == "userns" else cpu + 1
-    for res, value in (
-        (resource.RLIMIT_AS, (mem, mem)),
-        (resource.RLIMIT_CPU, (cpu, cpu_hard)),
-        (resource.RLIMIT_FSIZE, (int(limits["fsize_bytes"]),) * 2),
-        (resource.RLIMIT_NOFILE, (int(limits["nofile"]),) * 2),
-        (resource.RLIMIT_CORE, (0, 0)),
-    ):
-        resource.setrlimit(res, value)
-    if uid is not None:  # without a uid of its own, this would count the caller's processes
-        resource.setrlimit(resource.RLIMIT_NPROC, (int(limits["nproc"]),) * 2)
-    elif mode == "userns":  # the uid is the sandbox's own: bound the sandbox as a whole
-        nproc = int(json.loads(msg)["procs"]) + int(limits["nproc"])
-        resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
-    worker.main(payload_fd=5, result_fd=3, request_fd=4)
-
-
-def _dup_high(fd: int) -> int:
-    import fcntl
-    return fcntl.fcntl(fd, fcntl.F_DUPFD, 100)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,175 @@
+"""A pre-forked worker's confinement: what a fresh fork of the server does to
+itself before it may take a job, and how it takes one.
+
+``idle_worker`` applies, in this order, everything the server's mode gives a
+run: a new session with only the job socket open; then, each where the mode
+has it, the copied root, private IPC, mount and pid namespaces, an empty
+bounding set and the run's own uid; no_new_privs; no capabilities and the
+seccomp filter, where the mode has them; not dumpable, its own directory as
+cwd, umask 077, a minimal environment. Then it waits for its job, sets the
+job's fds and rlimits and runs it. A step that fails raises, and the worker
+dies before any untrusted code has run: a run never starts with less than
+its mode promises. Stdlib only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import select
+import signal
+import socket
+import sys
+
+if __package__:  # imported as glyph.sandbox.runtime.confine
+    from . import isolation
+else:  # a sibling of server.py, which is started as a script
+    import isolation
+
+
+def _private_run_view(rundir: str) -> None:
+    """``userns``: runs share a uid, so each gets a mount namespace of its
+    own in which the runs' directory is a fresh read-only tmpfs holding
+    only this run's directory (the same tmpfs, bound from an fd opened
+    before it was covered)."""
+    parent = os.path.dirname(rundir)
+    isolation.unshare(isolation.CLONE_NEWNS)
+    fd = os.open(rundir, os.O_PATH | os.O_DIRECTORY)  # after unshare: a bind source must be in this namespace
+    locked = isolation.MS_NOSUID | isolation.MS_NODEV | isolation.MS_NOEXEC
+    isolation.mount("tmpfs", parent, "tmpfs", locked, "size=16k,nr_inodes=16,mode=755")
+    os.mkdir(rundir, 0o700)
+    isolation.mount(f"/proc/self/fd/{fd}", rundir, None, isolation.MS_BIND)
+    os.close(fd)
+    isolation.mount(None, parent, None,
+                    isolation.MS_BIND | isolation.MS_REMOUNT | isolation.MS_RDONLY | locked)
+
+
+def _own_pid_namespace() -> None:
+    """``userns``: runs share a uid, so each gets a pid namespace of its own
+    (it can signal no process of another run; ``kill(-1)`` reaches only its
+    own). Forks once more: returns in the child, pid 1 of the new namespace
+    with its own /proc, which goes on to run the job. This process stays
+    outside as its reaper: it never runs untrusted code, is invisible from
+    inside, waits for the child and exits as the child did (so the server's
+    ``wait4`` sees the run's status and rusage). When the child exits the
+    kernel kills everything left in its namespace; if this process is
+    killed, the child gets SIGKILL (parent-death signal) and so does the
+    namespace."""
+    isolation.unshare(isolation.CLONE_NEWPID)
+    alive_r, alive_w = os.pipe()
+    child = os.fork()
+    if child == 0:
+        os.close(alive_w)
+        isolation.prctl(isolation.PR_SET_PDEATHSIG, signal.SIGKILL)
+        if select.select([alive_r], [], [], 0)[0]:  # EOF: the reaper died before the line above
+            os._exit(0)
+        os.close(alive_r)
+        os.setsid()  # a process group of its own: kill(0) must not reach the reaper
+        locked = isolation.MS_NOSUID | isolation.MS_NODEV | isolation.MS_NOEXEC
+        isolation.mount("proc", "/proc", "proc", locked, "hidepid=2")
+        return
+    os.close(alive_r)
+    os.closerange(0, alive_w)
+    os.closerange(alive_w + 1, 1 << 16)
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    isolation.prctl(isolation.PR_SET_DUMPABLE, 0)
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
+    _, status = os.waitpid(child, 0)
+    if os.WIFEXITED(status):
+        os._exit(os.WEXITSTATUS(status))
+    sig = os.WTERMSIG(status)
+    try:
+        signal.signal(sig, signal.SIG_DFL)
+    except (OSError, ValueError):  # SIGKILL, SIGSTOP: always default
+        pass
+    os.kill(os.getpid(), sig)
+    os._exit(128 + sig)
+
+
+def await_gate(gate: tuple[int, int] | None) -> None:
+    """A new worker, before anything else: wait until the server has put it
+    in its run's cgroup (so whatever it forks is in there too)."""
+    if gate is not None:
+        os.close(gate[1])
+        os.read(gate[0], 1)  # EOF once the server is done
+        os.close(gate[0])
+
+
+def idle_worker(job_fd: int, uid: int | None, rundir: str, mode: str, cap_last: int,
+                seccomp: list | None, chroot: str | None, run) -> None:
+    """Confine this fresh fork, then wait for a job (the request and its
+    fds) and ``run`` it (``worker.main``): payload on fd 5, results to fd 3,
+    requests from fd 4, stdout and stderr on 1 and 2."""
+    os.setsid()
+    job_fd = _dup_high(job_fd)
+    os.closerange(0, job_fd)
+    os.closerange(job_fd + 1, 1 << 16)
+    devnull = os.open("/dev/null", os.O_RDONLY)  # before the chroot: its /dev may lack null
+    if chroot is not None:  # confined: into the copied root, while CAP_SYS_CHROOT is held
+        os.chroot(chroot)
+        os.chdir("/")
+        rundir = rundir[len(chroot):]
+    if mode in ("namespaces", "userns"):
+        # SysV IPC objects: none shared between runs, none left after one
+        isolation.unshare(isolation.CLONE_NEWIPC)
+    if mode == "userns":
+        _private_run_view(rundir)
+        _own_pid_namespace()
+    if mode != "bare":  # bare keeps what the caller has: it isolates nothing, by request
+        isolation.drop_bounding_set(cap_last)
+    if uid is not None:
+        os.setgroups([])
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)
+    isolation.prctl(isolation.PR_SET_NO_NEW_PRIVS, 1)
+    if mode != "bare":
+        isolation.drop_capabilities()
+    if seccomp is not None:
+        isolation.install_seccomp(seccomp)
+    isolation.prctl(isolation.PR_SET_DUMPABLE, 0)
+    os.chdir(rundir)
+    os.umask(0o077)
+    os.environ.clear()
+    os.environ.update({"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": rundir, "TMPDIR": rundir,
+                       "LANG": "C.UTF-8"})
+    for sig in (signal.SIGCHLD, signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_DFL)
+    sys.argv = ["solution"]
+    job = socket.socket(fileno=job_fd)
+    msg, fds, _flags, _addr = socket.recv_fds(job, 1 << 16, 8)
+    if not msg or len(fds) != 6:
+        os._exit(0)
+    job.close()
+    limits = json.loads(msg)["limits"]
+    payload_fd, result_w, out_w, err_w, ctl, req_r = fds
+    os.close(ctl)
+    high = [_dup_high(fd) for fd in (devnull, out_w, err_w, result_w, req_r, payload_fd)]
+    for target, fd in enumerate(high):
+        os.dup2(fd, target)
+    os.closerange(len(high), 1 << 16)
+    mem = int(limits["memory_bytes"])
+    cpu = int(limits["cpu_s"])
+    # userns: this process is pid 1 of its namespace and so ignores SIGXCPU (signals without a
+    # handler do not reach a namespace's init); the hard limit's SIGKILL does, at the limit itself.
+    cpu_hard = cpu if mode == "userns" else cpu + 1
+    for res, value in (
+        (resource.RLIMIT_AS, (mem, mem)),
+        (resource.RLIMIT_CPU, (cpu, cpu_hard)),
+        (resource.RLIMIT_FSIZE, (int(limits["fsize_bytes"]),) * 2),
+        (resource.RLIMIT_NOFILE, (int(limits["nofile"]),) * 2),
+        (resource.RLIMIT_CORE, (0, 0)),
+    ):
+        resource.setrlimit(res, value)
+    if uid is not None:  # without a uid of its own, this would count the caller's processes
+        resource.setrlimit(resource.RLIMIT_NPROC, (int(limits["nproc"]),) * 2)
+    elif mode == "userns":  # the uid is the sandbox's own: bound the sandbox as a whole
+        nproc = int(json.loads(msg)["procs"]) + int(limits["nproc"])
+        resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
+    run(payload_fd=5, result_fd=3, request_fd=4)
+
+
+def _dup_high(fd: int) -> int:
+    import fcntl
+    return fcntl.fcntl(fd, fcntl.F_DUPFD, 100)

@@ -1,0 +1,412 @@
+"""Isolation: the protections of a mode, and the kernel primitives they are made of.
+
+``isolate`` runs once, at the server's start: it applies to the server
+everything its mode promises (what each mode protects and does not:
+``server``) or raises ``SystemExit`` naming what is missing, so a mode never
+starts with less. It reports every protection on or off, with how (or why
+not) and what off means (``IF_OFF``; the names are a stable contract:
+rollouts record them). The primitives (prctl, capabilities, seccomp,
+unshare, mount) raise ``OSError`` when the kernel refuses: a caller never
+goes on with less than it asked for. Stdlib only.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import socket
+import sys
+
+if __package__:  # imported as glyph.sandbox.runtime.isolation
+    from . import cgroups, rootfs
+else:  # a sibling of server.py, which is started as a script
+    import cgroups
+    import rootfs
+
+UID_BASE = 1_610_612_736  # 0x60000000: far above any uid a system hands out
+UID_SPAN = 65536  # uids one server cycles through
+UID_BLOCKS = 32768  # each server picks a random block (uids stay below 0xE0000000), so servers alive at once rarely share a uid
+
+MODES = ("namespaces", "userns", "confined", "bare")
+
+PR_SET_PDEATHSIG = 1
+PR_SET_DUMPABLE = 4
+PR_CAPBSET_DROP = 24
+PR_SET_SECUREBITS = 28
+PR_SET_CHILD_SUBREAPER = 36
+PR_SET_NO_NEW_PRIVS = 38
+PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
+# linux/securebits.h: SECBIT_NOROOT and SECBIT_NO_CAP_AMBIENT_RAISE set, SECBIT_NO_SETUID_FIXUP and
+# SECBIT_KEEP_CAPS left off, all four locked: uid 0 of a user namespace gains no capability by exec.
+SECURE_NOROOT_ALL = 0x01 | 0x02 | 0x08 | 0x20 | 0x40 | 0x80
+CAP_SETPCAP = 8
+CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWPID = 0x00020000, 0x08000000, 0x20000000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
+MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
+MNT_DETACH = 2
+CAP_SYS_CHROOT = 18
+
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mount.argtypes = (ctypes.c_char_p,) * 3 + (ctypes.c_ulong, ctypes.c_char_p)
+libc.umount2.argtypes = (ctypes.c_char_p, ctypes.c_int)
+
+# What each protection means, and what it means when it is off (``glyph sandbox info``; the
+# names are a stable contract: rollouts record them).
+IF_OFF = {
+    "uid_separation": "runs share one uid: where no other protection covers it, a run can signal or read "
+                      "the processes and files of a concurrent run",
+    "mount_isolation": "the run sees the host's files: every file its uid can read (the workspace, the "
+                       "benchmark data, a rollout's secret) and every directory its uid can write",
+    "network_isolation": "the run can open connections: to the internet and to services on the host's "
+                         "loopback, the test service included",
+    "pid_namespace": "the run sees the host's processes and their command lines, and can signal those of "
+                     "its own uid",
+    "rlimits": "no bound on the run's memory, CPU time, processes, file size or open files",
+    "wall_clock": "a run that sleeps holds its grading forever",
+    "sweep": "processes a run leaves behind keep running after it is graded",
+    "no_capabilities": "the run holds capabilities: it could undo the other protections",
+    "minimal_environment": "the run inherits the caller's environment (API keys included)",
+    "memory_cap": "a run's processes together have no memory cap: each process is bounded by its "
+                  "address space limit only, so a run can take that times the process limit and push the "
+                  "machine (the server and concurrent runs included) out of memory",
+}
+
+
+def _prot(on: bool, how: str, name: str) -> dict:
+    return {"on": bool(on), "how": how, "if_off": IF_OFF[name]}
+
+
+def prctl(option: int, arg: int, arg2: int = 0) -> None:
+    if libc.prctl(option, ctypes.c_ulong(arg), ctypes.c_ulong(arg2), 0, 0) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"prctl({option}): {os.strerror(err)}")
+
+
+def unshare(flags: int) -> None:
+    if libc.unshare(flags) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"unshare({flags:#x}): {os.strerror(err)}")
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
+                ("inheritable", ctypes.c_uint32)]
+
+
+# seccomp (linux/seccomp.h, linux/filter.h, linux/audit.h): for ``confined``, which has no network
+# namespace. Per architecture: (AUDIT_ARCH, __NR_socket, __NR_io_uring_setup, x32 syscall bit).
+_SECCOMP_ARCHES = {"x86_64": (0xC000003E, 41, 425, 0x40000000), "aarch64": (0xC00000B7, 198, 425, 0)}
+PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
+SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO = 0x7FFF0000, 0x00050000
+
+
+class _SockFilter(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8),
+                ("k", ctypes.c_uint32)]
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_uint16), ("filter", ctypes.POINTER(_SockFilter))]
+
+
+def no_sockets_filter() -> list[tuple[int, int, int, int]] | None:
+    """A seccomp program that fails ``socket()`` (every family; ``socketpair``
+    stays) and ``io_uring_setup`` (io_uring can open sockets past seccomp)
+    with EACCES, and every syscall of a foreign ABI (i386 ``int 0x80``, x32)
+    likewise; None on an architecture it does not know."""
+    import platform
+    arch = _SECCOMP_ARCHES.get(platform.machine())
+    if arch is None:
+        return None
+    audit_arch, nr_socket, nr_io_uring_setup, x32 = arch
+    ld, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06  # BPF_LD|W|ABS, BPF_JMP|JEQ|K, BPF_JMP|JGE|K, BPF_RET|K
+    deny = SECCOMP_RET_ERRNO | 13  # EACCES
+    prog = [
+        (ld, 0, 0, 4),                      # 0: arch
+        (jeq, 0, 5, audit_arch),            # 1: foreign ABI -> 7 (deny)
+        (ld, 0, 0, 0),                      # 2: syscall number
+        (jge, 4, 0, x32) if x32 else (jeq, 0, 0, 0),  # 3: x32 -> 7 (deny)
+        (jeq, 3, 0, nr_socket),             # 4: socket -> 8 (deny)
+        (jeq, 2, 0, nr_io_uring_setup),     # 5: io_uring_setup -> 8 (deny)
+        (ret, 0, 0, SECCOMP_RET_ALLOW),     # 6
+        (ret, 0, 0, deny),                  # 7
+        (ret, 0, 0, deny),                  # 8
+    ]
+    return prog
+
+
+def install_seccomp(prog: list[tuple[int, int, int, int]]) -> None:
+    """Needs no_new_privs (set before)."""
+    filters = (_SockFilter * len(prog))(*[_SockFilter(*i) for i in prog])
+    fprog = _SockFprog(len(prog), filters)
+    if libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"seccomp: {os.strerror(err)}")
+
+
+def cap_last_cap() -> int:
+    with open("/proc/sys/kernel/cap_last_cap") as f:
+        return int(f.read())
+
+
+def _effective_caps() -> int:
+    """This thread's effective capability set, from capget(2) (not
+    /proc/self/status: a ``confined`` worker has no /proc after its chroot)."""
+    header = _CapHeader(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3: two 32-bit words
+    data = (_CapData * 2)()
+    if libc.capget(ctypes.byref(header), data) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"capget: {os.strerror(err)}")
+    return data[0].effective | data[1].effective << 32
+
+
+def drop_bounding_set(cap_last: int) -> None:
+    """Where this process may (CAP_SETPCAP: root, of the host or of a user
+    namespace): empty the bounding set and lock SECBIT_NOROOT, so that no
+    later exec, even by uid 0 of a user namespace, gains a capability.
+    Called before any uid switch (which would take CAP_SETPCAP away)."""
+    if _effective_caps() >> CAP_SETPCAP & 1:
+        for cap in range(cap_last + 1):
+            prctl(PR_CAPBSET_DROP, cap)
+        prctl(PR_SET_SECUREBITS, SECURE_NOROOT_ALL)
+
+
+def drop_capabilities() -> None:
+    """Clear the ambient, effective, permitted and inheritable sets; check
+    that none is left."""
+    libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)  # EINVAL before Linux 4.3: none to clear
+    header = _CapHeader(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3: two 32-bit words
+    data = (_CapData * 2)()
+    if libc.capset(ctypes.byref(header), data) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"capset: {os.strerror(err)}")
+    if _effective_caps():
+        raise OSError("capabilities still held after dropping them")
+
+
+def mount(source, target, fstype, flags, data=None) -> None:
+    enc = lambda s: s.encode() if isinstance(s, str) else s  # noqa: E731
+    if libc.mount(enc(source), enc(target), enc(fstype), flags, enc(data)) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"mount {target}: {os.strerror(err)}")
+
+
+def _bind_ro(src: str, dst: str) -> None:
+    mount(src, dst, None, MS_BIND | MS_REC)
+    nodev = 0 if src.startswith("/dev/") else MS_NODEV
+    mount(None, dst, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | nodev)
+
+
+def _build_root(opts: dict) -> str:
+    """A minimal read-only filesystem view: the system's /usr (and the
+    merged-/usr links), the Python installation, a few devices, a private
+    /proc and a private /tmp that holds the runs' directories (each its own
+    tmpfs, mounted by the server). Nothing else of the host is visible: not
+    the project, not the data, not the caller's home."""
+    mount(None, "/", None, MS_REC | MS_PRIVATE)
+    base = "/tmp"
+    mount("tmpfs", base, "tmpfs", MS_NOSUID, "size=16m,mode=755")
+    root = base + "/root"
+    os.mkdir(root, 0o755)
+    mount(root, root, None, MS_BIND)
+    binds: list[tuple[str, str]] = []
+    for top in ("/usr", "/bin", "/lib", "/lib32", "/lib64", "/libx32", "/sbin"):
+        if os.path.islink(top):
+            os.symlink(os.readlink(top), root + top)
+        elif os.path.isdir(top):
+            os.mkdir(root + top, 0o755)
+            binds.append((top, root + top))
+    for prefix in {os.path.realpath(sys.base_prefix), os.path.realpath(sys.prefix)}:
+        if not any(prefix == t or prefix.startswith(t + "/") for t, _ in binds):
+            os.makedirs(root + prefix, 0o755, exist_ok=True)
+            binds.append((prefix, root + prefix))
+    os.makedirs(root + "/etc", 0o755)
+    for name in ("/etc/ld.so.cache", "/etc/localtime"):
+        if os.path.isfile(name):
+            open(root + name, "w").close()
+            binds.append((name, root + name))
+    os.mkdir(root + "/dev", 0o755)
+    for dev in ("null", "zero", "full", "random", "urandom"):
+        if os.path.exists("/dev/" + dev):
+            open(root + "/dev/" + dev, "w").close()
+            binds.append(("/dev/" + dev, root + "/dev/" + dev))
+    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
+                         ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")):
+        os.symlink(target, root + "/dev/" + name)
+    os.mkdir(root + "/dev/shm", 0o755)
+    os.mkdir(root + "/proc", 0o555)
+    os.mkdir(root + "/tmp", 0o755)
+    for src, dst in binds:
+        _bind_ro(src, dst)
+    mount("proc", root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "hidepid=2")
+    mount("tmpfs", root + "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=755")
+    mount(None, root, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID)
+    os.chroot(root)
+    os.chdir("/")
+    return "/tmp"
+
+
+def isolate(opts: dict) -> tuple[dict, str, cgroups.Cgroups | None]:
+    """Apply every protection of ``opts["mode"]``; return (protections, runs
+    directory, the server's memory cgroup where one could be made). Raises
+    ``SystemExit`` naming what is missing when the mode cannot be had here:
+    a mode never starts with less than it promises, and leaves no cgroup
+    behind. Each protection is reported on or off, with how (or why not)
+    and what off means, for ``glyph sandbox info`` and the rollouts'
+    records."""
+    mode = opts["mode"]
+    if mode not in MODES:
+        raise SystemExit(f"unknown sandbox mode {mode!r}")
+    memory, no_cgroup = cgroups.memory_cgroup()  # before any chroot: later it is reached through its fds
+    try:
+        prot, runs_dir = _apply(opts, memory, no_cgroup)
+    except BaseException:
+        if memory is not None:  # the mode could not be had: leave no cgroup behind
+            memory.close()
+        raise
+    return prot, runs_dir, memory
+
+
+def _apply(opts: dict, memory: cgroups.Cgroups | None, no_cgroup: str) -> tuple[dict, str]:
+    """``isolate``'s work once the mode is known and the memory cgroup made
+    (``memory``; where it could not be, ``no_cgroup`` says why)."""
+    mode = opts["mode"]
+    prot: dict[str, dict] = {}
+    namespaced = mode in ("namespaces", "userns")
+    runs_dir = None
+    if namespaced:
+        if os.getpid() != 1:
+            raise SystemExit("not pid 1 of a new pid namespace")
+        if not _no_network():
+            raise SystemExit("the network namespace has interfaces up")
+        if os.geteuid() != 0:
+            raise SystemExit("not root in the namespace")
+        try:
+            runs_dir = _build_root(opts)
+        except OSError as exc:
+            raise SystemExit(f"could not build the private root: {exc}") from None
+    seccomp = copy = None
+    if mode == "confined":
+        _check_confined()
+        try:
+            top, runs_dir, copy = rootfs.build_copy()
+        except OSError as exc:
+            raise SystemExit(f"could not build the copied root: {exc}") from None
+        try:
+            rootfs.probe_copy(top, UID_BASE - 1)
+        except BaseException:
+            rootfs.remove_tree(top)
+            raise
+        opts["chroot"] = top
+        seccomp = _check_seccomp()
+    user = "" if mode == "namespaces" else " of a user namespace (`unshare --user --map-root-user`)"
+    prot["uid_separation"] = _prot(
+        mode in ("namespaces", "confined"),
+        "each run has its own uid: it cannot signal, trace or read the server or another run"
+        if mode in ("namespaces", "confined") else
+        "one uid is mapped in the user namespace, so runs share the server's uid; compensated: no "
+        "capabilities, and per run a mount namespace showing only its own run directory, a pid namespace "
+        "with its own /proc and an IPC namespace; not compensated: the process limit is shared, and runs "
+        "share the (offline) network namespace"
+        if mode == "userns" else "runs keep the caller's uid", "uid_separation")
+    prot["mount_isolation"] = _prot(
+        namespaced or mode == "confined",
+        f"root{user} in a private mount namespace; chroot into a read-only view of /usr and the Python "
+        "installation; each run's cwd is a size-capped tmpfs of its own, the only place it can write; "
+        "/proc with hidepid=2" if namespaced else
+        "no mount namespace without CAP_SYS_ADMIN; chroot into a copy of the Python installation (the "
+        "interpreter, its shared libraries and standard library; no /usr, no shell), built at server start; "
+        "no /proc; each run's cwd is a directory of its own, the only place it can write (its files bounded "
+        "by the file size limit, not by a filesystem of its own)"
+        + (f"; missing devices (no mknod): {', '.join('/dev/' + d for d in copy['missing_devices'])}"
+           if copy["missing_devices"] else "")
+        if mode == "confined" else "the run sees and writes what the caller can", "mount_isolation")
+    prot["network_isolation"] = _prot(
+        namespaced or (mode == "confined" and seccomp is None),
+        "unshare --net: no interface but a downed loopback" if namespaced else
+        "no network namespace (needs CAP_SYS_ADMIN); a seccomp filter fails socket() for every family "
+        "(socketpair stays), and io_uring"
+        if mode == "confined" and seccomp is None else
+        f"no network namespace, and no seccomp filter: {seccomp}" if mode == "confined" else
+        "the host's network", "network_isolation")
+    prot["pid_namespace"] = _prot(
+        namespaced, "unshare --pid: the run sees no process of the host; the server is its pid 1"
+        if namespaced else
+        "the host's pid namespace; no /proc in the chroot: the run cannot list processes or read their "
+        "command lines, and signals only its own uid's" if mode == "confined" else "the host's pid namespace",
+        "pid_namespace")
+    prot["rlimits"] = _prot(
+        True, "address space, CPU time, file size, open files per process; processes per run"
+        if mode in ("namespaces", "confined") else
+        "address space, CPU time, file size, open files per process; processes: one bound for the "
+        "whole sandbox (runs share a uid)" if mode == "userns" else
+        "address space, CPU time, file size, open files per process; no process limit (it would count "
+        "the caller's own processes)", "rlimits")
+    prot["wall_clock"] = _prot(True, "the server kills the run at its deadline", "wall_clock")
+    prot["sweep"] = _prot(
+        True, "after each run the server kills every orphan re-parented to it (pid 1 or child "
+        "subreaper)" + (", every process of the run's uid" if mode in ("namespaces", "confined") else "")
+        + (", and removes what the run's uid left in /tmp, /var/tmp, /dev/shm and /run/lock"
+           if mode == "confined" else ""), "sweep")
+    bare_caps = mode == "bare" and _effective_caps() != 0
+    prot["no_capabilities"] = _prot(
+        not bare_caps, "the run keeps the caller's capabilities (bare)" if bare_caps else
+        "effective, permitted, inheritable and ambient sets emptied, no_new_privs; where the server is root "
+        "(of the host or of its user namespace), the bounding set emptied and SECBIT_NOROOT locked too: no "
+        "exec gains a capability", "no_capabilities")
+    prot["minimal_environment"] = _prot(True, "PATH, HOME, TMPDIR and LANG only", "minimal_environment")
+    prot["memory_cap"] = _prot(*cgroups.memory_cap(mode, memory, no_cgroup, opts), "memory_cap")
+    if runs_dir is None:
+        import tempfile
+        runs_dir = tempfile.mkdtemp(prefix="glyph-runs-")
+        os.chmod(runs_dir, 0o755)
+    return prot, runs_dir
+
+
+def _check_seccomp() -> str | None:
+    """None when the no-sockets filter installs and works here (checked in a
+    throwaway child); else why not."""
+    prog = no_sockets_filter()
+    if prog is None:
+        import platform
+        return f"no filter for the {platform.machine()} architecture"
+    pid = os.fork()
+    if pid == 0:
+        try:
+            prctl(PR_SET_NO_NEW_PRIVS, 1)
+            install_seccomp(prog)
+            try:
+                socket.socket(socket.AF_INET, socket.SOCK_STREAM).close()
+                os._exit(3)
+            except PermissionError:
+                a, b = socket.socketpair()
+                os._exit(0)
+        except BaseException:
+            os._exit(4)
+    code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    return None if code == 0 else f"the filter did not hold (probe exit {code})"
+
+
+def _check_confined() -> None:
+    """``confined`` needs root (to give each run a uid of its own) and
+    CAP_SYS_CHROOT (to chroot each run into the copied root)."""
+    if os.geteuid() != 0:
+        raise SystemExit("needs root (to give each run a uid of its own)")
+    if not _effective_caps() >> CAP_SYS_CHROOT & 1:
+        raise SystemExit("needs CAP_SYS_CHROOT (to chroot each run into a copy of the Python installation)")
+
+
+def _no_network() -> bool:
+    """True when this network namespace has no interface but the loopback,
+    and the loopback is down (so even 127.0.0.1 is unreachable)."""
+    import fcntl
+    import struct
+    if [name for _, name in socket.if_nameindex()] != ["lo"]:
+        return False
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        flags = struct.unpack("16sH", fcntl.ioctl(s.fileno(), 0x8913, struct.pack("16sH", b"lo", 0)))[1]
+    return not flags & 1  # IFF_UP
