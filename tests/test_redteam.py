@@ -20,8 +20,8 @@ os.environ["GLYPH_REDTEAM_SECRET"] = SECRET  # before any sandbox starts: it mus
 LIMITS = Limits(cpu_s=2, wall_s=4)
 WATCHED_DIRS = [Path("/tmp"), Path("/var/tmp"), Path("/dev/shm"), Path.home(), Path.cwd(),
                 Path(glyph.__file__).parent]
-TRUSTED_FILES = [Path(glyph.__file__).parent / "grading.py", Path(glyph.__file__).parent / "sandbox" / "runtime" / "server.py",
-                 Path(os.__file__)]
+TRUSTED_FILES = [Path(glyph.__file__).parent / "grading.py",
+                 *sorted((Path(glyph.__file__).parent / "sandbox").rglob("*.py")), Path(os.__file__)]
 
 
 def snapshot():

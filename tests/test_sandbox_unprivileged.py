@@ -65,8 +65,8 @@ def descendants(root):
     return found
 
 WATCHED = ["/tmp", "/var/tmp", "/dev/shm", "/run/lock", here]
-TRUSTED = [os.path.join(here, "glyph", "grading.py"),
-           os.path.join(here, "glyph", "sandbox", "runtime", "server.py")]
+TRUSTED = [os.path.join(here, "glyph", "grading.py")] + sorted(
+    os.path.join(d, f) for d, _, fs in os.walk(os.path.join(here, "glyph", "sandbox")) for f in fs if f.endswith(".py"))
 
 def snapshot():
     names = {d: sorted(n for n in os.listdir(d) if "pwned" in n) for d in WATCHED if os.path.isdir(d)}

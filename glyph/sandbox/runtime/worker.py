@@ -33,7 +33,11 @@ import sys
 import traceback
 import types
 
-import wire
+
+if __package__:  # imported as glyph.sandbox.runtime.worker
+    from . import wire
+else:  # a sibling of server.py, which is started as a script
+    import wire
 
 TEXT_CAP = 2000
 
