@@ -103,6 +103,20 @@ class ConventionsRecord(msgspec.Struct, kw_only=True):
     sandbox: dict[str, Any] | None = None
 
 
+def store(info: dict, rec: MbppRecord | ConventionsRecord, *, timed_out: bool = False) -> None:
+    """Write ``rec`` into a trace's ``info``; ``timed_out``: a deadline ended
+    the rollout, and its reason says so first."""
+    if timed_out:
+        rec.reason = TIMED_OUT_REASON + rec.reason
+    info[INFO_KEY] = encode(rec)
+
+
+def reward_of(info: Any, kind: type[MbppRecord] | type[ConventionsRecord]) -> float:
+    """The recorded reward, 0.0 where there is no record or it was not scored."""
+    got = _decode(info, kind)
+    return float(got.reward or 0.0) if got is not None else 0.0
+
+
 def fault_record(fault: str, reason: str, confirmed_by: str | None = None) -> MbppRecord:
     """The record of a glyph-mbpp rollout the machinery stopped: errored, never scored."""
     if fault not in FAULTS:

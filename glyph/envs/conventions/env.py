@@ -1,21 +1,13 @@
-"""The glyph-conventions Env: verifiers' single-agent env with the conventions
-harness on the local subprocess runtime by default (``--env.agent.runtime.type
-docker|prime|...`` to scale out)."""
+"""The glyph-conventions Env (``glyph.envs.local.single_agent_env``)."""
 
 from __future__ import annotations
 
-import verifiers.v1 as vf
-
 from glyph.envs.conventions.harness import ConventionsHarnessConfig
+from glyph.envs.local import single_agent_env
 from glyph.record import CONVENTIONS_ENV_ID
 
 __all__ = ["ConventionsEnv"]
 
-
-class ConventionsEnvConfig(vf.SingleAgentEnvConfig):
-    agent: vf.AgentConfig = vf.AgentConfig(runtime=vf.SubprocessConfig(),
-                                           harness=ConventionsHarnessConfig(id=CONVENTIONS_ENV_ID))
-
-
-class ConventionsEnv(vf.SingleAgentEnv, vf.Env[ConventionsEnvConfig]):
-    """``SingleAgentEnv`` (one ``agent`` seat) bound to ``ConventionsEnvConfig``."""
+ConventionsEnvConfig, ConventionsEnv = single_agent_env(
+    "ConventionsEnv", ConventionsHarnessConfig(id=CONVENTIONS_ENV_ID),
+    "glyph-conventions: one agent seat running the conventions harness.", __name__)

@@ -17,7 +17,8 @@ import verifiers.v1 as vf
 from glyph import record
 from glyph.agent import program
 from glyph.agent.single_turn import ENDPOINT_FAILED
-from glyph.envs.conventions.taskset import IMPORT_CHECK, ConventionsData, info_record, read_text
+from glyph.envs.conventions.taskset import IMPORT_CHECK, MAX_READ, ConventionsData, info_record
+from glyph.envs.local import read_text
 from glyph.envs.mbpp import harness
 from glyph.envs.mbpp.harness import PROGRAM_DIR, GlyphHarness, GlyphHarnessConfig
 from glyph.envs.mbpp.taskset import GlyphData
@@ -62,13 +63,13 @@ class ConventionsHarness(vf.Harness[ConventionsHarnessConfig]):
                                        "stderr": (res.stderr or "")[-2000:]}
         if res.exit_code != 0:  # not graded: the rollout fails with this reason
             why = (res.stderr or "").strip().splitlines()[-1:] or [f"the program exited {res.exit_code}"]
-            trace.info[record.INFO_KEY] = record.encode(info_record(data, None, why[0][-500:]))
+            record.store(trace.info, info_record(data, None, why[0][-500:]))
         return vf.ProgramResult(exit_code=res.exit_code, stdout=res.stdout, stderr=res.stderr)
 
     async def _agent(self, ctx, trace, runtime, endpoint, secret, mcp_urls, data) -> vf.ProgramResult:
         res = await GlyphHarness(self.config).launch(ctx, trace, runtime, endpoint, secret, mcp_urls,
                                                      agent_view(data))
-        raw = await read_text(runtime, program.TRACE)
+        raw = await read_text(runtime, program.TRACE, MAX_READ)
         try:
             agent = json.loads(raw) if raw else {}
         except ValueError:
@@ -78,7 +79,7 @@ class ConventionsHarness(vf.Harness[ConventionsHarnessConfig]):
         # GlyphHarness passes exit 97 on only when it is trusted: the local runtime (python_test ran in
         # the sandbox), or a container whose failed model call verifiers' interception recorded.
         if res.exit_code == ENDPOINT_FAILED:
-            trace.info[record.INFO_KEY] = record.encode(info_record(data, None, f"endpoint_error: {error}"[:500]))
+            record.store(trace.info, info_record(data, None, f"endpoint_error: {error}"[:500], fault="endpoint_error"))
             return vf.ProgramResult(exit_code=ENDPOINT_FAILED, stdout=res.stdout,
                                     stderr=f"endpoint_error: {error}")
         return res

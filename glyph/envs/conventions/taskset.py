@@ -27,6 +27,7 @@ from pydantic import field_validator
 from glyph.agent import protocol
 from glyph.agent.protocol import SOLUTION_FILE
 from glyph.data import conventions
+from glyph.envs.local import read_text
 from glyph import record
 from glyph.outcomes import Outcome
 from glyph.record import ConventionsRecord
@@ -112,7 +113,7 @@ class ConventionsTask(vf.Task[ConventionsData]):
         records the sandbox mode and protections that graded it."""
         d = self.data
         try:
-            code = await read_text(runtime, SOLUTION_FILE)
+            code = await read_text(runtime, SOLUTION_FILE, MAX_READ)
             if code is None:
                 info = info_record(d, 0.0, "no solution.py in the workspace")
             else:
@@ -122,34 +123,24 @@ class ConventionsTask(vf.Task[ConventionsData]):
                 info = info_record(d, 1.0 if passed else 0.0, reason, g.outcome.value, g.detail)
                 info.sandbox = get_sandbox().protections().record()
         except Exception as exc:
-            trace.info[record.INFO_KEY] = record.encode(info_record(
-                d, None, f"finalize failed: {type(exc).__name__}: {exc}", fault="finalize_error"))
+            record.store(trace.info, info_record(d, None, f"finalize failed: {type(exc).__name__}: {exc}",
+                                                 fault="finalize_error"))
             raise
         if d.protocol == "agent":  # what the agent program says of itself: untrusted, for reading only
             end = trace.info.get("glyph_agent_end")
             if end and end != "final":
                 info.reason += f" (the agent ended with {end})"
-        if timed_out(trace):
-            info.reason = record.TIMED_OUT_REASON + info.reason
-        trace.info[record.INFO_KEY] = record.encode(info)
+        record.store(trace.info, info, timed_out=timed_out(trace))
 
     @vf.reward(weight=1.0)
     async def passed(self, trace: vf.Trace) -> float:
-        got = record.conventions_record(trace.info)
-        return float(got.reward or 0.0) if got is not None else 0.0
+        return record.reward_of(trace.info, ConventionsRecord)
 
     @vf.metric
     async def outcomes(self, trace: vf.Trace) -> dict[str, float]:
         """One 0/1 metric per outcome class of the final solution (``outcome_pass``, ...)."""
         got = getattr(record.conventions_record(trace.info), "outcome", None)
         return {f"outcome_{o.value.lower()}": float(o.value == got) for o in Outcome}
-
-
-async def read_text(runtime: vf.Runtime, path: str) -> str | None:
-    try:
-        return (await runtime.read(path, max_bytes=MAX_READ)).decode("utf-8", "surrogateescape")
-    except Exception:  # absent or unreadable: the caller records why
-        return None
 
 
 class ConventionsTasksetConfig(vf.TasksetConfig):

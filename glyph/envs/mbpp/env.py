@@ -1,21 +1,12 @@
-"""The glyph-mbpp Env: verifiers' single-agent env with glyph-mbpp's harness on
-the local subprocess runtime by default (``--env.agent.runtime.type
-docker|prime|...`` to scale out)."""
+"""The glyph-mbpp Env (``glyph.envs.local.single_agent_env``)."""
 
 from __future__ import annotations
 
-import verifiers.v1 as vf
-
+from glyph.envs.local import single_agent_env
 from glyph.envs.mbpp.harness import GlyphHarnessConfig
 from glyph.record import MBPP_ENV_ID
 
 __all__ = ["GlyphEnv"]
 
-
-class GlyphEnvConfig(vf.SingleAgentEnvConfig):
-    agent: vf.AgentConfig = vf.AgentConfig(runtime=vf.SubprocessConfig(),
-                                           harness=GlyphHarnessConfig(id=MBPP_ENV_ID))
-
-
-class GlyphEnv(vf.SingleAgentEnv, vf.Env[GlyphEnvConfig]):
-    """``SingleAgentEnv`` (one ``agent`` seat) bound to ``GlyphEnvConfig``."""
+GlyphEnvConfig, GlyphEnv = single_agent_env("GlyphEnv", GlyphHarnessConfig(id=MBPP_ENV_ID),
+                                            "glyph-mbpp: one agent seat running glyph-mbpp's harness.", __name__)

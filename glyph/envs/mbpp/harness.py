@@ -148,7 +148,7 @@ class GlyphHarness(vf.Harness[GlyphHarnessConfig]):
             lines = (res.stderr or "").strip().splitlines()
             fault = FAULTS[res.exit_code]
             why = lines[-1][-500:] if lines else f"{fault}: the program exited {res.exit_code}"
-            trace.info[record.INFO_KEY] = record.encode(record.fault_record(fault, why, confirmed))
+            record.store(trace.info, record.fault_record(fault, why, confirmed))
             return vf.ProgramResult(exit_code=res.exit_code, stdout=res.stdout, stderr=why)
         # A crashed program is scored 0 by finalize with the reason, not left as an unscored error.
         return vf.ProgramResult(exit_code=0, stdout=res.stdout, stderr=res.stderr)

@@ -16,6 +16,7 @@ from typing import Literal
 import verifiers.v1 as vf
 from pydantic import field_validator
 
+from glyph.envs.local import read_text
 from glyph.envs.mbpp.validate import validate_task
 from glyph.envs.mbpp.harness import limits_from_record
 from glyph.envs.mbpp.finalize import TaskTests, metric_defaults, verify
@@ -59,8 +60,8 @@ class GlyphTask(vf.Task[GlyphData]):
         model's). ``info.glyph.sandbox`` records the sandbox mode and
         protections that graded it."""
         try:
-            raw = await _read(runtime, program.TRACE)
-            final = await _read(runtime, SOLUTION_FILE)
+            raw = await read_text(runtime, program.TRACE, MAX_TRACE_BYTES)
+            final = await read_text(runtime, SOLUTION_FILE, MAX_TRACE_BYTES)
             try:
                 data = json.loads(raw) if raw is not None else None
             except (ValueError, RecursionError):  # a deeply nested trace is as malformed as a broken one
@@ -76,29 +77,19 @@ class GlyphTask(vf.Task[GlyphData]):
         except Exception as exc:
             # A fault of the trusted side: recorded, then raised: verifiers fails the rollout,
             # errored and unscored (glyph.vfcompat, 7.).
-            trace.info[record.INFO_KEY] = record.encode(
-                record.fault_record("finalize_error", f"finalize failed: {type(exc).__name__}: {exc}"))
+            record.store(trace.info, record.fault_record("finalize_error",
+                                                         f"finalize failed: {type(exc).__name__}: {exc}"))
             raise
-        if timed_out(trace):
-            info.reason = record.TIMED_OUT_REASON + info.reason
-        trace.info[record.INFO_KEY] = record.encode(info)
+        record.store(trace.info, info, timed_out=timed_out(trace))
 
     @vf.reward(weight=1.0)
     async def passed(self, trace: vf.Trace) -> float:
-        got = record.mbpp_record(trace.info)
-        return float(got.reward or 0.0) if got is not None else 0.0
+        return record.reward_of(trace.info, record.MbppRecord)
 
     @vf.metric
     async def glyph_metrics(self, trace: vf.Trace) -> dict[str, float]:
         got = record.mbpp_record(trace.info)
         return dict((got.metrics if got is not None else None) or metric_defaults(self.data.plus_tests is not None))
-
-
-async def _read(runtime: vf.Runtime, path: str) -> str | None:
-    try:
-        return (await runtime.read(path, max_bytes=MAX_TRACE_BYTES)).decode("utf-8", "surrogateescape")
-    except Exception:  # absent or unreadable: verify() records why
-        return None
 
 
 class GlyphTasksetConfig(vf.TasksetConfig):
