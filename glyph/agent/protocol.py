@@ -30,8 +30,7 @@ and one CALL: ``python_test`` for KEEP (run visibly), ``apply_patch`` or
 from the agent and recorded for training). PREDICTION and DECISION appear
 nowhere else.
 
-Stdlib only: this file (with ``outcomes.py``) is shipped beside the agent
-program into the runtime.
+Stdlib only: shipped into the runtime with the rest of the agent layer.
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """The agent's tools: what ``read_file``, ``apply_patch`` and ``python_test``
 do to a workspace, in one place.
 
-Stdlib only: shipped into the runtime beside the agent program
-(``glyph.envs.mbpp.harness.SHIPPED``), which answers every call through
-``execute``; the SFT replay (``glyph.data.sft.replay``) and the credit
+Stdlib only: shipped into the runtime with the agent program, which
+answers every call through ``execute``; the SFT replay (``glyph.data.sft.replay``) and the credit
 replay (``glyph.credit.replay``, through ``glyph.agent.program``) run their
 traces through the same function, so a recorded RESULT is checked against
 the semantics the agent met, not a copy of them. The grammar of a call and

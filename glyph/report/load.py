@@ -1,47 +1,29 @@
 """Eval run directories in, one flat record per rollout out.
 
 Three writers are read, all in verifiers' episode format (one JSON episode a
-line of ``traces.jsonl``, each with its agents' traces):
-
-* ``vf-eval`` (verifiers 0.4.0): ``<out>/<run>/traces.jsonl`` beside
-  ``configs/resolved/eval.json``;
-* ``eval`` (PRIME-RL's verifiers pin, 0.3.1.dev62): the same, beside
-  ``configs/eval.json``. There a rollout that timed out or whose model call
-  failed is an errored trace with no reward (``glyph.vfcompat``);
-* PRIME-RL's orchestrator at its pin, whose file monitor (on by default)
-  appends every eval episode, errored ones included, to
-  ``<output_dir>/rollouts/step_<N>/eval/all/traces.jsonl``
-  (``prime_rl/monitors/file.py``; the ``effective`` file beside it is the
-  non-errored subset of the same episodes, so it is never read). Each step
-  file is one run per orchestrator eval env, checkpoint ``step<N>``.
+line of ``traces.jsonl``): ``vf-eval`` (0.4.0; beside
+``configs/resolved/eval.json``), ``eval`` (the PRIME-RL pin's verifiers;
+beside ``configs/eval.json``) and PRIME-RL's orchestrator at its pin (every
+eval episode, errored ones included, in
+``<output_dir>/rollouts/step_<N>/eval/all/traces.jsonl``; the ``effective``
+file beside it is a subset and never read; checkpoint ``step<N>``).
 
 What each rollout is, and how it counts:
 
-* ``status`` ``ok``, or an incident: ``tampered`` (finalize found a claim
-  that does not hold), ``timed_out`` (a deadline ended it: 0.4.0's
-  ``is_timeout``, or the pin's timeout errors), ``errored`` (the trace or
-  episode is not ok, no reward was recorded, the program left no trace, or it
-  ended by an endpoint, tester or program failure). An incident is a failure
-  (``passed`` False) in every rate and keeps its reason; none is dropped.
-* An errored or timed-out trajectory was cut short by the machinery (at the
-  pin nothing of it is recorded; 0.4.0 keeps a partial record): it is
-  *incomplete*, with no REVISE decision, predictions or tool-call count, so
-  both verifiers versions report it alike. A tampered one keeps its record
-  (the candidates' labels are re-graded by finalize, not taken from it).
-* arm, seed and checkpoint: a ``--label`` wins; otherwise the arm is the
-  task record's (``task.data.arm``, else the run config's taskset arm), the
-  seed is a recorded sampling seed (``sampling.seed``), and the checkpoint
-  is PRIME-RL's step or else the model name. Each run says where its values
-  came from.
-* pass@1 is the reward, which grades what the taskset's ``hidden`` chose:
-  ``base`` (the study's hidden tests) or ``plus`` (those and the generated
-  plus tests). Where finalize also recorded ``base_passed`` and
-  ``plus_passed`` (finalize records ``plus_passed`` only where the task has
-  plus tests), both are kept, so one run gives pass@1 on both.
-* A run whose rollouts differ in arm or configuration (model, reward suite,
-  tool budget, test cost, REVISE feedback, tool timeout, sampling, split), or a cell
-  (arm x seed x checkpoint) that would merge runs that differ so, is
-  refused (:class:`MixedRuns`) unless every run involved is labelled.
+* ``status`` is ``glyph.record.status``: ``ok``, or an incident
+  (``tampered``, ``timed_out``, ``errored``). An incident is a failure in
+  every rate and keeps its reason; none is dropped.
+* An errored or timed-out trajectory is *incomplete*: no REVISE decision,
+  predictions or tool-call count, so both verifiers versions (the pin records
+  nothing of it) report it alike. A tampered one keeps its record.
+* arm, seed and checkpoint: a ``--label`` wins; else the task record's arm
+  (or the run config's), a recorded sampling seed, and PRIME-RL's step or the
+  model name. Each run says where its values came from.
+* pass@1 is the reward (what the taskset's ``hidden`` chose: ``base`` or
+  ``plus``); ``base_passed`` and ``plus_passed`` are kept where recorded.
+* A run, or a cell (arm x seed x checkpoint), that mixes arms or
+  configurations is refused (:class:`MixedRuns`) unless every run in it is
+  labelled.
 
 Bad input is a :class:`ReportError` whose message names the file and line.
 """
