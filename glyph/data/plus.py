@@ -82,7 +82,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from glyph.grading import (InvalidTests, ProbeCheck, _module_bindings, compile_tests, grade, parse,
+from glyph.grading import (InvalidTests, ProbeCheck, module_bindings, compile_tests, grade, parse,
                            solution_bindings)
 from glyph.sandbox import Limits, Run, Sandbox, SandboxUnavailable
 from glyph.sandbox.runtime import wire
@@ -194,7 +194,7 @@ def seeds_of(task: MbppTask) -> tuple[list[Seed], list[ProbeCheck], str]:
     defined = set()
     for source in (task.code, task.test_setup_code):
         try:
-            defined |= _module_bindings(parse(source))[0]
+            defined |= module_bindings(parse(source))[0]
         except SyntaxError:
             pass
     seeds = []
