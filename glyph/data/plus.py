@@ -790,49 +790,6 @@ def candidates(seeds: list[Seed], seed: int | str, n: int = MAX_CANDIDATES,
 # ---------------------------------------------------------------- running the reference
 
 
-class Watchdog:
-    """Kills a run whose current probe outlives its deadline (one thread)."""
-
-    def __init__(self) -> None:
-        self._cv = threading.Condition()
-        self._armed: dict[int, tuple[Run, float]] = {}
-        self._fired: set[int] = set()
-        self._closed = False
-        self._thread = threading.Thread(target=self._loop, name="glyph-plus-watchdog", daemon=True)
-        self._thread.start()
-
-    def arm(self, run: Run, seconds: float) -> None:
-        with self._cv:
-            self._armed[id(run)] = (run, time.monotonic() + seconds)
-            self._cv.notify()
-
-    def disarm(self, run: Run) -> bool:
-        """Stop watching; True if the run was killed at its deadline."""
-        with self._cv:
-            self._armed.pop(id(run), None)
-            fired = id(run) in self._fired
-            self._fired.discard(id(run))
-            return fired
-
-    def _loop(self) -> None:
-        with self._cv:
-            while not self._closed:
-                now = time.monotonic()
-                for key, (run, deadline) in list(self._armed.items()):
-                    if deadline <= now:
-                        del self._armed[key]
-                        self._fired.add(key)
-                        run.kill()
-                nxt = min((d for _, d in self._armed.values()), default=None)
-                self._cv.wait(None if nxt is None else max(nxt - now, 0.001))
-
-    def close(self) -> None:
-        with self._cv:
-            self._closed = True
-            self._cv.notify()
-        self._thread.join()
-
-
 @dataclass
 class Answer:
     """One probe's fate in one run: ``value`` set when it answered plain data."""
@@ -847,9 +804,8 @@ class Runner:
     """Evaluates probes against a reference in one sandbox server: a
     session per batch, a fresh one after a probe is killed or fails the run."""
 
-    def __init__(self, sandbox: Sandbox, watchdog: Watchdog) -> None:
+    def __init__(self, sandbox: Sandbox) -> None:
         self.sandbox = sandbox
-        self.watchdog = watchdog
 
     def _open(self, source: bytes, setup: str) -> Run | None:
         run = self.sandbox.open({"mode": "solution"}, {"source": source, "setup": setup.encode()}, SESSION_LIMITS)
@@ -873,11 +829,14 @@ class Runner:
                 if run is None:
                     answers.append(Answer(False, why="the reference did not load"))
                     continue
-            self.watchdog.arm(run, limit_s + 0.02)  # a probe over the limit is dropped anyway
             t0 = time.perf_counter()
-            resp = run.recv() if run.send({"op": "eval", "id": len(answers), "expr": probe}) else None
+            resp, killed = None, False
+            if run.send({"op": "eval", "id": len(answers), "expr": probe}):
+                try:
+                    resp = run.recv(timeout=limit_s + 0.02)  # a probe over the limit is dropped anyway
+                except TimeoutError:
+                    killed = True
             seconds = time.perf_counter() - t0
-            killed = self.watchdog.disarm(run)
             if killed or resp is None:
                 if killed:
                     hangs.append(1)
@@ -1208,9 +1167,8 @@ def generate(tasks: Iterable[MbppTask], folder: Path, seed: int = 42, jobs: int 
     if todo:
         seeds = SeedSandboxes(SEEDS, pool=jobs, mode=sandbox_mode)
         grader = Sandbox(mode=sandbox_mode, pool=jobs)
-        watchdog = Watchdog()
         try:
-            runners = [Runner(sb, watchdog) for sb in seeds.sandboxes]
+            runners = [Runner(sb) for sb in seeds.sandboxes]
 
             def one(task: MbppTask) -> dict:
                 result = generate_task(task, seed, runners, grader)
@@ -1222,7 +1180,6 @@ def generate(tasks: Iterable[MbppTask], folder: Path, seed: int = 42, jobs: int 
                                          description="generating plus tests", disable=not progress):
                     results[task.task_id] = stats
         finally:
-            watchdog.close()
             grader.close()
             seeds.close()
     return summarize(folder, tasks, seed, generated=len(todo), seconds=time.perf_counter() - t0)
