@@ -115,6 +115,22 @@ def test_mutations_cover_the_types_and_edges(mbpp_tasks):
     assert candidates(seeds, "42:486") == candidates(seeds, "42:486"), "seeded: the same candidates"
 
 
+def test_reading_plus_tests_loads_no_generator_and_no_sandbox():
+    """``glyph.data.plus``, what the taskset and ``glyph grade --plus`` read plus
+    tests with, imports neither the generator's modules nor the sandbox client
+    or the grader (they load with ``glyph.data.plus.generate``)."""
+    import subprocess
+    import sys
+
+    code = "import json, sys, glyph.data.plus; print(json.dumps(sorted(m for m in sys.modules if 'glyph' in m)))"
+    loaded = set(json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                           check=True).stdout))
+    heavy = {f"glyph.data.plus.{m}" for m in ("generate", "probe", "mutate", "seeds", "selection", "plain")}
+    assert "glyph.data.plus.store" in loaded
+    assert loaded & (heavy | {"glyph.sandbox", "glyph.sandbox.client", "glyph.grading"}) == set(), loaded
+    assert {"resolve_dir", "load_tests", "current", "read_file"} <= set(plus.__all__)
+
+
 def test_plus_catches_what_base_misses(generated, mbpp_tasks):
     folder, _ = generated
     caught = 0
