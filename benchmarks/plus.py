@@ -42,6 +42,8 @@ from rich.progress import track
 from glyph.grading import grade
 from glyph.sandbox import Limits
 from glyph.data import prepare, mbpp, plus, sft
+from glyph.data.plus.generate import generate as generate_plus
+from glyph.data.plus.selection import MAX_KEPT
 from glyph.testing import plus_suites
 
 console = Console()
@@ -53,16 +55,16 @@ def generate(out: Path, source: mbpp.Source, jobs: int, fresh: bool) -> dict:
     if fresh and folder.exists():
         shutil.rmtree(folder)
     t0 = time.perf_counter()
-    summary = plus.generate(source.tasks, folder, jobs=jobs, progress=True)
+    summary = generate_plus(source.tasks, folder, jobs=jobs, progress=True)
     first = time.perf_counter() - t0
     t0 = time.perf_counter()
-    again = plus.generate(source.tasks, folder, jobs=jobs, progress=False)
+    again = generate_plus(source.tasks, folder, jobs=jobs, progress=False)
     resumed = time.perf_counter() - t0
     n = summary["tasks"]
     console.print(f"generate: {n} tasks in {first:.1f} s with {jobs} jobs ({summary['generated']} generated, "
                   f"{summary['reused']} reused); again: {resumed:.1f} s ({again['reused']} reused)")
     console.print(f"  tasks with >= 1 plus test: {summary['with_tests']}/{n} = {summary['with_tests'] / n:.1%}; "
-                  f"kept {summary['tests']}, mean {summary['mean_kept']} per task (max {plus.MAX_KEPT})")
+                  f"kept {summary['tests']}, mean {summary['mean_kept']} per task (max {MAX_KEPT})")
     for task_id, note in sorted(summary["notes"].items()):
         console.print(f"  [dim]{task_id}: {note}[/]")
     return summary

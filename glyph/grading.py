@@ -177,7 +177,7 @@ class TestSuite:
         return "fast" if self.program is None else "referee"
 
 
-def _module_bindings(tree: ast.Module) -> tuple[set[str], set[str]]:
+def module_bindings(tree: ast.Module) -> tuple[set[str], set[str]]:
     """Top-level names a module binds: (by def/class/assignment/from-import,
     by plain ``import M``)."""
     defined, imported = set(), set()
@@ -221,7 +221,7 @@ def solution_bindings(source: bytes | str) -> frozenset[str]:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            defined, _ = _module_bindings(parse(source))
+            defined, _ = module_bindings(parse(source))
     except (SyntaxError, ValueError, MemoryError, RecursionError):
         return frozenset()
     return frozenset(defined & (_BUILTINS | _STDLIB))
@@ -240,7 +240,7 @@ def compile_tests(setup: str, tests: str, shadowed: frozenset[str] = frozenset()
             free = _free_names(tests, filename)
     except SyntaxError as exc:
         raise InvalidTests(f"{exc.filename}:{exc.lineno}: the tests do not parse: {exc.msg}") from None
-    setup_defined, _ = _module_bindings(setup_tree)
+    setup_defined, _ = module_bindings(setup_tree)
     from_solution = {a.asname or a.name for node in tree.body if isinstance(node, ast.ImportFrom)
                      and node.module == "solution" for a in node.names}
     side = {n for n in free if n in shadowed or n in setup_defined

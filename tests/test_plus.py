@@ -16,6 +16,10 @@ import pytest
 from glyph.grading import compile_tests, grade, solution_bindings
 from glyph.outcomes import Outcome
 from glyph.data import prepare, plus
+from glyph.data.plus.generate import generate
+from glyph.data.plus.mutate import Mutator, candidates, profile, says_sorted
+from glyph.data.plus.seeds import seeds_of
+from glyph.data.plus.selection import MAX_KEPT
 from glyph.testing import plus_suites
 from glyph.data.mbpp import DataError, MbppTask
 
@@ -34,7 +38,7 @@ def children() -> set[int]:
 def generated(tmp_path_factory, mbpp_tasks):
     folder = tmp_path_factory.mktemp("plus")
     before = children()
-    summary = plus.generate([mbpp_tasks[i] for i in SOME], folder, seed=42, jobs=2, progress=False)
+    summary = generate([mbpp_tasks[i] for i in SOME], folder, seed=42, jobs=2, progress=False)
     assert children() <= before, "the generator's sandbox servers outlived it"
     return folder, summary
 
@@ -58,7 +62,7 @@ def test_every_reference_passes_its_plus_tests(generated, mbpp_tasks):
     for tid in SOME:
         task = mbpp_tasks[tid]
         lines = lines_of(folder, task)
-        assert 0 < len(lines) <= plus.MAX_KEPT and len(set(lines)) == len(lines), tid
+        assert 0 < len(lines) <= MAX_KEPT and len(set(lines)) == len(lines), tid
         assert not set(lines) & set(task.test_list), "a visible assert is not a plus test"
         suite = compile_tests(task.test_setup_code, "\n".join(list(task.test_list) + lines),
                               solution_bindings(task.code))
@@ -73,9 +77,9 @@ def test_mutations_cover_the_types_and_edges(mbpp_tasks):
     """Candidates only (no sandbox): each kind of value is mutated, with the
     edge values the issue names, and what the seeds hold fixed stays fixed."""
     def args_of(tid):
-        seeds, _, _ = plus.seeds_of(mbpp_tasks[tid])
+        seeds, _, _ = seeds_of(mbpp_tasks[tid])
         out = []
-        for c in plus.candidates(seeds, f"42:{tid}", sorted_inputs=plus.says_sorted(mbpp_tasks[tid].text)):
+        for c in candidates(seeds, f"42:{tid}", sorted_inputs=says_sorted(mbpp_tasks[tid].text)):
             call = __import__("ast").parse(c.probe, mode="eval").body
             out.append([__import__("ast").literal_eval(a) for a in call.args])
         return out
@@ -96,19 +100,35 @@ def test_mutations_cover_the_types_and_edges(mbpp_tasks):
     assert any(any(x < 0 for t in a[0] for x in t) for a in pairs)
     positive = args_of("mbpp_17")  # square_perimeter(10): a positive scalar stays positive
     assert all(a[0] >= 1 for a in positive) and len({a[0] for a in positive}) > 10
-    seeds, _, _ = plus.seeds_of(mbpp_tasks["mbpp_486"])  # binomial_probability(n, k, 1.0 / 3)
-    probes = [c.probe for c in plus.candidates(seeds, "42:486")]
+    seeds, _, _ = seeds_of(mbpp_tasks["mbpp_486"])  # binomial_probability(n, k, 1.0 / 3)
+    probes = [c.probe for c in candidates(seeds, "42:486")]
     assert all("1.0 / 3" in p or "2.0 / 4" in p or "3.0 / 5" in p for p in probes)
     assert all(int(p.split("(")[1].split(",")[0]) >= int(p.split(",")[1]) for p in probes), "k <= n held"
-    dicts = plus.candidates(plus.seeds_of(mbpp_tasks["mbpp_88"])[0], "x")  # freq_count(list) -> Counter
+    dicts = candidates(seeds_of(mbpp_tasks["mbpp_88"])[0], "x")  # freq_count(list) -> Counter
     assert dicts
-    mixed = plus.Mutator(random.Random(1))
+    mixed = Mutator(random.Random(1))
     values = [{"a": [1, (2, "x")], "b": {3, 4}}, (1.5, -2), {1, 2, 3}, 3 + 4j, True]
     for v in values:
-        p = plus.profile([v])
+        p = profile([v])
         outs = {repr(mixed.value(v, p)) for _ in range(60)}
         assert len(outs) > 3 or type(v) is bool, (v, outs)
-    assert plus.candidates(seeds, "42:486") == plus.candidates(seeds, "42:486"), "seeded: the same candidates"
+    assert candidates(seeds, "42:486") == candidates(seeds, "42:486"), "seeded: the same candidates"
+
+
+def test_reading_plus_tests_loads_no_generator_and_no_sandbox():
+    """``glyph.data.plus``, what the taskset and ``glyph grade --plus`` read plus
+    tests with, imports neither the generator's modules nor the sandbox client
+    or the grader (they load with ``glyph.data.plus.generate``)."""
+    import subprocess
+    import sys
+
+    code = "import json, sys, glyph.data.plus; print(json.dumps(sorted(m for m in sys.modules if 'glyph' in m)))"
+    loaded = set(json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                           check=True).stdout))
+    heavy = {f"glyph.data.plus.{m}" for m in ("generate", "probe", "mutate", "seeds", "selection", "plain")}
+    assert "glyph.data.plus.store" in loaded
+    assert loaded & (heavy | {"glyph.sandbox", "glyph.sandbox.client", "glyph.grading"}) == set(), loaded
+    assert {"resolve_dir", "load_tests", "current", "read_file"} <= set(plus.__all__)
 
 
 def test_plus_catches_what_base_misses(generated, mbpp_tasks):
@@ -145,13 +165,13 @@ def test_resumes_and_regenerates_only_what_is_missing_or_stale(generated, mbpp_t
     copy = tmp_path / "plus"
     shutil.copytree(folder, copy)
     digest = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in copy.iterdir()}
-    again = plus.generate([mbpp_tasks[i] for i in SOME], copy, seed=42, progress=False)
+    again = generate([mbpp_tasks[i] for i in SOME], copy, seed=42, progress=False)
     assert again["generated"] == 0 and again["reused"] == len(SOME)
     (copy / "mbpp_11.py").unlink()  # interrupted before this one was written
     stale = copy / "mbpp_19.py"
     stale.write_text(stale.read_text().replace('"task_sha256": "', '"task_sha256": "0', 1))
     assert plus.current(copy, mbpp_tasks["mbpp_19"]) is None
-    again = plus.generate([mbpp_tasks[i] for i in SOME], copy, seed=42, progress=False)
+    again = generate([mbpp_tasks[i] for i in SOME], copy, seed=42, progress=False)
     assert again["generated"] == 2
     now = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in copy.iterdir()}
     assert now == digest, "the same candidates and the same keeps: the same files"
@@ -182,7 +202,7 @@ def test_keeps_only_deterministic_plain_quick_answers(tmp_path):
     rand = fake(90004, "import random\ndef r(n):\n    return n + random.randint(0, 3)\n",
                 ["assert r(5) == 5"])  # a visible test it passes by luck: not ours to judge here
     before = children()
-    summary = plus.generate([nondet, stateful, picky, rand], tmp_path, seed=1, progress=False)
+    summary = generate([nondet, stateful, picky, rand], tmp_path, seed=1, progress=False)
     assert children() <= before
     for name in ("mbpp_90001.py", "mbpp_90004.py"):  # hash order; randomness: the whole task is dropped
         meta, lines = plus.read_file(tmp_path / name)
@@ -342,7 +362,7 @@ def test_vf_eval_rewards_with_plus_and_records_both(generated, mbpp_path, mbpp_t
 
     folder = tmp_path / "plus"
     shutil.copytree(generated[0], folder)
-    plus.generate([mbpp_tasks["mbpp_12"]], folder, progress=False)  # the test split starts 11, 12
+    generate([mbpp_tasks["mbpp_12"]], folder, progress=False)  # the test split starts 11, 12
     with PolicyServer(mbpp_tasks) as server:
         cmd = vf_eval_command(server.base_url, "oracle", "b", 2, tmp_path / "out", mbpp_path,
                               ["--env.taskset.hidden", "plus", "--env.taskset.plus-path", str(folder)])

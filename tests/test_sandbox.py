@@ -232,3 +232,33 @@ def test_a_late_run_ends_alone_and_other_runs_keep_their_outcome(monkeypatch, re
         assert sb.restarts == 0
     finally:
         sb.close()
+
+
+def test_recv_with_a_timeout_leaves_a_silent_run_alive_and_killable(sandbox):
+    """``Run.recv(timeout=...)``: a run that sends nothing raises ``TimeoutError``
+    after about the timeout, is still running, and can be waited on again and
+    killed; a run that answers is read as without a timeout; the run's own
+    deadline still ends a wait longer than it (None, as for a dead run)."""
+    silent = sandbox.open({"mode": "solution"}, {"source": b"import time\ntime.sleep(30)\n", "setup": b""},
+                          Limits(cpu_s=30, wall_s=60))
+    for _ in range(2):
+        t0 = time.monotonic()
+        with pytest.raises(TimeoutError):
+            silent.recv(timeout=0.2)
+        assert 0.2 <= time.monotonic() - t0 < 1.5
+        assert silent.status is None and not silent.protocol_error
+    t0 = time.monotonic()
+    status = silent.finish(kill=True)
+    assert status.killed and status.exit != 0 and time.monotonic() - t0 < 5
+    prompt = sandbox.open({"mode": "solution"}, {"source": b"x = 1\n", "setup": b""})
+    assert prompt.recv(timeout=10) == {"ev": "ready"}
+    prompt.send({"op": "eval", "id": 0, "expr": "x"})
+    assert prompt.recv(timeout=10)["value"] == {"i": "0x1"}
+    prompt.send({"op": "exit"})
+    assert prompt.finish().exit == 0
+    late = sandbox.open({"mode": "solution"}, {"source": b"import time\ntime.sleep(30)\n", "setup": b""})
+    late.deadline = time.monotonic() + 0.2  # as if its wall limit plus GRACE_S were that near
+    t0 = time.monotonic()
+    assert late.recv(timeout=30) is None and time.monotonic() - t0 < 1.5
+    assert late.finish(kill=True).killed
+    assert sandbox_processes(sandbox) == []

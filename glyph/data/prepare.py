@@ -35,6 +35,7 @@ from pathlib import Path
 
 from glyph.render import OFFLINE, load_tokenizer
 from glyph.data import mbpp, plus, sft
+from glyph.data.plus.generate import generate as generate_plus
 
 MANIFEST = "manifest.json"
 PLUS_DIR = "plus"
@@ -124,7 +125,7 @@ def _generate_plus(out: Path, source: mbpp.Source, seed: int, which: bool | list
             raise mbpp.DataError(f"unknown task ids {unknown[:5]}: list the ids with `glyph data list`")
         chosen = [by_name[i] for i in dict.fromkeys(which)]
     folder = out / PLUS_DIR
-    summary = plus.generate(chosen, folder, seed, jobs=jobs, progress=progress)
+    summary = generate_plus(chosen, folder, seed, jobs=jobs, progress=progress)
     return summary, {t.task_id: plus.current(folder, t, seed) for t in chosen}
 
 

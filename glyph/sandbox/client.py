@@ -145,10 +145,18 @@ class Run:
             return False
         return True
 
-    def recv(self) -> dict | None:
-        """The next message, or None once the run has ended or broken its channel."""
+    def recv(self, timeout: float | None = None) -> dict | None:
+        """The next message, or None once the run has ended or broken its
+        channel, or passed its own deadline (wall limit plus ``GRACE_S``).
+        ``timeout``: wait at most this many seconds; if no message came by
+        then and the run neither ended nor passed its deadline, raise
+        ``TimeoutError``. The run is left as it was: ``recv`` again, or
+        ``kill`` or ``finish`` it."""
+        until = self.deadline if timeout is None else min(self.deadline, time.monotonic() + timeout)
         while not self.messages:
-            if self.status is not None or self.protocol_error or not self._pump(self.deadline):
+            if self.status is not None or self.protocol_error or not self._pump(until):
+                if self.status is None and not self.protocol_error and time.monotonic() < self.deadline:
+                    raise TimeoutError(f"no message from the run within {timeout} s")
                 return None
         return self.messages.popleft()
 

@@ -140,7 +140,7 @@ def hardcoded(task: MbppTask, fallback: str = "none") -> str | None:
     """A solution that answers the visible asserts from a table and anything
     else with ``None`` (``fallback="first"``: the first visible answer).
     None when a visible assert is not a plain call with literal arguments."""
-    from glyph.data.plus import Fixed, seeds_of
+    from glyph.data.plus.seeds import Fixed, seeds_of
 
     seeds, checks, _ = seeds_of(task)
     if not seeds or len(seeds) != len(checks):
