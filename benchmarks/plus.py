@@ -165,36 +165,22 @@ def mutants(tasks, lines, jobs: int, per_task: int, seed: int = 42) -> None:
 
 
 def finalize(tasks, lines, n_tasks: int, reps: int) -> None:
-    import contextlib
-    import secrets
     import tempfile
 
-    from glyph.agent import protocol
-    from glyph.agent import program
-    from glyph.envs.mbpp.test_service import get_service
     from glyph.envs.mbpp.finalize import TaskTests, verify
-    from glyph.policies.server import PolicyServer
-
-    from glyph.envs.mbpp.harness import GlyphHarnessConfig, program_config
+    from glyph.envs.mbpp.harness import GlyphHarnessConfig
+    from glyph.testing.rollout import Rollouts
 
     harness = GlyphHarnessConfig()  # the default harness: budget 8, tool_timeout 10
     limits = harness.limits()
     chosen = [t for t in tasks if lines[t.id]][:n_tasks]
     episodes = []
-    with PolicyServer({t.id: t for t in tasks}) as server, tempfile.TemporaryDirectory() as root:
-        service = get_service()
+    with Rollouts({t.id: t for t in tasks}, harness) as rollouts, tempfile.TemporaryDirectory() as root:
         for t in track(chosen, description="oracle episodes"):
             for arm in ("a", "b"):
-                ws = Path(tempfile.mkdtemp(dir=root))
-                (ws / "solution.py").write_text(protocol.PLACEHOLDER)
-                secret = secrets.token_hex(16)
-                service.register(secret, t.test_setup_code, list(t.test_list), limits)
-                cfg = program_config(harness, arm, t.text, t.test_list, {"kind": "service", "url": service.url},
-                                     {"base_url": server.base_url, "model": "recover" if arm == "a" else "revise"})
-                with contextlib.chdir(ws):
-                    trace = program.run(cfg, secret)
-                episodes.append((t, json.loads(json.dumps(trace)), (ws / "solution.py").read_bytes().decode("utf-8", "surrogateescape"),
-                                 service.unregister(secret)))
+                played = rollouts.play(t, arm, "recover" if arm == "a" else "revise", Path(tempfile.mkdtemp(dir=root)))
+                final = (played.workspace / "solution.py").read_bytes().decode("utf-8", "surrogateescape")
+                episodes.append((t, json.loads(json.dumps(played.trace)), final, played.service["log"]))
     modes = {"before": lambda t: TaskTests(t.test_setup_code, tuple(t.test_list), tuple(t.test_list)),
              "base+plus metric": lambda t: TaskTests(t.test_setup_code, tuple(t.test_list), tuple(t.test_list),
                                                      tuple(lines[t.id]), "base"),

@@ -42,7 +42,7 @@ from pathlib import Path
 from glyph.sandbox.runtime import wire
 
 SERVER = Path(__file__).with_name("runtime") / "server.py"
-USERNS_UID_AS_ROOT = 0x5FFFFFFE  # userns mode started by root runs as this uid (below server.UID_BASE)
+USERNS_UID_AS_ROOT = 0x5FFFFFFE  # userns mode started by root runs as this uid (below runtime/isolation.py's UID_BASE)
 GRACE_S = 10.0  # beyond a run's wall limit before the client gives up on the server
 LATE_GRACE_S = 10.0  # after killing a run whose report is late, before deciding the server is gone
 
