@@ -1,5 +1,4 @@
-"""``glyph conventions ...`` and ``glyph flywheel ...``. Light at import: each
-command imports what it needs."""
+"""``glyph flywheel run | replicate | sweep | credit``."""
 
 from __future__ import annotations
 
@@ -10,113 +9,9 @@ from typing import Annotated, Optional
 
 import typer
 
-conventions_app = typer.Typer(no_args_is_help=True, help="The conventions tasks (glyph-conventions).")
-flywheel_app = typer.Typer(no_args_is_help=True,
-                           help="The flywheel benchmark: lessons in context, gated by the noise band.")
+from glyph.cli.common import App, MbppPath, console, err, fail
 
-
-@conventions_app.command("validate")
-def conventions_validate(
-    tasks: Annotated[Optional[Path], typer.Option(
-        "--tasks", help="a conventions JSONL file (default: glyph's own data file)")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="print the report as JSON")] = False,
-) -> None:
-    """Grade every row's reference_broken (must fail) and reference_fixed (must
-    pass) with glyph's grader. One `FILE:LINE: why` per bad row, then a table.
-    Exit 0 when every row is good, 1 otherwise, 2 when the file is unreadable."""
-    import json
-    import time
-    from collections import Counter
-
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-    from rich.table import Table
-
-    from glyph.cli.app import fail
-    from glyph.sandbox import SandboxUnavailable
-    from glyph.data import conventions
-
-    path = tasks or conventions.DATA_FILE
-    try:
-        path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        fail(f"{path}: cannot read ({exc})")
-    located, read_errors = conventions.read_tasks_located(path)
-
-    def line_of(text: str) -> int:  # read_tasks' lines start with "FILE:LINE:"
-        head = text[len(str(path)) + 1:].split(":", 1)[0]
-        return int(head) if head.isdigit() else 0
-
-    problems = [(line_of(e), e) for e in read_errors]
-    results = []
-    start = time.perf_counter()
-    err = Console(stderr=True)
-    try:
-        with Progress(TextColumn("validating"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      TextColumn("{task.description}"), console=err, transient=True,
-                      disable=not located) as progress:
-            bar = progress.add_task("", total=len(located))
-            for line, task in located:
-                progress.update(bar, description=task.id)
-                v = conventions.validate_task(task)
-                results.append((line, v))
-                if not v.ok:
-                    problems.append((line, f"{path}:{line}: {task.id}: {v.problem()}"))
-                progress.advance(bar)
-    except SandboxUnavailable as exc:
-        fail(str(exc))
-    seconds = time.perf_counter() - start
-    problems.sort(key=lambda p: p[0])
-
-    modes: dict[str, Counter] = {}
-    for _, v in results:
-        c = modes.setdefault(v.task.mode, Counter())
-        c[v.task.split] += 1
-        c["broken_failing"] += bool(v.broken) and v.broken != "PASS" and not v.invalid
-        c["fixed_passing"] += v.fixed == "PASS" and not v.invalid
-    n = len(results)
-    broken_failing = sum(c["broken_failing"] for c in modes.values())
-    fixed_passing = sum(c["fixed_passing"] for c in modes.values())
-
-    def covered(c: Counter) -> bool:
-        return c["train"] >= 1 and c["holdout"] >= 2
-
-    if as_json:
-        print(json.dumps({
-            "file": str(path), "ok": not problems, "tasks": n, "modes": len(modes),
-            "broken_failing": broken_failing, "fixed_passing": fixed_passing, "bad_rows": len(problems),
-            "seconds": round(seconds, 3), "problems": [p for _, p in problems],
-            "per_mode": {m: {"train": c["train"], "holdout": c["holdout"], "covered": covered(c),
-                             "broken_failing": c["broken_failing"], "fixed_passing": c["fixed_passing"]}
-                         for m, c in modes.items()},
-            "rows": [{"id": v.task.id, "line": line, "mode": v.task.mode, "split": v.task.split,
-                      "broken": v.broken, "fixed": v.fixed, "ok": v.ok, "problem": v.problem()}
-                     for line, v in results],
-        }, indent=2))
-    else:
-        out = Console(highlight=False, soft_wrap=True)
-        for _, p in problems:
-            out.print(p, markup=False)
-        table = Table(title=f"{path.name}: {n} tasks, {len(modes)} modes, graded in {seconds:.1f} s",
-                      caption="coverage: ok when a mode has >= 1 train and >= 2 holdout tasks")
-        table.add_column("mode", no_wrap=True)
-        for col in ("train", "holdout", "coverage", "broken fail", "fixed pass"):
-            table.add_column(col, justify="right", no_wrap=True)
-        for m, c in sorted(modes.items()):
-            total = c["train"] + c["holdout"]
-            table.add_row(m or "(no mode)", str(c["train"]), str(c["holdout"]),
-                          "[green]ok[/]" if covered(c) else "[yellow]short[/]",
-                          f"{c['broken_failing']}/{total}", f"{c['fixed_passing']}/{total}")
-        table.add_section()
-        table.add_row("all", str(sum(c["train"] for c in modes.values())),
-                      str(sum(c["holdout"] for c in modes.values())),
-                      f"{sum(map(covered, modes.values()))}/{len(modes)} modes",
-                      f"{broken_failing}/{n}", f"{fixed_passing}/{n}")
-        out.print(table)
-        colour, plural = ("red" if problems else "green"), ("" if len(problems) == 1 else "s")
-        out.print(f"[{colour}]{len(problems)} bad row{plural}[/]: {n} tasks graded, "
-                  f"{broken_failing}/{n} broken references fail, {fixed_passing}/{n} fixed references pass")
-    raise typer.Exit(1 if problems else 0)
+app = App(no_args_is_help=True, help="The flywheel benchmark: lessons in context, gated by the noise band.")
 
 
 # ---------------------------------------------------------------- glyph flywheel run | replicate | sweep
@@ -209,8 +104,8 @@ class _RunOptions:
         from glyph.flywheel.runner import CallOptions
         return CallOptions(self.timeout, self.retries, self.backoff, self.concurrency)
 
-    def run(self, config, out: Path, console):
-        return _fw_run(config, out, self.calls(), self.quiet, self.retry_excluded, console)
+    def run(self, config, out: Path):
+        return _fw_run(config, out, self.calls(), self.quiet, self.retry_excluded)
 
 
 def _with_run_options(func):
@@ -236,7 +131,6 @@ def _with_run_options(func):
 
 
 def _fw_config(**kw):
-    from glyph.cli.app import fail
     from glyph.flywheel.runner import make_config
 
     kw = {k: (v.value if isinstance(v, Enum) else v) for k, v in kw.items()}
@@ -246,33 +140,24 @@ def _fw_config(**kw):
         fail(str(exc))
 
 
-def _fw_run(config, out: Path, calls, quiet: bool, retry_excluded: bool, console):
-    """One run with the failures a user can fix turned into one clear line."""
-    from glyph.cli.app import fail
-    from glyph.flywheel.agents import ModelSetupError
-    from glyph.flywheel.loop import FlywheelError
+def _fw_run(config, out: Path, calls, quiet: bool, retry_excluded: bool):
+    """One run; Ctrl-C says how to resume it."""
     from glyph.flywheel.runner import run_one
-    from glyph.flywheel.store import ConfigMismatch, StoreError
-    from glyph.sandbox import SandboxUnavailable
-    from glyph.data.conventions import ConventionsDataError
 
     try:
-        return run_one(config, out, calls, progress=not quiet, console=console, retry_excluded=retry_excluded)
-    except (ConfigMismatch, StoreError, FlywheelError, ConventionsDataError, ModelSetupError,
-            SandboxUnavailable) as exc:
-        fail(str(exc))
-    except KeyboardInterrupt:
-        console.print(f"[yellow]interrupted[/]: finished rollouts are stored in {out}; rerun the same "
+        return run_one(config, out, calls, progress=not quiet, console=err, retry_excluded=retry_excluded)
+    except KeyboardInterrupt:  # the finished rollouts are stored: say so, and how to go on
+        err.print(f"[yellow]interrupted[/]: finished rollouts are stored in {out}; rerun the same "
                       "command to resume")
         raise typer.Exit(130)
 
 
-def _fw_timing(console, doc: dict, fw) -> None:
-    console.print(f"{fw.calls} agent call(s), {fw.reused} stored rollout(s) reused, {fw.grades.gradings} "
+def _fw_timing(doc: dict, fw) -> None:
+    err.print(f"{fw.calls} agent call(s), {fw.reused} stored rollout(s) reused, {fw.grades.gradings} "
                   f"grading(s), {fw.seconds:.1f} s; excluded rollouts: {doc['excluded']['rollouts']}")
 
 
-@flywheel_app.command("run")
+@app.command("run")
 @_with_run_options
 def flywheel_run(
     out: _FwOut, opts: _RunOptions, k: _FwK = 8, seed: _FwSeed = 0,
@@ -282,15 +167,12 @@ def flywheel_run(
     Baseline on the holdout, then rounds of: roll out the train tasks, cluster
     the failures, write one lesson, re-roll the holdout with it, keep it if the
     gate passes. Writes OUT/run.json, curve.png, curve.html, rollouts.jsonl."""
-    from rich.console import Console
-
     from glyph.flywheel.outputs import summary_table
 
-    console = Console(stderr=True)
-    doc, fw = opts.run(opts.config(k, seed), out, console)
-    Console(soft_wrap=True).print(summary_table(doc))
-    console.print(f"wrote {out / 'run.json'}, {out / 'curve.png'}, {out / 'curve.html'}")
-    _fw_timing(console, doc, fw)
+    doc, fw = opts.run(opts.config(k, seed), out)
+    console.print(summary_table(doc), soft_wrap=True)
+    err.print(f"wrote {out / 'run.json'}, {out / 'curve.png'}, {out / 'curve.html'}")
+    _fw_timing(doc, fw)
 
 
 def _fw_runs_table(title: str, rows: list[dict]):
@@ -307,7 +189,7 @@ def _fw_runs_table(title: str, rows: list[dict]):
     return t
 
 
-@flywheel_app.command("replicate")
+@app.command("replicate")
 @_with_run_options
 def flywheel_replicate(
     out: _FwOut, opts: _RunOptions,
@@ -321,28 +203,26 @@ def flywheel_replicate(
     climbed (final > baseline + band), keep rate per lesson mode."""
     import time
 
-    from rich.console import Console
-
     from glyph.flywheel import aggregate
 
-    console = Console(stderr=True)
     docs, dirs, t0 = [], [], time.perf_counter()
     for i in range(runs):
-        console.rule(f"run {i + 1}/{runs} (seed {seed + i})")
-        doc, fw = opts.run(opts.config(k, seed + i), out / f"run-{i}", console)
-        _fw_timing(console, doc, fw)
+        err.rule(f"run {i + 1}/{runs} (seed {seed + i})")
+        doc, fw = opts.run(opts.config(k, seed + i), out / f"run-{i}")
+        _fw_timing(doc, fw)
         docs.append(doc)
         dirs.append(f"run-{i}")
     rep = aggregate.replicate_doc(docs, dirs)
     aggregate.write_json(out / "replicate.json", rep)
     (out / "replicate.png").write_bytes(aggregate.replicate_png(docs))
     g = rep["gain_pp"]
-    Console(soft_wrap=True).print(_fw_runs_table(
-        f"replicate: {rep['climbed']}/{runs} climbed; gain {g['min']:+.1f} to {g['max']:+.1f} pp", rep["runs"]))
-    console.print(f"wrote {out / 'replicate.json'}, {out / 'replicate.png'} in {time.perf_counter() - t0:.1f} s")
+    console.print(_fw_runs_table(
+        f"replicate: {rep['climbed']}/{runs} climbed; gain {g['min']:+.1f} to {g['max']:+.1f} pp", rep["runs"]),
+        soft_wrap=True)
+    err.print(f"wrote {out / 'replicate.json'}, {out / 'replicate.png'} in {time.perf_counter() - t0:.1f} s")
 
 
-@flywheel_app.command("sweep", context_settings={"allow_extra_args": True})
+@app.command("sweep", context_settings={"allow_extra_args": True})
 @_with_run_options
 def flywheel_sweep(
     ctx: typer.Context, out: _FwOut,
@@ -358,9 +238,6 @@ def flywheel_sweep(
     fit c/sqrt(K) (c and the largest relative residual), keep rate per mode."""
     import time
 
-    from rich.console import Console
-
-    from glyph.cli.app import fail
     from glyph.flywheel import aggregate
 
     values = list(ks)
@@ -369,29 +246,28 @@ def flywheel_sweep(
             fail(f"sweep: unexpected argument {extra!r} (K values are positive integers: --K 4 8 12 16)")
         values.append(int(extra))
     values = sorted(set(values))
-    console = Console(stderr=True)
     by_k: dict[int, list] = {}
     t0 = time.perf_counter()
     for kv in values:
         for i in range(runs):
-            console.rule(f"K={kv}, run {i + 1}/{runs} (seed {seed + i})")
+            err.rule(f"K={kv}, run {i + 1}/{runs} (seed {seed + i})")
             where = f"K{kv}/run-{i}"
-            doc, fw = opts.run(opts.config(kv, seed + i), out / where, console)
-            _fw_timing(console, doc, fw)
+            doc, fw = opts.run(opts.config(kv, seed + i), out / where)
+            _fw_timing(doc, fw)
             by_k.setdefault(kv, []).append((doc, where))
     sw = aggregate.sweep_doc(by_k)
     aggregate.write_json(out / "sweep.json", sw)
     (out / "sweep.png").write_bytes(aggregate.sweep_png(sw))
     fit = sw["band_fit"]
-    Console(soft_wrap=True).print(_fw_runs_table(
+    console.print(_fw_runs_table(
         f"sweep: band = {fit['c_pp']:.2f}/sqrt(K) pp (max relative residual {fit['max_rel_residual']:.3g})",
-        [r for p in sw["per_K"] for r in p["runs"]]))
-    console.print(f"wrote {out / 'sweep.json'}, {out / 'sweep.png'} in {time.perf_counter() - t0:.1f} s")
+        [r for p in sw["per_K"] for r in p["runs"]]), soft_wrap=True)
+    err.print(f"wrote {out / 'sweep.json'}, {out / 'sweep.png'} in {time.perf_counter() - t0:.1f} s")
 
 
 # ---------------------------------------------------------------- glyph flywheel credit
 
-@flywheel_app.command("credit")
+@app.command("credit")
 def flywheel_credit(
     source: Annotated[Path, typer.Argument(help="a program trace (.glyph/trace.json) or an eval output "
                                            "directory (vf-eval, eval, PRIME-RL)")],
@@ -399,8 +275,7 @@ def flywheel_credit(
                                                 "output: which rollout; a trace: default from its prompt)")] = None,
     index: Annotated[Optional[int], typer.Option("--index", min=0, help="the i-th rollout of --task in the "
                                                  "eval output, 0-based (default: the first that failed)")] = None,
-    mbpp_path: Annotated[Optional[Path], typer.Option("--mbpp-path", help="MBPP JSONL (default: "
-                                                      "$GLYPH_MBPP_PATH)")] = None,
+    mbpp_path: MbppPath = None,
     budget: Annotated[Optional[int], typer.Option("--budget", min=1, help="the episode's tool budget "
                                                   "(default: as recorded)")] = None,
     test_cost: Annotated[Optional[int], typer.Option("--test-cost", min=1, help="budget units per python_test "
@@ -427,15 +302,12 @@ def flywheel_credit(
     from rich.markup import escape
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from glyph.cli.app import fail
     from glyph.agent.program import EndpointError
     from glyph.credit import replay as credit
-    from glyph.sandbox import SandboxUnavailable
     from glyph.data import mbpp
 
     if (base_url is None) != (model is None):
         fail("--base-url and --model go together (a model continuation)")
-    err = Console(stderr=True)
     try:
         traj = credit.load_trajectory(source, task, index)
         traj = dataclasses.replace(traj, budget=budget or traj.budget, test_cost=test_cost or traj.test_cost)
@@ -448,9 +320,7 @@ def flywheel_credit(
             bar = progress.add_task("", total=None)
             report = credit.assign(traj, found, continuation, notes=notes,
                                    on_snapshot=lambda done, total: progress.update(bar, completed=done, total=total))
-    except (credit.CreditError, mbpp.DataError, SandboxUnavailable) as exc:
-        fail(str(exc))
-    except EndpointError as exc:
+    except EndpointError as exc:  # name the endpoint, and that no report was made
         fail(f"{base_url}: {exc} (the model continuation stopped; no report)")
     doc = report.to_json()
     if out is not None:
@@ -459,14 +329,14 @@ def flywheel_credit(
     if as_json:
         print(json.dumps(doc, indent=2))
         return
-    console = Console(soft_wrap=True, highlight=False)
-    console.print(f"{report.source}: {report.task}, arm {report.arm}; recorded: {report.recorded}", markup=False)
-    console.print(credit.table(report))
+    shown = Console(soft_wrap=True, highlight=False)
+    shown.print(f"{report.source}: {report.task}, arm {report.arm}; recorded: {report.recorded}", markup=False)
+    shown.print(credit.table(report))
     for line in report.divergences:
-        console.print(f"[yellow]divergence[/]: {escape(line)}")
+        shown.print(f"[yellow]divergence[/]: {escape(line)}")
     for line in report.notes:
-        console.print(f"note: {line}", markup=False)
-    console.print(f"final state on the hidden tests: {report.final_outcome}", markup=False)
-    console.print(f"[bold]{escape(report.verdict)}[/]")
+        shown.print(f"note: {line}", markup=False)
+    shown.print(f"final state on the hidden tests: {report.final_outcome}", markup=False)
+    shown.print(f"[bold]{escape(report.verdict)}[/]")
     if out is not None:
         err.print(f"wrote {out}", markup=False)
