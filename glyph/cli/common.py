@@ -26,6 +26,7 @@ NAMED_ERRORS: tuple[tuple[str, str], ...] = (
     ("glyph.report.load", "ReportError"),
     ("glyph.predict.pin", "PatchError"),
     ("glyph.credit.replay", "CreditError"),
+    ("glyph.flywheel.options", "OptionsError"),
     ("glyph.flywheel.store", "ConfigMismatch"),
     ("glyph.flywheel.store", "StoreError"),
     ("glyph.flywheel.loop", "FlywheelError"),

@@ -2,166 +2,92 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import functools
+import inspect
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Literal, Optional, get_args, get_origin
 
 import typer
 
 from glyph.cli.common import App, MbppPath, console, err, fail
+from glyph.flywheel.options import RunOptions, flag
 
 app = App(no_args_is_help=True, help="The flywheel benchmark: lessons in context, gated by the noise band.")
 
 
 # ---------------------------------------------------------------- glyph flywheel run | replicate | sweep
 
-class _AgentKind(str, Enum):
-    reference = "reference"
-    openai = "openai"
-
-
-class _GateKind(str, Enum):
-    band = "band"
-    paired = "paired"
-
-
 _FwOut = Annotated[Path, typer.Option("--out", help="output directory (an existing one with the same "
                                       "configuration is resumed; a different one is refused)")]
-_FwTasks = Annotated[Optional[Path], typer.Option("--tasks", help="a conventions JSONL file "
-                                                  "(default: glyph's own data file)")]
-_FwK = Annotated[int, typer.Option("--K", "-K", min=1, help="rollouts per task in every phase")]
-_FwSeed = Annotated[int, typer.Option("--seed", help="run seed (reference agent noise; OpenAI request seeds)")]
-_FwAgent = Annotated[_AgentKind, typer.Option("--agent", help="reference (offline, free) or openai (an endpoint)")]
-_FwBaseUrl = Annotated[Optional[str], typer.Option("--base-url", help="OpenAI-compatible endpoint, e.g. "
-                                                   "http://127.0.0.1:8000/v1 (key: $OPENAI_API_KEY)")]
-_FwModel = Annotated[Optional[str], typer.Option("--model", help="model name at --base-url")]
-_FwTemp = Annotated[float, typer.Option("--temperature", help="agent sampling temperature (openai)")]
-_FwMaxTok = Annotated[int, typer.Option("--max-tokens", help="agent max tokens per reply (openai)")]
-_FwWriter = Annotated[_AgentKind, typer.Option("--writer", help="lesson writer: reference or openai")]
-_FwWBaseUrl = Annotated[Optional[str], typer.Option("--writer-base-url", help="writer endpoint (default: --base-url)")]
-_FwWModel = Annotated[Optional[str], typer.Option("--writer-model", help="writer model (default: --model)")]
-_FwGate = Annotated[_GateKind, typer.Option("--gate", help="band: gain > 1.96*sqrt(0.25/(n*K)); paired: the "
-                                            "per-task t interval's lower bound > 0 (docs/flywheel.md)")]
-_FwRounds = Annotated[int, typer.Option("--max-rounds", min=1, help="at most this many lesson rounds")]
-_FwConc = Annotated[int, typer.Option("--concurrency", min=1, help="threads for model calls and grading")]
-_FwLucky = Annotated[float, typer.Option("--p-lucky", min=0, max=1, help="reference agent noise: chance of "
-                                         "the fixed reference without the lesson")]
-_FwSlip = Annotated[float, typer.Option("--p-slip", min=0, max=1, help="reference agent noise: chance of "
-                                        "the broken reference with the lesson")]
-_FwTimeout = Annotated[float, typer.Option("--timeout", help="seconds per model request")]
-_FwRetries = Annotated[int, typer.Option("--retries", min=0, help="retries of a rate-limited or failed model "
-                                         "call before its rollout is excluded")]
-_FwBackoff = Annotated[float, typer.Option("--backoff", min=0, help="first retry delay in seconds (doubles)")]
-_FwRetryEx = Annotated[bool, typer.Option("--retry-excluded", help="on resume, request again the rollouts "
-                                          "stored as excluded (their model call had failed)")]
-_FwQuiet = Annotated[bool, typer.Option("--quiet", help="no progress bars")]
+_SHORT_FLAGS = {"K": "-K"}
 
 
-def _run_options_template(
-    tasks: _FwTasks = None, agent: _FwAgent = _AgentKind.reference, base_url: _FwBaseUrl = None,
-    model: _FwModel = None, temperature: _FwTemp = 1.0, max_tokens: _FwMaxTok = 2048,
-    writer: _FwWriter = _AgentKind.reference, writer_base_url: _FwWBaseUrl = None, writer_model: _FwWModel = None,
-    gate: _FwGate = _GateKind.band, max_rounds: _FwRounds = 20, concurrency: _FwConc = 8,
-    p_lucky: _FwLucky = 0.1, p_slip: _FwSlip = 0.05, timeout: _FwTimeout = 120.0, retries: _FwRetries = 6,
-    backoff: _FwBackoff = 1.0, retry_excluded: _FwRetryEx = False, quiet: _FwQuiet = False,
-) -> None:
-    """The options ``run``, ``replicate`` and ``sweep`` share, declared once
-    (``_with_run_options`` adds them to each command)."""
+def _option(name: str, field) -> inspect.Parameter:
+    """The typer option of ``RunOptions`` field ``name``: flag (``options.flag``),
+    default, help and bounds from the field. A ``Literal`` becomes a ``str`` Enum
+    (typer shows its choices; older typers take no ``Literal``)."""
+    kind, default = field.annotation, field.default
+    if get_origin(kind) is Literal:
+        kind = Enum(f"{name}_choice", {v: v for v in get_args(kind)}, type=str)
+        default = kind(default)
+    bounds = {}
+    for m in field.metadata:
+        if getattr(m, "ge", None) is not None:
+            bounds["min"] = m.ge
+        if getattr(m, "le", None) is not None:
+            bounds["max"] = m.le
+    flags = [flag(name)] + ([_SHORT_FLAGS[name]] if name in _SHORT_FLAGS else [])
+    option = typer.Option(*flags, help=field.description, **bounds)
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default,
+                             annotation=Annotated[kind, option])
 
 
-@dataclass(frozen=True)
-class _RunOptions:
-    """What ``_run_options_template`` declares, as one value."""
+def _with_run_options(*declared: str):
+    """A typer command whose ``opts: RunOptions`` parameter is one option per
+    ``RunOptions`` field (but the fields in ``declared``, which the command
+    declares itself), after the command's own parameters: the signature typer
+    reads (``inspect.signature(func, eval_str=True)``)."""
 
-    tasks: Optional[Path]
-    agent: _AgentKind
-    base_url: Optional[str]
-    model: Optional[str]
-    temperature: float
-    max_tokens: int
-    writer: _AgentKind
-    writer_base_url: Optional[str]
-    writer_model: Optional[str]
-    gate: _GateKind
-    max_rounds: int
-    concurrency: int
-    p_lucky: float
-    p_slip: float
-    timeout: float
-    retries: int
-    backoff: float
-    retry_excluded: bool
-    quiet: bool
+    def wrap(func):
+        own = inspect.signature(func, eval_str=True)
+        generated = [_option(n, f) for n, f in RunOptions.model_fields.items() if n not in declared]
+        params = [p for p in own.parameters.values() if p.name != "opts"] + generated
 
-    def config(self, K: int, seed: int):
-        """The run's configuration (``runner.make_config``) for one K and seed."""
-        keep = ("tasks", "agent", "base_url", "model", "temperature", "max_tokens", "writer", "writer_base_url",
-                "writer_model", "gate", "max_rounds", "p_lucky", "p_slip")
-        return _fw_config(K=K, seed=seed, **{k: getattr(self, k) for k in keep})
+        @functools.wraps(func)
+        def command(**kw):
+            values = {p.name: kw.pop(p.name) for p in generated}
+            values = {n: v.value if isinstance(v, Enum) else v for n, v in values.items()}
+            return func(opts=RunOptions(**values), **kw)
 
-    def calls(self):
-        from glyph.flywheel.runner import CallOptions
-        return CallOptions(self.timeout, self.retries, self.backoff, self.concurrency)
+        command.__signature__ = own.replace(parameters=params)
+        command.__annotations__ = {p.name: p.annotation for p in params} | {"return": own.return_annotation}
+        del command.__wrapped__  # typer must read the signature above, not func's
+        return command
 
-    def run(self, config, out: Path):
-        return _fw_run(config, out, self.calls(), self.quiet, self.retry_excluded)
+    return wrap
 
 
-def _with_run_options(func):
-    """A typer command whose ``opts: _RunOptions`` parameter is the shared
-    options: the command's signature (what typer reads, with
-    ``inspect.signature(func, eval_str=True)``) is its own parameters
-    followed by ``_run_options_template``'s."""
-    import functools
-    import inspect
-
-    own = inspect.signature(func, eval_str=True)
-    shared = inspect.signature(_run_options_template, eval_str=True).parameters
-    params = [p for p in own.parameters.values() if p.name != "opts"] + list(shared.values())
-
-    @functools.wraps(func)
-    def command(**kw):
-        return func(opts=_RunOptions(**{name: kw.pop(name) for name in shared}), **kw)
-
-    command.__signature__ = own.replace(parameters=params)
-    command.__annotations__ = {p.name: p.annotation for p in params} | {"return": own.return_annotation}
-    del command.__wrapped__  # typer must read the signature above, not func's
-    return command
-
-
-def _fw_config(**kw):
-    from glyph.flywheel.runner import make_config
-
-    kw = {k: (v.value if isinstance(v, Enum) else v) for k, v in kw.items()}
-    try:
-        return make_config(**kw)
-    except ValueError as exc:
-        fail(str(exc))
-
-
-def _fw_run(config, out: Path, calls, quiet: bool, retry_excluded: bool):
+def _run(opts: RunOptions, out: Path):
     """One run; Ctrl-C says how to resume it."""
     from glyph.flywheel.runner import run_one
 
     try:
-        return run_one(config, out, calls, progress=not quiet, console=err, retry_excluded=retry_excluded)
+        return run_one(opts, out, console=err)
     except KeyboardInterrupt:  # the finished rollouts are stored: say so, and how to go on
         err.print(f"[yellow]interrupted[/]: finished rollouts are stored in {out}; rerun the same "
-                      "command to resume")
+                  "command to resume")
         raise typer.Exit(130)
 
 
 def _fw_timing(doc: dict, fw) -> None:
     err.print(f"{fw.calls} agent call(s), {fw.reused} stored rollout(s) reused, {fw.grades.gradings} "
-                  f"grading(s), {fw.seconds:.1f} s; excluded rollouts: {doc['excluded']['rollouts']}")
+              f"grading(s), {fw.seconds:.1f} s; excluded rollouts: {doc['excluded']['rollouts']}")
 
 
 @app.command("run")
-@_with_run_options
-def flywheel_run(
-    out: _FwOut, opts: _RunOptions, k: _FwK = 8, seed: _FwSeed = 0,
-) -> None:
+@_with_run_options()
+def flywheel_run(out: _FwOut, opts: RunOptions) -> None:
     """One flywheel run: baseline, then lesson rounds gated on the holdout.
 
     Baseline on the holdout, then rounds of: roll out the train tasks, cluster
@@ -169,7 +95,7 @@ def flywheel_run(
     gate passes. Writes OUT/run.json, curve.png, curve.html, rollouts.jsonl."""
     from glyph.flywheel.outputs import summary_table
 
-    doc, fw = opts.run(opts.config(k, seed), out)
+    doc, fw = _run(opts, out)
     console.print(summary_table(doc), soft_wrap=True)
     err.print(f"wrote {out / 'run.json'}, {out / 'curve.png'}, {out / 'curve.html'}")
     _fw_timing(doc, fw)
@@ -190,11 +116,10 @@ def _fw_runs_table(title: str, rows: list[dict]):
 
 
 @app.command("replicate")
-@_with_run_options
+@_with_run_options()
 def flywheel_replicate(
-    out: _FwOut, opts: _RunOptions,
+    out: _FwOut, opts: RunOptions,
     runs: Annotated[int, typer.Option("--runs", min=1, help="runs, with seeds seed..seed+runs-1")] = 4,
-    k: _FwK = 8, seed: _FwSeed = 0,
 ) -> None:
     """Independent runs of one configuration, and how they compare.
 
@@ -207,8 +132,8 @@ def flywheel_replicate(
 
     docs, dirs, t0 = [], [], time.perf_counter()
     for i in range(runs):
-        err.rule(f"run {i + 1}/{runs} (seed {seed + i})")
-        doc, fw = opts.run(opts.config(k, seed + i), out / f"run-{i}")
+        err.rule(f"run {i + 1}/{runs} (seed {opts.seed + i})")
+        doc, fw = _run(opts.replace(seed=opts.seed + i), out / f"run-{i}")
         _fw_timing(doc, fw)
         docs.append(doc)
         dirs.append(f"run-{i}")
@@ -223,13 +148,12 @@ def flywheel_replicate(
 
 
 @app.command("sweep", context_settings={"allow_extra_args": True})
-@_with_run_options
+@_with_run_options("K")
 def flywheel_sweep(
-    ctx: typer.Context, out: _FwOut,
+    ctx: typer.Context, out: _FwOut, opts: RunOptions,
     ks: Annotated[list[int], typer.Option("--K", "-K", help="the K values: --K 4 8 12 16 (or --K 4 --K 8 ...)")]
     = [4, 8, 12, 16],  # noqa: B006 (typer reads the default)
     runs: Annotated[int, typer.Option("--runs", min=1, help="runs per K, seeds seed..seed+runs-1")] = 1,
-    seed: _FwSeed = 0, opts: _RunOptions = None,
 ) -> None:
     """Runs over K (rollouts per task): final and band vs K.
 
@@ -245,14 +169,16 @@ def flywheel_sweep(
         if not extra.isdigit() or int(extra) < 1:
             fail(f"sweep: unexpected argument {extra!r} (K values are positive integers: --K 4 8 12 16)")
         values.append(int(extra))
+    if min(values) < 1:
+        fail(f"--K {min(values)}: K values are positive integers")
     values = sorted(set(values))
     by_k: dict[int, list] = {}
     t0 = time.perf_counter()
     for kv in values:
         for i in range(runs):
-            err.rule(f"K={kv}, run {i + 1}/{runs} (seed {seed + i})")
+            err.rule(f"K={kv}, run {i + 1}/{runs} (seed {opts.seed + i})")
             where = f"K{kv}/run-{i}"
-            doc, fw = opts.run(opts.config(kv, seed + i), out / where)
+            doc, fw = _run(opts.replace(K=kv, seed=opts.seed + i), out / where)
             _fw_timing(doc, fw)
             by_k.setdefault(kv, []).append((doc, where))
     sw = aggregate.sweep_doc(by_k)
