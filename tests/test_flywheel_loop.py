@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from glyph.flywheel import gate
-from glyph.flywheel.agents import Endpoint, ModelCallFailed, ReferenceAgent, RolloutKey, chat, reference_lesson
+from glyph.flywheel.agents import Endpoint, ModelCallFailed, ReferenceAgent, RolloutKey, reference_lesson
 from glyph.flywheel.loop import signature_of
 from glyph.flywheel.options import RunOptions
 from glyph.flywheel.runner import run_one
@@ -82,7 +82,10 @@ def _run(out, tasks, *, agent=None, writer=None, concurrency=2, **kw):
 
 
 def _reference(tasks, **kw):
-    return ReferenceAgent(conventions.load_tasks(tasks), **kw)
+    """The reference agent with the run's defaults (``RunOptions``) but ``kw``."""
+    d = RunOptions()
+    return ReferenceAgent(conventions.load_tasks(tasks), **({"seed": d.seed, "p_lucky": d.p_lucky,
+                                                             "p_slip": d.p_slip} | kw))
 
 
 # ---------------------------------------------------------------- the agent and the writer
@@ -377,14 +380,17 @@ class _Endpoint(ThreadingHTTPServer):
     """An OpenAI-compatible chat server: the reference agent (noise-free) and a
     reference writer that reads the task from the writer's prompt; the first
     ``fail_first`` statuses are answered to every rollout request before it
-    succeeds, and prompts containing ``always_fail`` always get a 500."""
+    succeeds, and prompts containing ``always_fail`` always get a 500. Each
+    failure carries ``retry-after-ms: retry_after_ms`` (which the SDK honours,
+    so the tests do not wait out its own backoff), unless that is None."""
 
     daemon_threads = True
 
-    def __init__(self, tasks, fail_first=(), always_fail=None):
+    def __init__(self, tasks, fail_first=(), always_fail=None, retry_after_ms=5):
         super().__init__(("127.0.0.1", 0), _Handler)
-        self.agent = ReferenceAgent(tasks, p_lucky=0.0, p_slip=0.0)
+        self.agent = ReferenceAgent(tasks, seed=0, p_lucky=0.0, p_slip=0.0)
         self.tasks, self.fail_first, self.always_fail = tasks, list(fail_first), always_fail
+        self.retry_after_ms = retry_after_ms
         self.requests, self.writer_prompts, self.lock = 0, [], threading.Lock()
         self._attempts: dict[str, int] = {}
 
@@ -425,6 +431,8 @@ class _Handler(BaseHTTPRequestHandler):
             payload = {"error": {"message": f"injected {status}", "type": "server_error"}}
         data = json.dumps(payload).encode()
         self.send_response(status)
+        if status != 200 and self.server.retry_after_ms is not None:
+            self.send_header("retry-after-ms", str(self.server.retry_after_ms))
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
@@ -449,7 +457,7 @@ def endpoint(tasks_file):
 
 def _openai_options(tasks_file, url, **kw) -> RunOptions:
     return RunOptions(**{"tasks": tasks_file, "K": 1, "agent": "openai", "base_url": url, "model": "m",
-                         "writer": "openai", "timeout": 10, "retries": 2, "backoff": 0.001, "concurrency": 4,
+                         "writer": "openai", "timeout": 10, "retries": 2, "concurrency": 4,
                          "quiet": True} | kw)
 
 
@@ -488,17 +496,34 @@ def test_a_call_that_keeps_failing_is_excluded_and_counted_not_scored(tmp_path, 
                for les in doc["lessons"] if les["band_pp"] is not None)
 
 
-def test_chat_gives_up_with_model_call_failed_and_stops_on_setup_errors(endpoint, tasks_file):
+def test_model_calls_go_through_the_sdks_retries(endpoint, tasks_file):
+    """The SDK retries (its own backoff where the server names no delay); what
+    fails after its retries is ModelCallFailed, a setup error stops at once."""
+    import socket
+
     from glyph.flywheel.agents import ModelSetupError
 
-    server, url = endpoint(fail_first=[503, 503, 503, 503])
-    ep = Endpoint(url, "m", timeout=5, retries=1, backoff=0.001)
-    msgs = [{"role": "user", "content": "hello"}]
-    with pytest.raises(ModelCallFailed, match="HTTP 503.*2 tries"):
-        chat(ep.client(), ep, msgs)
-    server.fail_first = [401]
-    with pytest.raises(ModelSetupError, match="HTTP 401"):
-        chat(ep.client(), ep, [{"role": "user", "content": "other"}])
+    msgs = conventions.messages(conventions.load_tasks(tasks_file)[0])
+    server, url = endpoint(fail_first=[500, 500], retry_after_ms=None)
+    assert conventions.extract_code(Endpoint(url, "m", timeout=5, retries=2).client().chat(msgs))
+    assert server.requests == 3  # 500, 500, then 200
+
+    server, url = endpoint(always_fail="Write `solve")
+    with pytest.raises(ModelCallFailed, match=r"HTTP 500: .*injected 500.* \(after 4 tries\)"):
+        Endpoint(url, "m", timeout=5, retries=3).client().chat(msgs)
+    assert server.requests == 4  # retries + 1
+
+    for status in (404, 401):
+        server, url = endpoint(fail_first=[status])
+        with pytest.raises(ModelSetupError, match=f"answered HTTP {status} for model 'm'"):
+            Endpoint(url, "m", timeout=5, retries=3).client().chat(msgs)
+        assert server.requests == 1  # never retried
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(ModelCallFailed, match=r"connection error: .* \(after 2 tries\)"):
+        Endpoint(f"http://127.0.0.1:{port}/v1", "m", timeout=5, retries=1).client().chat(msgs)
 
 
 # ---------------------------------------------------------------- outputs

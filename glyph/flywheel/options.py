@@ -83,7 +83,6 @@ class RunOptions(BaseModel):
     timeout: Annotated[float, CALL] = Field(120.0, description="seconds per model request")
     retries: Annotated[int, CALL] = Field(
         6, ge=0, description="retries of a rate-limited or failed model call before its rollout is excluded")
-    backoff: Annotated[float, CALL] = Field(1.0, ge=0, description="first retry delay in seconds (doubles)")
     retry_excluded: Annotated[bool, CALL] = Field(
         False, description="on resume, request again the rollouts stored as excluded (their model call had "
                            "failed)")

@@ -15,7 +15,7 @@ from glyph.flywheel.writers import OpenAIWriter, ReferenceWriter, Writer
 
 
 def _endpoint(options: RunOptions, base_url: str, model: str) -> Endpoint:
-    return Endpoint(base_url, model, timeout=options.timeout, retries=options.retries, backoff=options.backoff)
+    return Endpoint(base_url, model, timeout=options.timeout, retries=options.retries)
 
 
 def make_agent(options: RunOptions, config: RunConfig, tasks: Sequence[ConventionTask]) -> Agent:
