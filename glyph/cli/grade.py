@@ -55,7 +55,7 @@ def grade(
     else:
         try:
             program = tests.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:  # a message naming the file and the --tests flag
+        except (OSError, UnicodeDecodeError) as exc:  # an unreadable --tests file: one line naming it
             fail(f"{tests}: cannot read the tests: {exc}")
         setup, filename = "", str(tests)
     result = run_grade(source, setup, program, filename=filename)
