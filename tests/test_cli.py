@@ -210,3 +210,57 @@ def test_vf_eval_with_no_data_at_all_is_one_line_naming_the_env_option(tmp_path)
     last = out.strip().splitlines()[-1]
     assert last.startswith("glyph-mbpp: could not download MBPP"), out[-3000:]
     assert "GLYPH_MBPP_PATH" in last and "--env.taskset.data-path" in last
+
+
+# ---------------------------------------------------------------- the one error handler (glyph.cli.common)
+
+
+@pytest.mark.parametrize("module,name", __import__("glyph.cli.common", fromlist=["x"]).NAMED_ERRORS)
+def test_every_named_error_is_an_exception_class_of_that_module(module, name):
+    import importlib
+
+    cls = getattr(importlib.import_module(module), name)
+    assert isinstance(cls, type) and issubclass(cls, Exception) and cls.__module__ == module
+
+
+def test_a_named_error_from_a_command_is_one_line_and_exit_2():
+    from glyph.cli.common import App
+    from glyph.data.mbpp import DataError
+
+    probe = App()
+
+    @probe.command()
+    def named() -> None:
+        raise DataError("mbpp_0: no such task [red]see `glyph data list`[/red]")
+
+    @probe.command()
+    def bug() -> None:
+        raise ValueError("not a named error")
+
+    r = runner.invoke(probe, ["named"])
+    assert r.exit_code == 2 and r.stdout == ""
+    assert r.stderr == "error: mbpp_0: no such task [red]see `glyph data list`[/red]\n"  # printed as is
+    r = runner.invoke(probe, ["bug"])
+    assert r.exit_code == 1 and isinstance(r.exception, ValueError)  # anything else is a bug: it propagates
+
+
+def test_named_errors_of_every_kind_of_command_are_one_line(tmp_path):
+    for args in (["data", "list", "--mbpp-path", str(tmp_path / "absent.jsonl")],
+                 ["report", str(tmp_path / "absent")],
+                 ["prime-rl", "check", str(tmp_path)]):
+        r = runner.invoke(app, args)
+        assert r.exit_code == 2 and r.stderr.startswith("error: "), (args, r.output)
+        assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_the_app_imports_no_command_code():
+    """Start-up stays cheap: importing the app imports the command modules only
+    (each command imports what it needs when it runs; the error handler looks
+    the error classes up in ``sys.modules``), and the flywheel's options model,
+    which its run flags are built from."""
+    import subprocess
+    import sys
+
+    probe = "import sys, glyph.cli.app; print(' '.join(sorted(m for m in sys.modules if m.startswith('glyph'))))"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.split()
+    assert [m for m in out if not m.startswith("glyph.cli")] == ["glyph", "glyph.flywheel", "glyph.flywheel.options"]

@@ -10,9 +10,10 @@ import pytest
 from typer.testing import CliRunner
 
 from glyph.flywheel import gate
-from glyph.flywheel.agents import Endpoint, ModelCallFailed, ReferenceAgent, RolloutKey, chat, reference_lesson
+from glyph.flywheel.agents import Endpoint, ModelCallFailed, ReferenceAgent, RolloutKey, reference_lesson
 from glyph.flywheel.loop import signature_of
-from glyph.flywheel.runner import CallOptions, make_config, run_one
+from glyph.flywheel.options import RunOptions
+from glyph.flywheel.runner import run_one
 from glyph.flywheel.store import ConfigMismatch
 from glyph.flywheel.writers import WRITER_SYSTEM, Cluster, Failure, ReferenceWriter
 from glyph.data import conventions
@@ -76,14 +77,15 @@ class Counting:
 
 
 def _run(out, tasks, *, agent=None, writer=None, concurrency=2, **kw):
-    config = make_config(tasks=tasks, K=kw.pop("K", K), **kw)
-    doc, fw = run_one(config, out, CallOptions(concurrency=concurrency), progress=False, agent=agent,
-                      writer=writer)
-    return doc, fw
+    options = RunOptions(tasks=tasks, K=kw.pop("K", K), concurrency=concurrency, quiet=True, **kw)
+    return run_one(options, out, agent=agent, writer=writer)
 
 
 def _reference(tasks, **kw):
-    return ReferenceAgent(conventions.load_tasks(tasks), **kw)
+    """The reference agent with the run's defaults (``RunOptions``) but ``kw``."""
+    d = RunOptions()
+    return ReferenceAgent(conventions.load_tasks(tasks), **({"seed": d.seed, "p_lucky": d.p_lucky,
+                                                             "p_slip": d.p_slip} | kw))
 
 
 # ---------------------------------------------------------------- the agent and the writer
@@ -228,6 +230,149 @@ def test_a_different_configuration_is_refused(tmp_path, tasks_file):
     assert r.exit_code == 2 and "seed: 0 in config.json, 5 now" in r.stderr
 
 
+# ---------------------------------------------------------------- the options (glyph.flywheel.options)
+
+
+def test_every_run_option_is_a_flag_with_the_models_default_and_help():
+    from enum import Enum
+
+    import typer.main
+
+    from glyph.cli.app import app
+    from glyph.flywheel.options import flag
+
+    group = typer.main.get_command(app).commands["flywheel"]
+    for command in ("run", "replicate", "sweep"):
+        params = {p.name: p for p in group.commands[command].params}
+        text = CliRunner().invoke(app, ["flywheel", command, "--help"], env={"COLUMNS": "300"}).output
+        for name, field in RunOptions.model_fields.items():
+            assert flag(name) in text, (command, name)
+            if command == "sweep" and name == "K":  # sweep's own --K: a list of K values
+                assert params["ks"].opts == ["--K", "-K"] and params["ks"].default == [4, 8, 12, 16]
+                continue
+            p = params[name]
+            assert flag(name) in p.opts and p.help == field.description, (command, name)
+            default = p.default.value if isinstance(p.default, Enum) else p.default
+            assert default == field.default and p.show_default is not False, (command, name)
+            if field.default not in (None, False):
+                shown = field.default.value if isinstance(field.default, Enum) else field.default
+                assert f"[default: {shown}]" in text, (command, name)
+        if command != "sweep":
+            assert params["K"].opts == ["--K", "-K"]
+
+
+def test_options_that_cannot_make_a_run_name_the_flag(tmp_path, tasks_file):
+    from glyph.cli.app import app
+    from glyph.flywheel.options import OptionsError
+
+    with pytest.raises(OptionsError, match="--tasks .*absent.jsonl: no such file"):
+        RunOptions(tasks=tmp_path / "absent.jsonl").config()
+    with pytest.raises(OptionsError, match="--writer openai needs --writer-base-url"):
+        RunOptions(tasks=tasks_file, writer="openai").config()
+    assert RunOptions(tasks=tasks_file, writer="openai", base_url="u", model="m").config().writer_model == "m"
+    for args, message in ((["--agent", "openai", "--base-url", "http://127.0.0.1:9/v1"],
+                           "error: --agent openai needs --base-url and --model"),
+                          (["--tasks", str(tmp_path / "absent.jsonl")], "absent.jsonl: no such file")):
+        r = CliRunner().invoke(app, ["flywheel", "run", "--out", str(tmp_path / "run"), *args])
+        assert r.exit_code == 2 and message in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert not (tmp_path / "run").exists()
+
+
+# The config.json of two runs written by the code before glyph.flywheel.options, in a folder holding
+# tasks_file's tasks as tasks.jsonl: `glyph flywheel run --out DIR --tasks tasks.jsonl --max-rounds 1`, and
+# the same with `--K 2 --seed 3 --agent openai --base-url http://127.0.0.1:9/v1 --model m --temperature 0.7
+# --max-tokens 512 --writer openai --gate paired --retries 0` (its endpoint down).
+OLD_REFERENCE_CONFIG = """{
+  "tasks": "tasks.jsonl",
+  "tasks_sha256": "b3762597c58f59a6a441120de0b3a4a0b0a2a94c3d0129b8922c510a6c68dec6",
+  "K": 8,
+  "seed": 0,
+  "agent": "reference",
+  "base_url": null,
+  "model": null,
+  "temperature": null,
+  "max_tokens": null,
+  "writer": "reference",
+  "writer_base_url": null,
+  "writer_model": null,
+  "gate": "band",
+  "max_rounds": 1,
+  "p_lucky": 0.1,
+  "p_slip": 0.05
+}
+"""
+OLD_OPENAI_CONFIG = """{
+  "tasks": "tasks.jsonl",
+  "tasks_sha256": "b3762597c58f59a6a441120de0b3a4a0b0a2a94c3d0129b8922c510a6c68dec6",
+  "K": 2,
+  "seed": 3,
+  "agent": "openai",
+  "base_url": "http://127.0.0.1:9/v1",
+  "model": "m",
+  "temperature": 0.7,
+  "max_tokens": 512,
+  "writer": "openai",
+  "writer_base_url": "http://127.0.0.1:9/v1",
+  "writer_model": "m",
+  "gate": "paired",
+  "max_rounds": 1,
+  "p_lucky": null,
+  "p_slip": null
+}
+"""
+
+
+@pytest.fixture
+def old_layout(tmp_path, tasks_file, monkeypatch):
+    import hashlib
+    from pathlib import Path
+
+    monkeypatch.chdir(tmp_path)
+    data = Path(tasks_file).read_bytes()
+    assert hashlib.sha256(data).hexdigest() == json.loads(OLD_REFERENCE_CONFIG)["tasks_sha256"], \
+        "_task or LAYOUT changed: the stored configurations name other tasks"
+    Path("tasks.jsonl").write_bytes(data)
+    for name, text in (("old-reference", OLD_REFERENCE_CONFIG), ("old-openai", OLD_OPENAI_CONFIG)):
+        Path(name).mkdir()
+        (Path(name) / "config.json").write_text(text)
+    return Path(".")
+
+
+def test_a_run_directory_of_the_previous_version_resumes(old_layout):
+    from glyph.cli.app import app
+
+    runner = CliRunner()
+    for out in ("old-reference", "fresh"):
+        r = runner.invoke(app, ["flywheel", "run", "--out", out, "--tasks", "tasks.jsonl", "--max-rounds", "1",
+                                "--quiet"])
+        assert r.exit_code == 0, r.output + r.stderr
+        assert (old_layout / out / "config.json").read_text() == OLD_REFERENCE_CONFIG  # the format is the same
+    assert (old_layout / "old-reference" / "run.json").read_bytes() == (old_layout / "fresh" / "run.json").read_bytes()
+
+
+def test_a_stored_identity_is_compared_on_what_changes_results_only(old_layout):
+    from glyph.flywheel.store import Store
+
+    opts = RunOptions(tasks="tasks.jsonl", K=2, seed=3, agent="openai", base_url="http://127.0.0.1:9/v1",
+                      model="m", temperature=0.7, max_tokens=512, writer="openai", gate="paired", max_rounds=1,
+                      retries=0)
+    with Store("fresh", opts.config()):
+        pass
+    assert (old_layout / "fresh" / "config.json").read_text() == OLD_OPENAI_CONFIG
+    calls = {"timeout": 1.0, "retries": 9, "concurrency": 1, "quiet": True, "retry_excluded": True,
+             "p_lucky": 0.5, "p_slip": 0.5}  # call options, and options of the reference agent only
+    for o in (opts, opts.replace(**calls), opts.replace(tasks=old_layout.resolve() / "tasks.jsonl")):
+        with Store("old-openai", o.config()):
+            pass
+    with pytest.raises(ConfigMismatch, match=r"temperature: 0.7 in config.json, 0.8 now"):
+        Store("old-openai", opts.replace(temperature=0.8).config())
+    reference = RunOptions(tasks="tasks.jsonl", max_rounds=1)
+    with Store("old-reference", reference.replace(temperature=0.1, max_tokens=5, base_url="x").config()):
+        pass
+    with pytest.raises(ConfigMismatch, match=r"p_slip: 0.05 in config.json, 0.2 now"):
+        Store("old-reference", reference.replace(p_slip=0.2).config())
+
+
 # ---------------------------------------------------------------- the OpenAI path, against 127.0.0.1
 
 
@@ -235,14 +380,17 @@ class _Endpoint(ThreadingHTTPServer):
     """An OpenAI-compatible chat server: the reference agent (noise-free) and a
     reference writer that reads the task from the writer's prompt; the first
     ``fail_first`` statuses are answered to every rollout request before it
-    succeeds, and prompts containing ``always_fail`` always get a 500."""
+    succeeds, and prompts containing ``always_fail`` always get a 500. Each
+    failure carries ``retry-after-ms: retry_after_ms`` (which the SDK honours,
+    so the tests do not wait out its own backoff), unless that is None."""
 
     daemon_threads = True
 
-    def __init__(self, tasks, fail_first=(), always_fail=None):
+    def __init__(self, tasks, fail_first=(), always_fail=None, retry_after_ms=5):
         super().__init__(("127.0.0.1", 0), _Handler)
-        self.agent = ReferenceAgent(tasks, p_lucky=0.0, p_slip=0.0)
+        self.agent = ReferenceAgent(tasks, seed=0, p_lucky=0.0, p_slip=0.0)
         self.tasks, self.fail_first, self.always_fail = tasks, list(fail_first), always_fail
+        self.retry_after_ms = retry_after_ms
         self.requests, self.writer_prompts, self.lock = 0, [], threading.Lock()
         self._attempts: dict[str, int] = {}
 
@@ -283,6 +431,8 @@ class _Handler(BaseHTTPRequestHandler):
             payload = {"error": {"message": f"injected {status}", "type": "server_error"}}
         data = json.dumps(payload).encode()
         self.send_response(status)
+        if status != 200 and self.server.retry_after_ms is not None:
+            self.send_header("retry-after-ms", str(self.server.retry_after_ms))
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
@@ -305,9 +455,14 @@ def endpoint(tasks_file):
         s.server_close()
 
 
+def _openai_options(tasks_file, url, **kw) -> RunOptions:
+    return RunOptions(**{"tasks": tasks_file, "K": 1, "agent": "openai", "base_url": url, "model": "m",
+                         "writer": "openai", "timeout": 10, "retries": 2, "concurrency": 4,
+                         "quiet": True} | kw)
+
+
 def _openai_run(out, tasks_file, url, **kw):
-    config = make_config(tasks=tasks_file, K=1, agent="openai", base_url=url, model="m", writer="openai", **kw)
-    return run_one(config, out, CallOptions(timeout=10, retries=2, backoff=0.001, concurrency=4), progress=False)
+    return run_one(_openai_options(tasks_file, url, **kw), out)
 
 
 def test_openai_agent_retries_429_and_500_then_scores(tmp_path, tasks_file, endpoint):
@@ -341,17 +496,34 @@ def test_a_call_that_keeps_failing_is_excluded_and_counted_not_scored(tmp_path, 
                for les in doc["lessons"] if les["band_pp"] is not None)
 
 
-def test_chat_gives_up_with_model_call_failed_and_stops_on_setup_errors(endpoint, tasks_file):
+def test_model_calls_go_through_the_sdks_retries(endpoint, tasks_file):
+    """The SDK retries (its own backoff where the server names no delay); what
+    fails after its retries is ModelCallFailed, a setup error stops at once."""
+    import socket
+
     from glyph.flywheel.agents import ModelSetupError
 
-    server, url = endpoint(fail_first=[503, 503, 503, 503])
-    ep = Endpoint(url, "m", timeout=5, retries=1, backoff=0.001)
-    msgs = [{"role": "user", "content": "hello"}]
-    with pytest.raises(ModelCallFailed, match="HTTP 503.*2 tries"):
-        chat(ep.client(), ep, msgs)
-    server.fail_first = [401]
-    with pytest.raises(ModelSetupError, match="HTTP 401"):
-        chat(ep.client(), ep, [{"role": "user", "content": "other"}])
+    msgs = conventions.messages(conventions.load_tasks(tasks_file)[0])
+    server, url = endpoint(fail_first=[500, 500], retry_after_ms=None)
+    assert conventions.extract_code(Endpoint(url, "m", timeout=5, retries=2).client().chat(msgs))
+    assert server.requests == 3  # 500, 500, then 200
+
+    server, url = endpoint(always_fail="Write `solve")
+    with pytest.raises(ModelCallFailed, match=r"HTTP 500: .*injected 500.* \(after 4 tries\)"):
+        Endpoint(url, "m", timeout=5, retries=3).client().chat(msgs)
+    assert server.requests == 4  # retries + 1
+
+    for status in (404, 401):
+        server, url = endpoint(fail_first=[status])
+        with pytest.raises(ModelSetupError, match=f"answered HTTP {status} for model 'm'"):
+            Endpoint(url, "m", timeout=5, retries=3).client().chat(msgs)
+        assert server.requests == 1  # never retried
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(ModelCallFailed, match=r"connection error: .* \(after 2 tries\)"):
+        Endpoint(f"http://127.0.0.1:{port}/v1", "m", timeout=5, retries=1).client().chat(msgs)
 
 
 # ---------------------------------------------------------------- outputs
@@ -401,7 +573,6 @@ def test_a_dead_endpoint_stops_the_run_and_retry_excluded_resumes_it(tmp_path, t
     server.always_fail = None  # the endpoint recovers
     with pytest.raises(FlywheelError):  # stored exclusions stay final by default ...
         _openai_run(tmp_path / "run", tasks_file, url)
-    config = make_config(tasks=tasks_file, K=1, agent="openai", base_url=url, model="m", writer="openai")
-    doc, fw = run_one(config, tmp_path / "run", CallOptions(timeout=10, retries=0, backoff=0.001),
-                      progress=False, retry_excluded=True)  # ... and are requested again on demand
+    doc, fw = _openai_run(tmp_path / "run", tasks_file, url, retries=0, concurrency=8,
+                          retry_excluded=True)  # ... and are requested again on demand
     assert doc["excluded"]["rollouts"] == 0 and doc["baseline"] == 0.0 and fw.reused == 0

@@ -1,296 +1,104 @@
-"""``glyph conventions ...`` and ``glyph flywheel ...``. Light at import: each
-command imports what it needs."""
+"""``glyph flywheel run | replicate | sweep | credit``."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import functools
+import inspect
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Literal, Optional, get_args, get_origin
 
 import typer
 
-conventions_app = typer.Typer(no_args_is_help=True, help="The conventions tasks (glyph-conventions).")
-flywheel_app = typer.Typer(no_args_is_help=True,
-                           help="The flywheel benchmark: lessons in context, gated by the noise band.")
+from glyph.cli.common import App, MbppPath, console, err, fail
+from glyph.flywheel.options import RunOptions, flag
 
-
-@conventions_app.command("validate")
-def conventions_validate(
-    tasks: Annotated[Optional[Path], typer.Option(
-        "--tasks", help="a conventions JSONL file (default: glyph's own data file)")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="print the report as JSON")] = False,
-) -> None:
-    """Grade every row's reference_broken (must fail) and reference_fixed (must
-    pass) with glyph's grader. One `FILE:LINE: why` per bad row, then a table.
-    Exit 0 when every row is good, 1 otherwise, 2 when the file is unreadable."""
-    import json
-    import time
-    from collections import Counter
-
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-    from rich.table import Table
-
-    from glyph.cli.app import fail
-    from glyph.sandbox import SandboxUnavailable
-    from glyph.data import conventions
-
-    path = tasks or conventions.DATA_FILE
-    try:
-        path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        fail(f"{path}: cannot read ({exc})")
-    located, read_errors = conventions.read_tasks_located(path)
-
-    def line_of(text: str) -> int:  # read_tasks' lines start with "FILE:LINE:"
-        head = text[len(str(path)) + 1:].split(":", 1)[0]
-        return int(head) if head.isdigit() else 0
-
-    problems = [(line_of(e), e) for e in read_errors]
-    results = []
-    start = time.perf_counter()
-    err = Console(stderr=True)
-    try:
-        with Progress(TextColumn("validating"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      TextColumn("{task.description}"), console=err, transient=True,
-                      disable=not located) as progress:
-            bar = progress.add_task("", total=len(located))
-            for line, task in located:
-                progress.update(bar, description=task.id)
-                v = conventions.validate_task(task)
-                results.append((line, v))
-                if not v.ok:
-                    problems.append((line, f"{path}:{line}: {task.id}: {v.problem()}"))
-                progress.advance(bar)
-    except SandboxUnavailable as exc:
-        fail(str(exc))
-    seconds = time.perf_counter() - start
-    problems.sort(key=lambda p: p[0])
-
-    modes: dict[str, Counter] = {}
-    for _, v in results:
-        c = modes.setdefault(v.task.mode, Counter())
-        c[v.task.split] += 1
-        c["broken_failing"] += bool(v.broken) and v.broken != "PASS" and not v.invalid
-        c["fixed_passing"] += v.fixed == "PASS" and not v.invalid
-    n = len(results)
-    broken_failing = sum(c["broken_failing"] for c in modes.values())
-    fixed_passing = sum(c["fixed_passing"] for c in modes.values())
-
-    def covered(c: Counter) -> bool:
-        return c["train"] >= 1 and c["holdout"] >= 2
-
-    if as_json:
-        print(json.dumps({
-            "file": str(path), "ok": not problems, "tasks": n, "modes": len(modes),
-            "broken_failing": broken_failing, "fixed_passing": fixed_passing, "bad_rows": len(problems),
-            "seconds": round(seconds, 3), "problems": [p for _, p in problems],
-            "per_mode": {m: {"train": c["train"], "holdout": c["holdout"], "covered": covered(c),
-                             "broken_failing": c["broken_failing"], "fixed_passing": c["fixed_passing"]}
-                         for m, c in modes.items()},
-            "rows": [{"id": v.task.id, "line": line, "mode": v.task.mode, "split": v.task.split,
-                      "broken": v.broken, "fixed": v.fixed, "ok": v.ok, "problem": v.problem()}
-                     for line, v in results],
-        }, indent=2))
-    else:
-        out = Console(highlight=False, soft_wrap=True)
-        for _, p in problems:
-            out.print(p, markup=False)
-        table = Table(title=f"{path.name}: {n} tasks, {len(modes)} modes, graded in {seconds:.1f} s",
-                      caption="coverage: ok when a mode has >= 1 train and >= 2 holdout tasks")
-        table.add_column("mode", no_wrap=True)
-        for col in ("train", "holdout", "coverage", "broken fail", "fixed pass"):
-            table.add_column(col, justify="right", no_wrap=True)
-        for m, c in sorted(modes.items()):
-            total = c["train"] + c["holdout"]
-            table.add_row(m or "(no mode)", str(c["train"]), str(c["holdout"]),
-                          "[green]ok[/]" if covered(c) else "[yellow]short[/]",
-                          f"{c['broken_failing']}/{total}", f"{c['fixed_passing']}/{total}")
-        table.add_section()
-        table.add_row("all", str(sum(c["train"] for c in modes.values())),
-                      str(sum(c["holdout"] for c in modes.values())),
-                      f"{sum(map(covered, modes.values()))}/{len(modes)} modes",
-                      f"{broken_failing}/{n}", f"{fixed_passing}/{n}")
-        out.print(table)
-        colour, plural = ("red" if problems else "green"), ("" if len(problems) == 1 else "s")
-        out.print(f"[{colour}]{len(problems)} bad row{plural}[/]: {n} tasks graded, "
-                  f"{broken_failing}/{n} broken references fail, {fixed_passing}/{n} fixed references pass")
-    raise typer.Exit(1 if problems else 0)
+app = App(no_args_is_help=True, help="The flywheel benchmark: lessons in context, gated by the noise band.")
 
 
 # ---------------------------------------------------------------- glyph flywheel run | replicate | sweep
 
-class _AgentKind(str, Enum):
-    reference = "reference"
-    openai = "openai"
-
-
-class _GateKind(str, Enum):
-    band = "band"
-    paired = "paired"
-
-
 _FwOut = Annotated[Path, typer.Option("--out", help="output directory (an existing one with the same "
                                       "configuration is resumed; a different one is refused)")]
-_FwTasks = Annotated[Optional[Path], typer.Option("--tasks", help="a conventions JSONL file "
-                                                  "(default: glyph's own data file)")]
-_FwK = Annotated[int, typer.Option("--K", "-K", min=1, help="rollouts per task in every phase")]
-_FwSeed = Annotated[int, typer.Option("--seed", help="run seed (reference agent noise; OpenAI request seeds)")]
-_FwAgent = Annotated[_AgentKind, typer.Option("--agent", help="reference (offline, free) or openai (an endpoint)")]
-_FwBaseUrl = Annotated[Optional[str], typer.Option("--base-url", help="OpenAI-compatible endpoint, e.g. "
-                                                   "http://127.0.0.1:8000/v1 (key: $OPENAI_API_KEY)")]
-_FwModel = Annotated[Optional[str], typer.Option("--model", help="model name at --base-url")]
-_FwTemp = Annotated[float, typer.Option("--temperature", help="agent sampling temperature (openai)")]
-_FwMaxTok = Annotated[int, typer.Option("--max-tokens", help="agent max tokens per reply (openai)")]
-_FwWriter = Annotated[_AgentKind, typer.Option("--writer", help="lesson writer: reference or openai")]
-_FwWBaseUrl = Annotated[Optional[str], typer.Option("--writer-base-url", help="writer endpoint (default: --base-url)")]
-_FwWModel = Annotated[Optional[str], typer.Option("--writer-model", help="writer model (default: --model)")]
-_FwGate = Annotated[_GateKind, typer.Option("--gate", help="band: gain > 1.96*sqrt(0.25/(n*K)); paired: the "
-                                            "per-task t interval's lower bound > 0 (docs/flywheel.md)")]
-_FwRounds = Annotated[int, typer.Option("--max-rounds", min=1, help="at most this many lesson rounds")]
-_FwConc = Annotated[int, typer.Option("--concurrency", min=1, help="threads for model calls and grading")]
-_FwLucky = Annotated[float, typer.Option("--p-lucky", min=0, max=1, help="reference agent noise: chance of "
-                                         "the fixed reference without the lesson")]
-_FwSlip = Annotated[float, typer.Option("--p-slip", min=0, max=1, help="reference agent noise: chance of "
-                                        "the broken reference with the lesson")]
-_FwTimeout = Annotated[float, typer.Option("--timeout", help="seconds per model request")]
-_FwRetries = Annotated[int, typer.Option("--retries", min=0, help="retries of a rate-limited or failed model "
-                                         "call before its rollout is excluded")]
-_FwBackoff = Annotated[float, typer.Option("--backoff", min=0, help="first retry delay in seconds (doubles)")]
-_FwRetryEx = Annotated[bool, typer.Option("--retry-excluded", help="on resume, request again the rollouts "
-                                          "stored as excluded (their model call had failed)")]
-_FwQuiet = Annotated[bool, typer.Option("--quiet", help="no progress bars")]
+_SHORT_FLAGS = {"K": "-K"}
 
 
-def _run_options_template(
-    tasks: _FwTasks = None, agent: _FwAgent = _AgentKind.reference, base_url: _FwBaseUrl = None,
-    model: _FwModel = None, temperature: _FwTemp = 1.0, max_tokens: _FwMaxTok = 2048,
-    writer: _FwWriter = _AgentKind.reference, writer_base_url: _FwWBaseUrl = None, writer_model: _FwWModel = None,
-    gate: _FwGate = _GateKind.band, max_rounds: _FwRounds = 20, concurrency: _FwConc = 8,
-    p_lucky: _FwLucky = 0.1, p_slip: _FwSlip = 0.05, timeout: _FwTimeout = 120.0, retries: _FwRetries = 6,
-    backoff: _FwBackoff = 1.0, retry_excluded: _FwRetryEx = False, quiet: _FwQuiet = False,
-) -> None:
-    """The options ``run``, ``replicate`` and ``sweep`` share, declared once
-    (``_with_run_options`` adds them to each command)."""
+def _option(name: str, field) -> inspect.Parameter:
+    """The typer option of ``RunOptions`` field ``name``: flag (``options.flag``),
+    default, help and bounds from the field. A ``Literal`` becomes a ``str`` Enum
+    (typer shows its choices; older typers take no ``Literal``)."""
+    kind, default = field.annotation, field.default
+    if get_origin(kind) is Literal:
+        kind = Enum(f"{name}_choice", {v: v for v in get_args(kind)}, type=str)
+        default = kind(default)
+    bounds = {}
+    for m in field.metadata:
+        if getattr(m, "ge", None) is not None:
+            bounds["min"] = m.ge
+        if getattr(m, "le", None) is not None:
+            bounds["max"] = m.le
+    flags = [flag(name)] + ([_SHORT_FLAGS[name]] if name in _SHORT_FLAGS else [])
+    option = typer.Option(*flags, help=field.description, **bounds)
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default,
+                             annotation=Annotated[kind, option])
 
 
-@dataclass(frozen=True)
-class _RunOptions:
-    """What ``_run_options_template`` declares, as one value."""
+def _with_run_options(*declared: str):
+    """A typer command whose ``opts: RunOptions`` parameter is one option per
+    ``RunOptions`` field (but the fields in ``declared``, which the command
+    declares itself), after the command's own parameters: the signature typer
+    reads (``inspect.signature(func, eval_str=True)``)."""
 
-    tasks: Optional[Path]
-    agent: _AgentKind
-    base_url: Optional[str]
-    model: Optional[str]
-    temperature: float
-    max_tokens: int
-    writer: _AgentKind
-    writer_base_url: Optional[str]
-    writer_model: Optional[str]
-    gate: _GateKind
-    max_rounds: int
-    concurrency: int
-    p_lucky: float
-    p_slip: float
-    timeout: float
-    retries: int
-    backoff: float
-    retry_excluded: bool
-    quiet: bool
+    def wrap(func):
+        own = inspect.signature(func, eval_str=True)
+        generated = [_option(n, f) for n, f in RunOptions.model_fields.items() if n not in declared]
+        params = [p for p in own.parameters.values() if p.name != "opts"] + generated
 
-    def config(self, K: int, seed: int):
-        """The run's configuration (``runner.make_config``) for one K and seed."""
-        keep = ("tasks", "agent", "base_url", "model", "temperature", "max_tokens", "writer", "writer_base_url",
-                "writer_model", "gate", "max_rounds", "p_lucky", "p_slip")
-        return _fw_config(K=K, seed=seed, **{k: getattr(self, k) for k in keep})
+        @functools.wraps(func)
+        def command(**kw):
+            values = {p.name: kw.pop(p.name) for p in generated}
+            values = {n: v.value if isinstance(v, Enum) else v for n, v in values.items()}
+            return func(opts=RunOptions(**values), **kw)
 
-    def calls(self):
-        from glyph.flywheel.runner import CallOptions
-        return CallOptions(self.timeout, self.retries, self.backoff, self.concurrency)
+        command.__signature__ = own.replace(parameters=params)
+        command.__annotations__ = {p.name: p.annotation for p in params} | {"return": own.return_annotation}
+        del command.__wrapped__  # typer must read the signature above, not func's
+        return command
 
-    def run(self, config, out: Path, console):
-        return _fw_run(config, out, self.calls(), self.quiet, self.retry_excluded, console)
+    return wrap
 
 
-def _with_run_options(func):
-    """A typer command whose ``opts: _RunOptions`` parameter is the shared
-    options: the command's signature (what typer reads, with
-    ``inspect.signature(func, eval_str=True)``) is its own parameters
-    followed by ``_run_options_template``'s."""
-    import functools
-    import inspect
-
-    own = inspect.signature(func, eval_str=True)
-    shared = inspect.signature(_run_options_template, eval_str=True).parameters
-    params = [p for p in own.parameters.values() if p.name != "opts"] + list(shared.values())
-
-    @functools.wraps(func)
-    def command(**kw):
-        return func(opts=_RunOptions(**{name: kw.pop(name) for name in shared}), **kw)
-
-    command.__signature__ = own.replace(parameters=params)
-    command.__annotations__ = {p.name: p.annotation for p in params} | {"return": own.return_annotation}
-    del command.__wrapped__  # typer must read the signature above, not func's
-    return command
-
-
-def _fw_config(**kw):
-    from glyph.cli.app import fail
-    from glyph.flywheel.runner import make_config
-
-    kw = {k: (v.value if isinstance(v, Enum) else v) for k, v in kw.items()}
-    try:
-        return make_config(**kw)
-    except ValueError as exc:
-        fail(str(exc))
-
-
-def _fw_run(config, out: Path, calls, quiet: bool, retry_excluded: bool, console):
-    """One run with the failures a user can fix turned into one clear line."""
-    from glyph.cli.app import fail
-    from glyph.flywheel.agents import ModelSetupError
-    from glyph.flywheel.loop import FlywheelError
+def _run(opts: RunOptions, out: Path):
+    """One run; Ctrl-C says how to resume it."""
     from glyph.flywheel.runner import run_one
-    from glyph.flywheel.store import ConfigMismatch, StoreError
-    from glyph.sandbox import SandboxUnavailable
-    from glyph.data.conventions import ConventionsDataError
 
     try:
-        return run_one(config, out, calls, progress=not quiet, console=console, retry_excluded=retry_excluded)
-    except (ConfigMismatch, StoreError, FlywheelError, ConventionsDataError, ModelSetupError,
-            SandboxUnavailable) as exc:
-        fail(str(exc))
-    except KeyboardInterrupt:
-        console.print(f"[yellow]interrupted[/]: finished rollouts are stored in {out}; rerun the same "
-                      "command to resume")
+        return run_one(opts, out, console=err)
+    except KeyboardInterrupt:  # the finished rollouts are stored: say so, and how to go on
+        err.print(f"[yellow]interrupted[/]: finished rollouts are stored in {out}; rerun the same "
+                  "command to resume")
         raise typer.Exit(130)
 
 
-def _fw_timing(console, doc: dict, fw) -> None:
-    console.print(f"{fw.calls} agent call(s), {fw.reused} stored rollout(s) reused, {fw.grades.gradings} "
-                  f"grading(s), {fw.seconds:.1f} s; excluded rollouts: {doc['excluded']['rollouts']}")
+def _fw_timing(doc: dict, fw) -> None:
+    err.print(f"{fw.calls} agent call(s), {fw.reused} stored rollout(s) reused, {fw.grades.gradings} "
+              f"grading(s), {fw.seconds:.1f} s; excluded rollouts: {doc['excluded']['rollouts']}")
 
 
-@flywheel_app.command("run")
-@_with_run_options
-def flywheel_run(
-    out: _FwOut, opts: _RunOptions, k: _FwK = 8, seed: _FwSeed = 0,
-) -> None:
+@app.command("run")
+@_with_run_options()
+def flywheel_run(out: _FwOut, opts: RunOptions) -> None:
     """One flywheel run: baseline, then lesson rounds gated on the holdout.
 
     Baseline on the holdout, then rounds of: roll out the train tasks, cluster
     the failures, write one lesson, re-roll the holdout with it, keep it if the
     gate passes. Writes OUT/run.json, curve.png, curve.html, rollouts.jsonl."""
-    from rich.console import Console
-
     from glyph.flywheel.outputs import summary_table
 
-    console = Console(stderr=True)
-    doc, fw = opts.run(opts.config(k, seed), out, console)
-    Console(soft_wrap=True).print(summary_table(doc))
-    console.print(f"wrote {out / 'run.json'}, {out / 'curve.png'}, {out / 'curve.html'}")
-    _fw_timing(console, doc, fw)
+    doc, fw = _run(opts, out)
+    console.print(summary_table(doc), soft_wrap=True)
+    err.print(f"wrote {out / 'run.json'}, {out / 'curve.png'}, {out / 'curve.html'}")
+    _fw_timing(doc, fw)
 
 
 def _fw_runs_table(title: str, rows: list[dict]):
@@ -307,12 +115,11 @@ def _fw_runs_table(title: str, rows: list[dict]):
     return t
 
 
-@flywheel_app.command("replicate")
-@_with_run_options
+@app.command("replicate")
+@_with_run_options()
 def flywheel_replicate(
-    out: _FwOut, opts: _RunOptions,
+    out: _FwOut, opts: RunOptions,
     runs: Annotated[int, typer.Option("--runs", min=1, help="runs, with seeds seed..seed+runs-1")] = 4,
-    k: _FwK = 8, seed: _FwSeed = 0,
 ) -> None:
     """Independent runs of one configuration, and how they compare.
 
@@ -321,35 +128,32 @@ def flywheel_replicate(
     climbed (final > baseline + band), keep rate per lesson mode."""
     import time
 
-    from rich.console import Console
-
     from glyph.flywheel import aggregate
 
-    console = Console(stderr=True)
     docs, dirs, t0 = [], [], time.perf_counter()
     for i in range(runs):
-        console.rule(f"run {i + 1}/{runs} (seed {seed + i})")
-        doc, fw = opts.run(opts.config(k, seed + i), out / f"run-{i}", console)
-        _fw_timing(console, doc, fw)
+        err.rule(f"run {i + 1}/{runs} (seed {opts.seed + i})")
+        doc, fw = _run(opts.replace(seed=opts.seed + i), out / f"run-{i}")
+        _fw_timing(doc, fw)
         docs.append(doc)
         dirs.append(f"run-{i}")
     rep = aggregate.replicate_doc(docs, dirs)
     aggregate.write_json(out / "replicate.json", rep)
     (out / "replicate.png").write_bytes(aggregate.replicate_png(docs))
     g = rep["gain_pp"]
-    Console(soft_wrap=True).print(_fw_runs_table(
-        f"replicate: {rep['climbed']}/{runs} climbed; gain {g['min']:+.1f} to {g['max']:+.1f} pp", rep["runs"]))
-    console.print(f"wrote {out / 'replicate.json'}, {out / 'replicate.png'} in {time.perf_counter() - t0:.1f} s")
+    console.print(_fw_runs_table(
+        f"replicate: {rep['climbed']}/{runs} climbed; gain {g['min']:+.1f} to {g['max']:+.1f} pp", rep["runs"]),
+        soft_wrap=True)
+    err.print(f"wrote {out / 'replicate.json'}, {out / 'replicate.png'} in {time.perf_counter() - t0:.1f} s")
 
 
-@flywheel_app.command("sweep", context_settings={"allow_extra_args": True})
-@_with_run_options
+@app.command("sweep", context_settings={"allow_extra_args": True})
+@_with_run_options("K")
 def flywheel_sweep(
-    ctx: typer.Context, out: _FwOut,
+    ctx: typer.Context, out: _FwOut, opts: RunOptions,
     ks: Annotated[list[int], typer.Option("--K", "-K", help="the K values: --K 4 8 12 16 (or --K 4 --K 8 ...)")]
     = [4, 8, 12, 16],  # noqa: B006 (typer reads the default)
     runs: Annotated[int, typer.Option("--runs", min=1, help="runs per K, seeds seed..seed+runs-1")] = 1,
-    seed: _FwSeed = 0, opts: _RunOptions = None,
 ) -> None:
     """Runs over K (rollouts per task): final and band vs K.
 
@@ -358,9 +162,6 @@ def flywheel_sweep(
     fit c/sqrt(K) (c and the largest relative residual), keep rate per mode."""
     import time
 
-    from rich.console import Console
-
-    from glyph.cli.app import fail
     from glyph.flywheel import aggregate
 
     values = list(ks)
@@ -368,30 +169,31 @@ def flywheel_sweep(
         if not extra.isdigit() or int(extra) < 1:
             fail(f"sweep: unexpected argument {extra!r} (K values are positive integers: --K 4 8 12 16)")
         values.append(int(extra))
+    if min(values) < 1:
+        fail(f"--K {min(values)}: K values are positive integers")
     values = sorted(set(values))
-    console = Console(stderr=True)
     by_k: dict[int, list] = {}
     t0 = time.perf_counter()
     for kv in values:
         for i in range(runs):
-            console.rule(f"K={kv}, run {i + 1}/{runs} (seed {seed + i})")
+            err.rule(f"K={kv}, run {i + 1}/{runs} (seed {opts.seed + i})")
             where = f"K{kv}/run-{i}"
-            doc, fw = opts.run(opts.config(kv, seed + i), out / where, console)
-            _fw_timing(console, doc, fw)
+            doc, fw = _run(opts.replace(K=kv, seed=opts.seed + i), out / where)
+            _fw_timing(doc, fw)
             by_k.setdefault(kv, []).append((doc, where))
     sw = aggregate.sweep_doc(by_k)
     aggregate.write_json(out / "sweep.json", sw)
     (out / "sweep.png").write_bytes(aggregate.sweep_png(sw))
     fit = sw["band_fit"]
-    Console(soft_wrap=True).print(_fw_runs_table(
+    console.print(_fw_runs_table(
         f"sweep: band = {fit['c_pp']:.2f}/sqrt(K) pp (max relative residual {fit['max_rel_residual']:.3g})",
-        [r for p in sw["per_K"] for r in p["runs"]]))
-    console.print(f"wrote {out / 'sweep.json'}, {out / 'sweep.png'} in {time.perf_counter() - t0:.1f} s")
+        [r for p in sw["per_K"] for r in p["runs"]]), soft_wrap=True)
+    err.print(f"wrote {out / 'sweep.json'}, {out / 'sweep.png'} in {time.perf_counter() - t0:.1f} s")
 
 
 # ---------------------------------------------------------------- glyph flywheel credit
 
-@flywheel_app.command("credit")
+@app.command("credit")
 def flywheel_credit(
     source: Annotated[Path, typer.Argument(help="a program trace (.glyph/trace.json) or an eval output "
                                            "directory (vf-eval, eval, PRIME-RL)")],
@@ -399,8 +201,7 @@ def flywheel_credit(
                                                 "output: which rollout; a trace: default from its prompt)")] = None,
     index: Annotated[Optional[int], typer.Option("--index", min=0, help="the i-th rollout of --task in the "
                                                  "eval output, 0-based (default: the first that failed)")] = None,
-    mbpp_path: Annotated[Optional[Path], typer.Option("--mbpp-path", help="MBPP JSONL (default: "
-                                                      "$GLYPH_MBPP_PATH)")] = None,
+    mbpp_path: MbppPath = None,
     budget: Annotated[Optional[int], typer.Option("--budget", min=1, help="the episode's tool budget "
                                                   "(default: as recorded)")] = None,
     test_cost: Annotated[Optional[int], typer.Option("--test-cost", min=1, help="budget units per python_test "
@@ -427,15 +228,12 @@ def flywheel_credit(
     from rich.markup import escape
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from glyph.cli.app import fail
     from glyph.agent.program import EndpointError
     from glyph.credit import replay as credit
-    from glyph.sandbox import SandboxUnavailable
     from glyph.data import mbpp
 
     if (base_url is None) != (model is None):
         fail("--base-url and --model go together (a model continuation)")
-    err = Console(stderr=True)
     try:
         traj = credit.load_trajectory(source, task, index)
         traj = dataclasses.replace(traj, budget=budget or traj.budget, test_cost=test_cost or traj.test_cost)
@@ -448,9 +246,7 @@ def flywheel_credit(
             bar = progress.add_task("", total=None)
             report = credit.assign(traj, found, continuation, notes=notes,
                                    on_snapshot=lambda done, total: progress.update(bar, completed=done, total=total))
-    except (credit.CreditError, mbpp.DataError, SandboxUnavailable) as exc:
-        fail(str(exc))
-    except EndpointError as exc:
+    except EndpointError as exc:  # name the endpoint, and that no report was made
         fail(f"{base_url}: {exc} (the model continuation stopped; no report)")
     doc = report.to_json()
     if out is not None:
@@ -459,14 +255,14 @@ def flywheel_credit(
     if as_json:
         print(json.dumps(doc, indent=2))
         return
-    console = Console(soft_wrap=True, highlight=False)
-    console.print(f"{report.source}: {report.task}, arm {report.arm}; recorded: {report.recorded}", markup=False)
-    console.print(credit.table(report))
+    shown = Console(soft_wrap=True, highlight=False)
+    shown.print(f"{report.source}: {report.task}, arm {report.arm}; recorded: {report.recorded}", markup=False)
+    shown.print(credit.table(report))
     for line in report.divergences:
-        console.print(f"[yellow]divergence[/]: {escape(line)}")
+        shown.print(f"[yellow]divergence[/]: {escape(line)}")
     for line in report.notes:
-        console.print(f"note: {line}", markup=False)
-    console.print(f"final state on the hidden tests: {report.final_outcome}", markup=False)
-    console.print(f"[bold]{escape(report.verdict)}[/]")
+        shown.print(f"note: {line}", markup=False)
+    shown.print(f"final state on the hidden tests: {report.final_outcome}", markup=False)
+    shown.print(f"[bold]{escape(report.verdict)}[/]")
     if out is not None:
         err.print(f"wrote {out}", markup=False)

@@ -13,26 +13,26 @@ with ``conventions.extract_code(reply)`` and grades it. Two agents:
   order, concurrency or resumption. A task with no mode (``mode == ""``)
   has no lesson it recognises: it is fixed only by luck.
 * :class:`OpenAIAgent`: any OpenAI-compatible endpoint through the
-  ``openai`` SDK. Rate limits (429), 408/409, 5xx, timeouts and connection
-  errors are retried with exponential backoff; a call that still fails
-  raises :class:`ModelCallFailed` (the loop records the rollout as excluded,
-  never as a wrong answer). An endpoint that refuses the credentials or does
-  not know the model (401/403/404) raises :class:`ModelSetupError`, which
-  stops the run: retrying every rollout would only exclude them all.
+  ``openai`` SDK, which retries rate limits (429), 408/409, 5xx, timeouts
+  and connection errors with its own backoff (:class:`Endpoint`); a call
+  that still fails raises :class:`ModelCallFailed` (the loop records the
+  rollout as excluded, never as a wrong answer). An endpoint that refuses
+  the credentials or does not know the model (401/403/404) raises
+  :class:`ModelSetupError`, which stops the run: retrying every rollout
+  would only exclude them all.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-import time
+import threading
 from dataclasses import dataclass
 from typing import Iterable, Protocol, Sequence
 
 from glyph.data import conventions
 from glyph.data.conventions import ConventionTask
 
-RETRY_STATUSES = frozenset({408, 409, 429})
 SETUP_STATUSES = frozenset({401, 403, 404})
 
 
@@ -104,8 +104,8 @@ class ReferenceAgent:
 
     name = "reference"
 
-    def __init__(self, tasks: Iterable[ConventionTask], seed: int = 0, p_lucky: float = 0.1,
-                 p_slip: float = 0.05, mode_lessons: dict[str, str] | None = None) -> None:
+    def __init__(self, tasks: Iterable[ConventionTask], *, seed: int, p_lucky: float, p_slip: float,
+                 mode_lessons: dict[str, str] | None = None) -> None:
         for p, what in ((p_lucky, "p_lucky"), (p_slip, "p_slip")):
             if not 0 <= p <= 1:
                 raise ValueError(f"{what} must be in [0, 1], got {p}")
@@ -146,53 +146,64 @@ class ReferenceAgent:
 
 @dataclass(frozen=True)
 class Endpoint:
-    """An OpenAI-compatible chat endpoint and how to call it."""
+    """An OpenAI-compatible chat endpoint and how to call it: ``timeout`` seconds
+    per HTTP request, and up to ``retries`` retries by the SDK (its own backoff,
+    or the server's ``Retry-After``) of 408, 409, 429, 5xx, timeouts and
+    connection errors."""
 
     base_url: str
     model: str
+    timeout: float
+    retries: int
     api_key: str | None = None
     """Default: ``$OPENAI_API_KEY``, else ``"EMPTY"`` (local servers ignore it)."""
-    timeout: float = 120.0
-    retries: int = 6
-    """Retries after the first try, for 429/408/409/5xx, timeouts and connection errors."""
-    backoff: float = 1.0
-    """The first retry waits this many seconds; each next one twice as long (capped at 60 s)."""
 
-    def client(self):
-        from openai import OpenAI
-        key = self.api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY"
-        return OpenAI(base_url=self.base_url, api_key=key, timeout=self.timeout, max_retries=0)
+    def client(self) -> Client:
+        return Client(self)
 
 
-def chat(client, endpoint: Endpoint, messages: list[dict], **params) -> str:
-    """One chat completion, retried as :class:`Endpoint` says; the reply text."""
-    import openai
+class Client:
+    """The SDK's client for one endpoint; safe to share between threads."""
 
-    last = ""
-    for attempt in range(endpoint.retries + 1):
-        if attempt:
-            time.sleep(min(60.0, endpoint.backoff * 2 ** (attempt - 1)))
+    def __init__(self, endpoint: Endpoint) -> None:
+        from openai import DefaultHttpxClient, OpenAI
+
+        self.endpoint = endpoint
+        self._sent = threading.local()  # HTTP requests of this thread's current call, retries included
+        key = endpoint.api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY"
+        self._sdk = OpenAI(base_url=endpoint.base_url, api_key=key, timeout=endpoint.timeout,
+                           max_retries=endpoint.retries,
+                           http_client=DefaultHttpxClient(event_hooks={"request": [self._count]}))
+
+    def _count(self, request) -> None:
+        self._sent.n += 1
+
+    def chat(self, messages: list[dict], **params) -> str:
+        """One chat completion's reply text. Raises :class:`ModelSetupError` on
+        401/403/404, :class:`ModelCallFailed` on any other failure left after the
+        SDK's retries."""
+        import openai
+
+        ep = self.endpoint
+        self._sent.n = 0
         try:
-            resp = client.chat.completions.create(model=endpoint.model, messages=messages, **params)
+            resp = self._sdk.chat.completions.create(model=ep.model, messages=messages, **params)
         except openai.APIStatusError as exc:
-            status = exc.status_code
-            if status in SETUP_STATUSES:
-                raise ModelSetupError(f"{endpoint.base_url} answered HTTP {status} for model "
-                                      f"{endpoint.model!r}: {exc.message}") from exc
-            last = f"HTTP {status}: {exc.message}"[:500]
-            if status in RETRY_STATUSES or status >= 500:
-                continue
-            raise ModelCallFailed(last) from exc
-        except openai.APITimeoutError:
-            last = f"timed out after {endpoint.timeout:g} s"
-            continue
+            if exc.status_code in SETUP_STATUSES:
+                raise ModelSetupError(f"{ep.base_url} answered HTTP {exc.status_code} for model "
+                                      f"{ep.model!r}: {exc.message}") from exc
+            raise ModelCallFailed(self._tries(f"HTTP {exc.status_code}: {exc.message}"[:500])) from exc
+        except openai.APITimeoutError as exc:
+            raise ModelCallFailed(self._tries(f"timed out after {ep.timeout:g} s")) from exc
         except openai.APIConnectionError as exc:
-            last = f"connection error: {exc.__cause__ or exc}"[:500]
-            continue
+            raise ModelCallFailed(self._tries(f"connection error: {exc.__cause__ or exc}"[:500])) from exc
         if not resp.choices:
             raise ModelCallFailed("the response has no choices")
         return resp.choices[0].message.content or ""
-    raise ModelCallFailed(f"{last} (after {endpoint.retries + 1} tries)")
+
+    def _tries(self, reason: str) -> str:
+        n = self._sent.n
+        return reason if n < 2 else f"{reason} (after {n} tries)"
 
 
 class OpenAIAgent:
@@ -202,8 +213,7 @@ class OpenAIAgent:
 
     name = "openai"
 
-    def __init__(self, endpoint: Endpoint, temperature: float = 1.0, max_tokens: int = 2048,
-                 seed: int = 0) -> None:
+    def __init__(self, endpoint: Endpoint, *, temperature: float, max_tokens: int, seed: int) -> None:
         self.endpoint, self.temperature, self.max_tokens, self.seed = endpoint, temperature, max_tokens, seed
         self._client = endpoint.client()
 
@@ -211,4 +221,4 @@ class OpenAIAgent:
         params: dict = {"temperature": self.temperature, "max_tokens": self.max_tokens}
         if key is not None:
             params["seed"] = int(unit_draw(self.seed, key.phase, key.round, key.task, key.k) * 2**31)
-        return chat(self._client, self.endpoint, messages, **params)
+        return self._client.chat(messages, **params)

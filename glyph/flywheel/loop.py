@@ -46,7 +46,8 @@ from typing import Iterable, Sequence
 
 from glyph.flywheel import gate as gates
 from glyph.flywheel.agents import Agent, ModelCallFailed, RolloutKey
-from glyph.flywheel.store import RunConfig, Store, fingerprint
+from glyph.flywheel.options import RunConfig
+from glyph.flywheel.store import Store, fingerprint
 from glyph.flywheel.writers import Cluster, Failure, Writer
 from glyph.data import conventions
 from glyph.data.conventions import ConventionTask

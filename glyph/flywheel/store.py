@@ -1,10 +1,10 @@
 """A flywheel run's directory: its configuration and every rollout and lesson, append-only.
 
-``DIR/config.json``   the run's configuration. A run on an existing DIR
-                      must have the same one (:meth:`RunConfig.identity`:
-                      everything that changes results; not the tasks path,
-                      concurrency or retry settings), else it is refused with
-                      the differences named.
+``DIR/config.json``   the run's configuration (``options.RunConfig``). A run
+                      on an existing DIR must have the same identity
+                      (everything that changes results; not the tasks path
+                      nor the call options: ``options.CALL``), else it is
+                      refused with the differences named.
 ``DIR/rollouts.jsonl`` one line per finished rollout (scored or excluded),
                       keyed by (phase, round, task, k, lessons fingerprint).
 ``DIR/lessons.jsonl``  one line per lesson the writer wrote, keyed by (round,
@@ -22,43 +22,13 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Iterable, Literal
+from typing import Iterable
 
-from pydantic import BaseModel, ConfigDict, Field
+from glyph.flywheel.options import RunConfig
 
 ROLLOUT_FIELDS = ("phase", "round", "task", "split", "k", "lessons", "reply", "code", "outcome",
                   "signature", "detail", "reward", "excluded", "reason", "seconds")
 Key = tuple[str, int, str, int, str]
-
-
-class RunConfig(BaseModel):
-    """Everything that decides a run's results (plus the tasks path, for the record)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    tasks: str
-    """The task file as given (not compared on resume: the content hash is)."""
-    tasks_sha256: str
-    K: int = Field(8, ge=1)
-    """Rollouts per task in every phase."""
-    seed: int = 0
-    agent: Literal["reference", "openai"] = "reference"
-    base_url: str | None = None
-    model: str | None = None
-    temperature: float | None = None
-    max_tokens: int | None = None
-    writer: Literal["reference", "openai"] = "reference"
-    writer_base_url: str | None = None
-    writer_model: str | None = None
-    gate: Literal["band", "paired"] = "band"
-    max_rounds: int = Field(20, ge=1)
-    p_lucky: float | None = Field(None, ge=0, le=1)
-    """Reference agent only: the chance it emits the fixed reference without the lesson."""
-    p_slip: float | None = Field(None, ge=0, le=1)
-    """Reference agent only: the chance it emits the broken reference with the lesson."""
-
-    def identity(self) -> dict:
-        return self.model_dump(exclude={"tasks"})
 
 
 class ConfigMismatch(ValueError):
@@ -67,10 +37,6 @@ class ConfigMismatch(ValueError):
 
 class StoreError(ValueError):
     pass
-
-
-def sha256_file(path: str | Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 def fingerprint(lessons: Iterable[str]) -> str:

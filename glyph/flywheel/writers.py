@@ -9,7 +9,7 @@ never a hidden test). The loop builds clusters from train rollouts only.
   (for an unknown mode or a mode-less cluster, a lesson built from the
   cluster's name: see ``agents.reference_lesson``). Offline and free.
 * :class:`OpenAIWriter`: asks an OpenAI-compatible model for one short,
-  actionable lesson; retried and failing like the OpenAI agent.
+  actionable lesson; retried and failing like the OpenAI agent (``Endpoint``).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from glyph.flywheel.agents import Endpoint, ModelCallFailed, chat, reference_lesson
+from glyph.flywheel.agents import Endpoint, ModelCallFailed, reference_lesson
 
 MAX_EXAMPLES = 6
 MAX_CODE_CHARS = 1500
@@ -115,8 +115,8 @@ class OpenAIWriter:
         self._client = endpoint.client()
 
     def write(self, cluster: Cluster) -> str:
-        text = clean_lesson(chat(self._client, self.endpoint, writer_prompt(cluster),
-                                 temperature=self.temperature, max_tokens=self.max_tokens))
+        text = clean_lesson(self._client.chat(writer_prompt(cluster), temperature=self.temperature,
+                                              max_tokens=self.max_tokens))
         if not text:
             raise ModelCallFailed("the writer returned an empty lesson")
         return text

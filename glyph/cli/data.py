@@ -1,0 +1,138 @@
+"""``glyph data ...``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from glyph.cli.common import App, MbppPath, console, err
+
+app = App(no_args_is_help=True, help="Task data.")
+
+Out = Annotated[Path, typer.Option("--out", help="folder of the generated data")]
+Jobs = Annotated[int, typer.Option(help="tasks in parallel (default: 2, or fewer CPUs)")]
+
+
+@app.command("list")
+def data_list(mbpp_path: MbppPath = None) -> None:
+    """List the MBPP task ids."""
+    from glyph.data import mbpp
+
+    for task_id, t in mbpp.load(mbpp_path).items():
+        print(f"{task_id}\t{t.text[:80]}")
+
+
+@app.command("check-gold")
+def check_gold(
+    mbpp_path: MbppPath = None,
+    jobs: Annotated[int, typer.Option(help="gradings in parallel (default: CPU count)")] = 0,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Grade every MBPP reference solution (tests, and challenge tests
+    separately) and print the counts per outcome."""
+    from rich.table import Table
+
+    from glyph.data.gold import check_gold as run_check
+    from glyph.outcomes import Outcome
+
+    report = run_check(mbpp_path, jobs=jobs or None, progress=not as_json)
+    if as_json:
+        print(json.dumps(report, indent=2))
+    else:
+        table = Table(title="MBPP reference solutions under glyph's grader")
+        table.add_column("outcome")
+        table.add_column("tests", justify="right")
+        table.add_column("challenge tests", justify="right")
+        for o in Outcome:
+            table.add_row(o.value, *[str(report[k]["counts"].get(o.value, 0)) for k in ("tests", "challenge")])
+        table.add_row("CPU-side seconds", *[f"{report[k]['seconds']:.1f}" for k in ("tests", "challenge")])
+        console.print(table)
+        for kind in ("tests", "challenge"):
+            for f in report[kind]["failures"]:
+                console.print(f"[red]{kind} {f['task']}[/] {f['outcome']}: {f['detail']}", highlight=False)
+    ok = all(not report[k]["failures"] for k in ("tests", "challenge"))
+    raise typer.Exit(0 if ok else 1)
+
+
+@app.command("prepare")
+def data_prepare(out: Out = Path("artifacts"), seed: Annotated[int, typer.Option(help="split and trace seed")] = 42,
+                 mbpp_path: MbppPath = None,
+                 plus: Annotated[bool, typer.Option("--plus/--no-plus", help="also generate the plus tests "
+                                                    "(resumable; as `glyph data plus`)")] = True,
+                 jobs: Jobs = 0) -> None:
+    """Build the splits, task rows, SFT traces, plus tests and manifest
+    (official MBPP download, or --mbpp-path / $GLYPH_MBPP_PATH offline)."""
+    from rich.table import Table
+
+    from glyph.data.prepare import prepare
+
+    m = prepare(out, mbpp_path, seed, plus_tasks=plus, jobs=jobs or None)
+    table = Table(title=f"glyph data prepare → {out} ({m['seconds']} s)")
+    table.add_column("what")
+    table.add_column("count", justify="right")
+    for split, n in m["counts"].items():
+        table.add_row(f"{split} tasks", str(n))
+    for arm, kinds in m["sft"]["kinds"].items():
+        for kind, n in kinds.items():
+            table.add_row(f"arm {arm} {kind} traces", str(n))
+    notes = m["sft"]["notes"]
+    table.add_row("tasks left out (too long)", str(sum(1 for n in notes if n["kept"] is None)))
+    table.add_row("tasks passed over for recovery (no failing mutation)", str(sum(1 for n in notes if n["kept"])))
+    r = m["sft"]["renderer"]
+    for arm, longest in m["sft"]["longest"].items():
+        table.add_row(f"arm {arm} longest trace (tokens, {r['name']} renderer, limit {m['sft']['max_tokens']})",
+                      f"{longest['tokens']} (task {longest['task_id']})")
+    if "plus" in m:
+        _plus_rows(table, m["plus"])
+    console.print(table)
+
+
+def _plus_rows(table, p: dict) -> None:
+    table.add_row("plus tests: tasks (generated now / reused)", f"{p['tasks']} ({p['generated']} / {p['reused']})")
+    table.add_row("plus tests: tasks with at least one", f"{p['with_tests']} ({p['with_tests'] / max(p['tasks'], 1):.1%})")
+    table.add_row(f"plus tests: kept (mean per task, at most {p['max_kept']})", f"{p['tests']} ({p['mean_kept']})")
+
+
+@app.command("plus")
+def data_plus(out: Out = Path("artifacts"), mbpp_path: MbppPath = None,
+              seed: Annotated[Optional[int], typer.Option(help="candidate seed (default: the prepared "
+                                                               "folder's, else 42)")] = None,
+              task: Annotated[Optional[list[str]], typer.Option("--task", help="only these task ids "
+                                                                "(repeatable)")] = None,
+              jobs: Jobs = 0) -> None:
+    """Generate the plus tests (differential tests from each reference
+    solution) into OUT/plus, resumably; on a prepared folder, also into its
+    task rows and manifest."""
+    from rich.table import Table
+
+    from glyph.data.prepare import add_plus
+
+    p = add_plus(out, mbpp_path, seed, task, jobs or None)
+    table = Table(title=f"glyph data plus → {out / 'plus'} ({p['seconds']} s)")
+    table.add_column("what")
+    table.add_column("count", justify="right")
+    _plus_rows(table, p)
+    console.print(table)
+
+
+@app.command("validate")
+def data_validate(out: Out = Path("artifacts"), mbpp_path: MbppPath = None) -> None:
+    """Re-check everything prepare wrote: hashes, splits, gold solutions, trace replays."""
+    from glyph.data.prepare import ValidationFailed, validate
+
+    try:
+        summary = validate(out, mbpp_path)
+    except ValidationFailed as exc:  # a list of problems, exit 1: not a one-line error
+        for p in exc.problems[:50]:
+            err.print(f"[red]✗[/] {p}", highlight=False, soft_wrap=True)
+        if len(exc.problems) > 50:
+            err.print(f"... and {len(exc.problems) - 50} more", soft_wrap=True)
+        raise typer.Exit(1)
+    longest = ", ".join(f"arm {arm} {v['tokens']} (task {v['task_id']})" for arm, v in summary["longest"].items())
+    plus = summary["plus"]
+    console.print(f"[green]valid:[/] {summary['tasks']} tasks, {summary['traces']} traces replayed and "
+                  f"measured; longest trace in tokens: {longest}; {plus['tests']} plus tests of "
+                  f"{plus['tasks']} tasks, every reference passing them", highlight=False)

@@ -1,0 +1,68 @@
+"""``glyph report``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from glyph.cli.common import console, err, fail
+
+
+def report(
+    runs: Annotated[list[Path], typer.Argument(help="eval run directories: vf-eval / eval output (one run, or a folder "
+                                                    "of runs), or a PRIME-RL output directory (its eval rollouts)",
+                                               metavar="RUN_DIR", show_default=False)],
+    label: Annotated[Optional[list[str]], typer.Option(
+        "--label", help="arm=a|b,seed=S,ckpt=C for the RUN_DIR in the same position (once per RUN_DIR, '' for none; "
+                        "or once for all); overrides what the runs record")] = None,
+    out: Annotated[Optional[Path], typer.Option("--out", help="write report.json, report.md and report.html here")] = None,
+    fmt: Annotated[str, typer.Option("--format", help="what to print: table, markdown, json or none")] = "table",
+    k: Annotated[str, typer.Option("--k", help="pass@k for these k, comma-separated (default: 1, 2, 5, 10, "
+                                               "... up to the most samples a task has)")] = "",
+    baseline: Annotated[str, typer.Option(help="the checkpoint the SFT-vs-RL comparisons start from")] = "sft",
+    resamples: Annotated[int, typer.Option(help="bootstrap resamples")] = 2000,
+    seed: Annotated[int, typer.Option(help="bootstrap seed")] = 0,
+    strict: Annotated[bool, typer.Option(help="exit 1 if any rollout errored, timed out or was tampered")] = False,
+) -> None:
+    """The study's tables (pass@k, REVISE split, gate, tool calls, confusion, paired tests) with 95% intervals."""
+    from glyph.report import Options, parse_label, write
+    from glyph.report import report as build_report
+    from glyph.report.tables import markdown, rich_table, tables
+
+    if fmt not in ("table", "markdown", "json", "none"):
+        fail(f"--format {fmt}: expected table, markdown, json or none")
+    try:
+        ks = tuple(sorted({int(x) for x in k.split(",") if x.strip()})) or None
+    except ValueError:  # not integers: the same message as for non-positive ones
+        ks = (0,)
+    if ks is not None and min(ks) < 1:
+        fail(f"--k {k}: expected positive integers, e.g. 1,5,10")
+    if resamples < 100:
+        fail(f"--resamples {resamples}: use at least 100")
+    specs = label or []
+    if len(specs) not in (0, 1, len(runs)):
+        fail(f"{len(specs)} --label for {len(runs)} RUN_DIR: give one per RUN_DIR ('' for none), "
+             f"or one for all")
+    labels = [parse_label(s) for s in (specs * len(runs) if len(specs) == 1 else specs)] or None
+    doc = build_report(runs, labels, Options(ks=ks, baseline=baseline, resamples=resamples, seed=seed))
+    tabs = tables(doc)
+    if fmt == "table":
+        for t in tabs:
+            console.print(rich_table(t))
+        for note in doc["notes"]:
+            console.print(f"[dim]note:[/] {note}", highlight=False)
+    elif fmt == "markdown":
+        print(markdown(doc, tabs))
+    elif fmt == "json":
+        print(json.dumps(doc, indent=1))
+    if out is not None:
+        paths = write(doc, out)
+        err.print("wrote " + ", ".join(str(p) for p in paths.values()), highlight=False, soft_wrap=True)
+    if strict and doc["incidents"]:
+        err.print(f"[red]--strict:[/red] {len(doc['incidents'])} rollout(s) errored, timed out or were "
+                  f"tampered "
+                  f"(listed under Incidents)", highlight=False, soft_wrap=True)
+        raise typer.Exit(1)

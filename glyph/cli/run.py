@@ -1,0 +1,53 @@
+"""``glyph demo`` and ``glyph serve``: the reference policies, run and served."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from glyph.cli.common import MbppPath, console, fail
+
+
+def demo(
+    tasks: Annotated[int, typer.Option(min=1, help="tasks per arm")] = 6,
+    attacks: Annotated[bool, typer.Option(help="also grade the red-team solutions directly")] = False,
+    out: Annotated[Optional[Path], typer.Option("--out", help="where the eval runs are kept (default: a new "
+                                                               "folder under the system's temp dir)")] = None,
+    mbpp_path: MbppPath = None,
+) -> None:
+    """Run vf-eval glyph-mbpp against the reference policies, both arms, and summarize."""
+    from glyph.demo import run_attack_demo, run_env_demo
+
+    code = run_attack_demo(console) if attacks else 0
+    code |= run_env_demo(console, tasks, str(mbpp_path) if mbpp_path else None, out)
+    raise typer.Exit(code)
+
+
+def serve(
+    policy: Annotated[Optional[str], typer.Option(help="oracle, recover, revise, hack or mix (default: the "
+                                                       "request's model name)")] = None,
+    port: Annotated[int, typer.Option(min=0, max=65535, help="port on 127.0.0.1 (0: any free one)")] = 8000,
+    mbpp_path: MbppPath = None,
+) -> None:
+    """Serve a reference policy as an OpenAI-compatible endpoint on 127.0.0.1."""
+    import time
+
+    from glyph.data import mbpp
+    from glyph.policies.server import PolicyServer
+
+    tasks = {t.id: t for t in mbpp.load_source(mbpp_path).tasks}
+    try:
+        server = PolicyServer(tasks, policy, port).start()
+    except ValueError as exc:  # an unknown policy: name the flag
+        fail(f"--policy: {exc}")
+    except OSError as exc:  # the port is taken or not ours to bind: say what to do
+        fail(f"--port {port}: cannot listen on 127.0.0.1:{port} ({exc.strerror or exc}); pick another, "
+             "or 0 for any free one")
+    console.print(f"serving {policy or 'the requested model'} at {server.base_url} (Ctrl-C to stop)")
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:  # Ctrl-C is how a user stops the server
+        server.close()

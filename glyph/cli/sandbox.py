@@ -1,0 +1,41 @@
+"""``glyph sandbox ...``."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+
+from glyph.cli.common import App, console
+
+app = App(no_args_is_help=True, help="The sandbox that runs model-written code.")
+
+
+@app.command("info")
+def sandbox_info(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+    """Which sandbox mode starts on this machine, and each protection: on or
+    off, how, and what off means. The mode is $GLYPH_SANDBOX_MODE, else auto
+    (the strongest that starts; never bare unless asked for)."""
+    from rich.table import Table
+
+    from glyph.sandbox import get_sandbox
+
+    info = get_sandbox().protections()
+    if as_json:
+        print(json.dumps(info.to_json(), indent=2))
+        return
+    protections = info.to_json()["protections"]
+    any_off = not all(p["on"] for p in protections.values())
+    table = Table(title=f"glyph sandbox: {info.mode} mode")
+    table.add_column("protection")
+    table.add_column("on")
+    table.add_column("how / why not")
+    if any_off:
+        table.add_column("what off means")
+    for name, p in protections.items():
+        cells = [name, "[green]yes[/]" if p["on"] else "[red]no[/]", p["how"]]
+        table.add_row(*cells, *([] if not any_off else ["" if p["on"] else p["if_off"]]))
+    console.print(table)
+    for line in info.attempts:
+        console.print(f"[yellow]not available:[/] {line}", highlight=False)
