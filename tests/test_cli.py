@@ -257,10 +257,11 @@ def test_the_app_imports_no_command_code():
     """Start-up stays cheap: importing the app imports the command modules only
     (each command imports what it needs when it runs; the error handler looks
     the error classes up in ``sys.modules``), and the flywheel's options model,
-    which its run flags are built from."""
+    which its run flags are built from, and ``glyph.data`` for the default seed."""
     import subprocess
     import sys
 
     probe = "import sys, glyph.cli.app; print(' '.join(sorted(m for m in sys.modules if m.startswith('glyph'))))"
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.split()
-    assert [m for m in out if not m.startswith("glyph.cli")] == ["glyph", "glyph.flywheel", "glyph.flywheel.options"]
+    assert [m for m in out if not m.startswith("glyph.cli")] == ["glyph", "glyph.data", "glyph.flywheel",
+                                                                 "glyph.flywheel.options"]

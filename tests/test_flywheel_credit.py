@@ -17,6 +17,7 @@ from glyph.agent import protocol
 from glyph.agent import program
 from glyph.envs.mbpp.harness import GlyphHarnessConfig, program_config
 from glyph.credit import replay as credit
+from glyph.credit.trajectory import load_trajectory, resolve_task
 from glyph.grading import grade
 from glyph.sandbox import Limits
 
@@ -93,8 +94,8 @@ def test_a_step_that_destroys_the_body_is_the_earliest_unreachable(tmp_path, mon
     assert len(credit.repair_patches(mutant(task).replace(find, replace), task.code)) >= 3
     assert len(credit.repair_patches(mutant(task), task.code)) == 1
 
-    traj = credit.load_trajectory(path)
-    found, notes = credit.resolve_task(traj, {TASK: task})
+    traj = load_trajectory(path)
+    found, notes = resolve_task(traj, {TASK: task})
     report = credit.assign(traj, found, notes=notes)
     assert report.divergences == [] and report.notes == []
     assert [r.budget_left for r in report.steps] == [8, 7, 6, 5, 4, 3, 3]
@@ -121,8 +122,8 @@ def test_burning_the_budget_with_reads(tmp_path, monkeypatch, task):
                call(3, "python_test")] + [call(i, "read_file", path="solution.py") for i in range(4, 10)]
     path = run_program(tmp_path, monkeypatch, task, replies)
     assert json.loads(path.read_text())["end"] == "budget_exhausted"
-    traj = credit.load_trajectory(path)
-    report = credit.assign(traj, credit.resolve_task(traj, {TASK: task})[0])
+    traj = load_trajectory(path)
+    report = credit.assign(traj, resolve_task(traj, {TASK: task})[0])
     assert [r.budget_left for r in report.steps] == [8, 7, 6, 5, 4, 3, 2, 1, 0, 0]
     assert report.steps[-1].status.startswith("budget exhausted") and not report.steps[-1].changed
     assert report.earliest_unreachable == 6
@@ -134,8 +135,8 @@ def test_a_failure_still_recoverable_at_the_end_reports_none(tmp_path, monkeypat
                call(2, "apply_patch", path="solution.py", find=protocol.PLACEHOLDER, replace=mutant(task)),
                call(3, "python_test"), "FINAL: done."]
     path = run_program(tmp_path, monkeypatch, task, replies)
-    traj = credit.load_trajectory(path)
-    report = credit.assign(traj, credit.resolve_task(traj, {TASK: task})[0])
+    traj = load_trajectory(path)
+    report = credit.assign(traj, resolve_task(traj, {TASK: task})[0])
     assert report.final_outcome == "ASSERTION_FAILURE"  # the episode failed ...
     assert all(r.continuation.reachable for r in report.steps)  # ... but no step made it unreachable
     assert report.earliest_unreachable is None and report.verdict.startswith("reachable at the end")
@@ -149,7 +150,7 @@ def test_failed_patch_and_malformed_call_are_replayed_faithfully(tmp_path, monke
                call(5, "python_test")]
     path = run_program(tmp_path, monkeypatch, task, replies)
     assert json.loads(path.read_text())["end"] == "protocol_error"
-    rp = credit.replay(credit.load_trajectory(path))
+    rp = credit.replay(load_trajectory(path))
     assert rp.divergences == []
     s = rp.steps
     assert s[1].status.startswith("error: find text occurs 0 times") and not s[1].changed and s[1].budget_left == 6
@@ -157,7 +158,7 @@ def test_failed_patch_and_malformed_call_are_replayed_faithfully(tmp_path, monke
     assert s[2].changed and rp.snapshots[3].solution == mutant(task)
     assert s[3].tool == "-" and s[3].status.startswith("protocol error") and s[3].budget_left == 5
     assert rp.snapshots[4].solution == mutant(task) and len(s) == 4  # nothing after the episode's end
-    report = credit.assign(credit.load_trajectory(path), task)
+    report = credit.assign(load_trajectory(path), task)
     assert report.earliest_unreachable is None
 
 
@@ -167,11 +168,11 @@ def test_a_replay_that_differs_from_the_record_is_reported(tmp_path, monkeypatch
     trace = json.loads(path.read_text())
     trace["messages"][3]["content"] = trace["messages"][3]["content"].replace("# TODO", "# EDITED")
     path.write_text(json.dumps(trace))
-    rp = credit.replay(credit.load_trajectory(path))
+    rp = credit.replay(load_trajectory(path))
     assert len(rp.divergences) == 1 and rp.divergences[0].startswith("step 1: recorded 'RESULT 1 read_file ok'")
     trace["messages"] = trace["messages"][:3]  # cut off after the read, as a killed program leaves it
     path.write_text(json.dumps(trace))
-    rp = credit.replay(credit.load_trajectory(path))
+    rp = credit.replay(load_trajectory(path))
     assert rp.divergences == [] and rp.notes == ["step 1 has no recorded RESULT (the trajectory was cut off after it)"]
     assert [s.budget_left for s in rp.steps] == [7]
 
@@ -185,7 +186,7 @@ def test_a_continuation_is_pluggable(tmp_path, monkeypatch, task):
         seen.append(len(messages))
         return "FINAL: I give up."
 
-    report = credit.assign(credit.load_trajectory(path), task, credit.ChatContinuation(give_up, "give-up"))
+    report = credit.assign(load_trajectory(path), task, credit.ChatContinuation(give_up, "give-up"))
     assert report.earliest_unreachable == 0 and report.verdict.startswith("unreachable from the start")
     assert {r.continuation.outcome for r in report.steps} == {"NO_PASSING_TEST"}
     assert seen == [2, 4, 6, 8, 10, 12, 12]  # the conversation up to each snapshot (FINAL adds no RESULT)

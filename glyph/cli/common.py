@@ -25,7 +25,7 @@ NAMED_ERRORS: tuple[tuple[str, str], ...] = (
     ("glyph.grading", "InvalidTests"),
     ("glyph.report.load", "ReportError"),
     ("glyph.predict.pin", "PatchError"),
-    ("glyph.credit.replay", "CreditError"),
+    ("glyph.credit.trajectory", "CreditError"),
     ("glyph.flywheel.options", "OptionsError"),
     ("glyph.flywheel.store", "ConfigMismatch"),
     ("glyph.flywheel.store", "StoreError"),

@@ -9,6 +9,7 @@ from typing import Annotated, Optional
 import typer
 
 from glyph.cli.common import App, MbppPath, console, err
+from glyph.data import SEED
 
 app = App(no_args_is_help=True, help="Task data.")
 
@@ -58,7 +59,7 @@ def check_gold(
 
 
 @app.command("prepare")
-def data_prepare(out: Out = Path("artifacts"), seed: Annotated[int, typer.Option(help="split and trace seed")] = 42,
+def data_prepare(out: Out = Path("artifacts"), seed: Annotated[int, typer.Option(help="split and trace seed")] = SEED,
                  mbpp_path: MbppPath = None,
                  plus: Annotated[bool, typer.Option("--plus/--no-plus", help="also generate the plus tests "
                                                     "(resumable; as `glyph data plus`)")] = True,
@@ -99,7 +100,7 @@ def _plus_rows(table, p: dict) -> None:
 @app.command("plus")
 def data_plus(out: Out = Path("artifacts"), mbpp_path: MbppPath = None,
               seed: Annotated[Optional[int], typer.Option(help="candidate seed (default: the prepared "
-                                                               "folder's, else 42)")] = None,
+                                                               f"folder's, else {SEED})")] = None,
               task: Annotated[Optional[list[str]], typer.Option("--task", help="only these task ids "
                                                                 "(repeatable)")] = None,
               jobs: Jobs = 0) -> None:

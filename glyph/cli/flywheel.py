@@ -221,7 +221,6 @@ def flywheel_credit(
     policy (default: repair, one patch per hunk to the reference solution)
     on the budget left, grades it on the hidden tests, and names the earliest
     step from which no continuation succeeds. See docs/credit.md."""
-    import dataclasses
     import json
 
     from rich.console import Console
@@ -230,15 +229,15 @@ def flywheel_credit(
 
     from glyph.agent.program import EndpointError
     from glyph.credit import replay as credit
+    from glyph.credit.trajectory import load_trajectory, resolve_task
     from glyph.data import mbpp
 
     if (base_url is None) != (model is None):
         fail("--base-url and --model go together (a model continuation)")
     try:
-        traj = credit.load_trajectory(source, task, index)
-        traj = dataclasses.replace(traj, budget=budget or traj.budget, test_cost=test_cost or traj.test_cost)
+        traj = load_trajectory(source, task, index, budget=budget, test_cost=test_cost)
         tasks = mbpp.load(mbpp_path)
-        found, notes = credit.resolve_task(traj, tasks, task, str(mbpp.resolve_path(mbpp_path)))
+        found, notes = resolve_task(traj, tasks, task, str(mbpp.resolve_path(mbpp_path)))
         continuation = credit.Repair() if base_url is None else \
             credit.ChatContinuation(credit.endpoint_chat(base_url, model, temperature), f"model {model}")
         with Progress(TextColumn("continuing from snapshot"), BarColumn(), MofNCompleteColumn(),

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from glyph import pins
+from glyph.data import SEED
 
 ENV_VAR = "GLYPH_MBPP_PATH"
 CLI_OPTION = "--mbpp-path"  # the ``glyph`` command's; vf-eval's taskset passes its own
@@ -278,8 +279,6 @@ VALIDATION_IDS = range(511, 601)  # official validation: 50 move to the training
 TRAIN_IDS = range(601, 975)
 MOVED_TO_TRAIN = 50
 SPLIT_NAMES = ("sft", "rl", "validation", "test")
-SEED = 42
-"""The split and SFT trace seed of every default (``glyph data prepare --seed``, ``--env.taskset.seed``)."""
 
 
 def make_splits(task_ids, seed: int = SEED) -> dict[str, list[int]]:

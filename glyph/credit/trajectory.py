@@ -1,0 +1,225 @@
+"""A recorded glyph-mbpp episode as credit assignment reads it: its
+conversation and the rules it ran under (budget, test cost, arm), from a
+program trace (``.glyph/trace.json``), one verifiers trace, or a rollout of an
+eval output directory (found and judged as ``glyph report`` does)."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from glyph.agent import protocol
+from glyph.data.mbpp import MbppTask
+from glyph.envs.mbpp.harness import GlyphHarnessConfig
+from glyph.record import MBPP_ENV_ID
+from glyph.report.load import ReportError, find_runs, iter_episodes, judge, task_data
+
+
+class CreditError(ValueError):
+    """Input credit assignment cannot use; the message is one line naming the file (and line)."""
+
+
+@dataclass(frozen=True)
+class Trajectory:
+    """One recorded episode: its conversation and the rules it ran under."""
+
+    where: str  # the file (and line) it came from
+    messages: tuple[dict, ...]  # system, user, then assistant turns each followed by its RESULT
+    arm: str
+    budget: int  # max_tool_calls
+    test_cost: int
+    task_id: str | None = None  # as an eval output records it; None: found from the user prompt
+    recorded: str = ""  # how the original run ended, as it recorded it
+
+
+def load_trajectory(path: Path, task: str | None = None, index: int | None = None, *,
+                    budget: int | None = None, test_cost: int | None = None) -> Trajectory:
+    """A program trace (``.glyph/trace.json``), one verifiers trace as JSON,
+    or a rollout of an eval output directory (``--task``, ``--index``).
+    ``budget`` and ``test_cost`` replace what the trajectory records."""
+    traj = _load(path, task, index, budget)
+    return dataclasses.replace(traj, budget=budget or traj.budget, test_cost=test_cost or traj.test_cost)
+
+
+def _load(path: Path, task: str | None, index: int | None, budget: int | None) -> Trajectory:
+    if path.is_dir():
+        return load_eval_rollout(path, task, index)
+    if index is not None:
+        raise CreditError(f"{path}: --index selects a rollout of an eval output directory, not of one trace file")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8", errors="surrogateescape"))
+    except FileNotFoundError:
+        raise CreditError(f"{path}: no such file or directory") from None
+    except OSError as exc:
+        raise CreditError(f"{path}: cannot read it ({exc.strerror})") from None
+    except ValueError as exc:
+        raise CreditError(f"{path}: not JSON ({exc})") from None
+    if isinstance(data, dict) and "messages" in data:
+        return _from_program_trace(data, str(path), budget)
+    if isinstance(data, dict) and "nodes" in data:
+        return _from_vf_trace(data, str(path))
+    raise CreditError(f"{path}: neither a program trace (no 'messages') nor a verifiers trace (no 'nodes')")
+
+
+def _from_program_trace(data: dict, where: str, budget: int | None = None) -> Trajectory:
+    messages = _check_messages(data["messages"], where)
+    end = data.get("end")
+    recorded = f"ended by {end}" + (f": {str(data.get('error'))[:200]}" if data.get("error") else "") if end else \
+        "did not finish (no end recorded)"
+    budget, cost = budget or data.get("budget"), data.get("test_cost")
+    if not isinstance(budget, int):
+        raise CreditError(f"{where}: the trace records no tool budget (written by an older glyph); pass --budget")
+    cost = int(cost) if isinstance(cost, int) else _infer_test_cost(messages, budget)
+    return Trajectory(where, messages, _arm(data.get("arm"), messages), budget, cost, None, recorded)
+
+
+def _from_vf_trace(trace: dict, where: str, episode: dict | None = None) -> Trajectory:
+    messages = _check_messages(_conversation(trace.get("nodes"), where), where)
+    data = ((trace.get("task") or {}).get("data") or ((episode or {}).get("task") or {}).get("data") or {})
+    harness = (((trace.get("agent") or {}).get("config") or {}).get("harness") or {})
+    defaults = GlyphHarnessConfig.model_fields  # verifiers records only the fields a run set
+    budget = harness.get("max_tool_calls", defaults["max_tool_calls"].default)
+    cost = harness.get("test_cost", defaults["test_cost"].default)
+    judged = judge(episode or {"ok": True}, trace, where)
+    recorded = f"reward {judged.reward}: {judged.reason if judged.record is not None else 'no reason recorded'}"
+    name = data.get("name") or data.get("id")
+    return Trajectory(where, messages, _arm(data.get("arm"), messages), budget, cost,
+                      name if isinstance(name, str) else None, recorded)
+
+
+def _conversation(nodes: object, where: str) -> list[dict]:
+    """The messages on the path from the root to the last node (a glyph-mbpp
+    conversation is one chain: the program resends the whole history)."""
+    if not isinstance(nodes, list) or not nodes:
+        raise CreditError(f"{where}: the rollout records no conversation (no trace nodes)")
+    chain, i, seen = [], len(nodes) - 1, set()
+    while i is not None:
+        if i in seen or not 0 <= i < len(nodes) or not isinstance(nodes[i], dict):
+            raise CreditError(f"{where}: the trace nodes' parent links are broken at node {i}")
+        seen.add(i)
+        chain.append(nodes[i].get("message"))
+        parent = nodes[i].get("parent")
+        i = None if parent is None else int(parent)
+    return chain[::-1]
+
+
+def _check_messages(messages: object, where: str) -> tuple[dict, ...]:
+    if not isinstance(messages, list):
+        raise CreditError(f"{where}: 'messages' is not a list")
+    out = []
+    for i, m in enumerate(messages):
+        content = m.get("content") if isinstance(m, dict) else None
+        if isinstance(content, list):  # content parts: keep the text
+            content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+        if not isinstance(m, dict) or m.get("role") not in ("system", "user", "assistant") \
+                or not isinstance(content, str):
+            raise CreditError(f"{where}: message {i} is not a {{role, content}} chat message")
+        out.append({"role": m["role"], "content": content})
+    if [m["role"] for m in out[:2]] != ["system", "user"]:
+        raise CreditError(f"{where}: a glyph-mbpp conversation starts with the system and user messages")
+    return tuple(out)
+
+
+def _arm(recorded: object, messages: tuple[dict, ...]) -> str:
+    if recorded in ("a", "b"):
+        return str(recorded)
+    return "b" if "<PREDICTION>" in messages[0]["content"] else "a"
+
+
+def _infer_test_cost(messages: tuple[dict, ...], budget: int) -> int:
+    """What one python_test cost, from the budget lines of the RESULTs (1 if no test was answered)."""
+    before = budget
+    for m in messages[2:]:
+        if m["role"] != "user" or not m["content"].startswith("RESULT "):
+            continue
+        left = protocol.budget_left(m["content"])
+        if left is None:
+            continue
+        if m["content"].split(" ", 3)[2:3] == ["python_test"]:
+            return max(1, before - left)
+        before = left
+    return 1
+
+
+@dataclass(frozen=True)
+class Selected:
+    """A rollout of an eval output directory that a selector picked, and why."""
+
+    file: Path
+    line: int
+    trace: int  # index in the episode's traces
+    task: str
+    passed: bool
+
+
+def load_eval_rollout(root: Path, task: str | None, index: int | None) -> Trajectory:
+    """The rollout of ``task`` (``index``: the i-th of that task's rollouts in
+    file order, 0-based; default: the first one that failed) under an eval
+    output directory, read with ``glyph.report.load``'s discovery."""
+    found: list[Selected] = []
+    try:
+        for rf in find_runs(root):
+            for line, episode in iter_episodes(rf.traces):
+                if (episode.get("env") or {}).get("id") not in (None, "", MBPP_ENV_ID):
+                    continue
+                for ti, t in enumerate(episode["traces"]):
+                    if not isinstance(t, dict):
+                        continue
+                    data = task_data(episode, t)
+                    name = data.get("name") or data.get("id")
+                    passed = judge(episode, t, f"{rf.traces}:{line}").passed
+                    found.append(Selected(rf.traces, line, ti, str(name), passed))
+    except ReportError as exc:
+        raise CreditError(str(exc)) from None
+    if not found:
+        raise CreditError(f"{root}: no {MBPP_ENV_ID} rollouts")
+    tasks = sorted({s.task for s in found})
+    if task is None:
+        if len(found) > 1:
+            raise CreditError(f"{root}: {len(found)} rollouts of {len(tasks)} tasks ({_few(tasks)}); "
+                              f"pick one with --task (and --index)")
+        task = found[0].task
+    mine = [s for s in found if s.task == task]
+    if not mine:
+        raise CreditError(f"{root}: no rollout of {task} (tasks here: {_few(tasks)})")
+    if index is None:
+        failed = [i for i, s in enumerate(mine) if not s.passed]
+        index = failed[0] if failed else 0
+    elif not 0 <= index < len(mine):
+        raise CreditError(f"{root}: --index {index}: {task} has {len(mine)} rollouts (0..{len(mine) - 1})")
+    pick = mine[index]
+    with pick.file.open("rb") as f:
+        raw = next(itertools.islice(f, pick.line - 1, None))
+    episode = json.loads(raw)
+    where = f"{pick.file}:{pick.line}"
+    traj = _from_vf_trace(episode["traces"][pick.trace], where, episode)
+    note = f"rollout {index} of {len(mine)} for {task}" + ("" if not pick.passed else " (it passed)")
+    return Trajectory(traj.where, traj.messages, traj.arm, traj.budget, traj.test_cost, task,
+                      f"{note}; {traj.recorded}")
+
+
+def _few(names: list[str], n: int = 5) -> str:
+    return ", ".join(names[:n]) + (f", ... ({len(names)} in all)" if len(names) > n else "")
+
+
+def resolve_task(traj: Trajectory, tasks: dict[str, MbppTask], task_id: str | None = None,
+                 source: str = "the MBPP data") -> tuple[MbppTask, list[str]]:
+    """The trajectory's task (``task_id``, else the one the eval output names,
+    else the one whose user prompt it carries), and notes on any mismatch."""
+    notes = []
+    chosen = task_id or traj.task_id
+    prompt = traj.messages[1]["content"]
+    if chosen is not None:
+        if chosen not in tasks:
+            raise CreditError(f"{traj.where}: task {chosen!r} is not in {source}")
+        task = tasks[chosen]
+        if protocol.user_prompt(task.text, task.test_list) != prompt:
+            notes.append(f"the trajectory's user prompt is not {chosen}'s as glyph-mbpp writes it")
+        return task, notes
+    for t in tasks.values():
+        if protocol.user_prompt(t.text, t.test_list) == prompt:
+            return t, notes
+    raise CreditError(f"{traj.where}: its user prompt matches no task in {source}; pass --task mbpp_N")
