@@ -26,12 +26,12 @@ from rich.console import Console
 from rich.progress import track
 from rich.table import Table
 
+from glyph.data import mbpp
 from glyph.demo import read_rollouts, vf_eval_command
 from glyph.envs.mbpp.harness import GlyphHarnessConfig
 from glyph.policies.policies import Planner
-from glyph.testing.rollout import Rollouts
 from glyph.sandbox import get_sandbox
-from glyph.data import mbpp
+from glyph.testing.rollout import Rollouts
 
 HARNESS = GlyphHarnessConfig()  # the default harness: budget 8, tool_timeout 10
 

@@ -28,9 +28,9 @@ from rich.console import Console
 from rich.progress import track
 from rich.table import Table
 
+from glyph.data import mbpp
 from glyph.grading import grade
 from glyph.sandbox import get_sandbox
-from glyph.data import mbpp
 
 
 def naive_grade(code: str, setup: str, tests: str, timeout: float = 20.0) -> bool:

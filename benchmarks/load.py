@@ -76,12 +76,12 @@ from rich.console import Console
 from rich.table import Table
 
 from glyph.agent import protocol
+from glyph.agent.protocol import Call
+from glyph.data import mbpp
 from glyph.demo import read_rollouts, vf_eval_command
 from glyph.policies.policies import Planner, Step, UnknownTask, function_name
 from glyph.policies.server import PolicyServer
-from glyph.agent.protocol import Call
 from glyph.redteam import attack
-from glyph.data import mbpp
 
 FAULT_SHARES = (("fault-500", 0.08), ("fault-hang", 0.08), ("fork_bomb", 0.06), ("stdout_flood", 0.06),
                 ("memory_bomb", 0.06))  # the rest: mix

@@ -39,11 +39,11 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import track
 
-from glyph.grading import grade
-from glyph.sandbox import Limits
-from glyph.data import prepare, mbpp, plus, sft
+from glyph.data import mbpp, plus, prepare, sft
 from glyph.data.plus.generate import generate as generate_plus
 from glyph.data.plus.selection import MAX_KEPT
+from glyph.grading import grade
+from glyph.sandbox import Limits
 from glyph.testing import plus_suites
 
 console = Console()

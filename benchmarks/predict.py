@@ -34,8 +34,9 @@ from glyph.agent import protocol
 from glyph.outcomes import Outcome
 from glyph.predict.annotate import TokenBytes, annotate
 from glyph.record import VerifiedCandidate
-from glyph.testing.graph_layout import GENERATION_PROMPT as GEN, layout
 from glyph.render import load_tokenizer
+from glyph.testing.graph_layout import GENERATION_PROMPT as GEN
+from glyph.testing.graph_layout import layout
 
 TARGET_TOKENS = 4096
 PREDICTIONS = 4

@@ -61,9 +61,9 @@ def read_rollouts(out: Path) -> list[dict]:
 def run_env_demo(console: Console, n: int = 6, data_path: str | None = None, out: Path | None = None) -> int:
     """Both arms against the reference policies; the eval runs are kept under ``out`` (default: a new
     folder in the system's temp dir) for ``glyph report``."""
+    from glyph.data import mbpp
     from glyph.policies.policies import Planner
     from glyph.policies.server import PolicyServer
-    from glyph.data import mbpp
 
     data_path = data_path or os.environ.get(mbpp.ENV_VAR)
     tasks = {t.id: t for t in mbpp.load_source(data_path).tasks}

@@ -40,8 +40,8 @@ from __future__ import annotations
 import ast
 import builtins
 import functools
-import sys
 import symtable
+import sys
 import threading
 import time
 import warnings

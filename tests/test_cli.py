@@ -6,8 +6,8 @@ import pytest
 from typer.testing import CliRunner
 
 from glyph.cli.app import app
-from glyph.redteam import DEMO_SOLUTION, DEMO_TESTS
 from glyph.data import mbpp
+from glyph.redteam import DEMO_SOLUTION, DEMO_TESTS
 
 runner = CliRunner()
 

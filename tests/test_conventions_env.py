@@ -21,10 +21,15 @@ from pathlib import Path
 import pytest
 
 from glyph.agent import single_turn
-from glyph.envs.conventions.harness import SINGLE_TURN, ConventionsHarness, ConventionsHarnessConfig, runtime_files
+from glyph.data import conventions
+from glyph.envs.conventions.harness import (
+    SINGLE_TURN,
+    ConventionsHarness,
+    ConventionsHarnessConfig,
+    runtime_files,
+)
 from glyph.envs.conventions.taskset import ConventionsTaskset, ConventionsTasksetConfig, read_lessons
 from glyph.policies.server import PolicyServer
-from glyph.data import conventions
 from glyph.vfcompat import eval_command
 
 TASKS = conventions.load_tasks()

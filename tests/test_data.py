@@ -6,8 +6,8 @@ import shutil
 import pytest
 
 from glyph.agent import protocol
+from glyph.data import mbpp, prepare, sft
 from glyph.outcomes import Outcome
-from glyph.data import prepare, mbpp, sft
 
 
 @pytest.fixture(scope="module")

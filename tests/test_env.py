@@ -11,10 +11,9 @@ import time
 
 import pytest
 
-from glyph.agent import protocol
-from glyph.agent import program
-from glyph.envs.mbpp.harness import LOCAL_SANDBOX, GlyphHarnessConfig, limits_for, limits_record
+from glyph.agent import program, protocol
 from glyph.envs.mbpp.finalize import TaskTests, verify
+from glyph.envs.mbpp.harness import LOCAL_SANDBOX, GlyphHarnessConfig, limits_for, limits_record
 from glyph.policies.policies import HACKS, Planner
 from glyph.testing.rollout import Rollouts
 
@@ -355,10 +354,10 @@ def test_the_container_path_grades_with_the_shipped_grader(tmp_path, server, mbp
     import asyncio
     import types
 
+    from glyph.data import mbpp
     from glyph.envs.mbpp.harness import GlyphHarness, GlyphHarnessConfig
     from glyph.envs.mbpp.taskset import GlyphData
     from glyph.sandbox import get_sandbox
-    from glyph.data import mbpp
 
     task = mbpp_tasks["mbpp_11"]
     row = mbpp.task_row(task, "test")
@@ -408,9 +407,9 @@ def test_the_harness_prompt_names_its_own_budget(mbpp_tasks, budget):
     import asyncio
     import types
 
+    from glyph.data import mbpp
     from glyph.envs.mbpp.harness import PROGRAM_DIR, SHIPPED, GlyphHarness, GlyphHarnessConfig
     from glyph.envs.mbpp.taskset import GlyphData
-    from glyph.data import mbpp
 
     task = mbpp_tasks["mbpp_11"]
     row = mbpp.task_row(task, "test")

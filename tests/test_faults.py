@@ -22,18 +22,23 @@ import urllib.request
 
 import pytest
 
-from glyph.agent import protocol
-from glyph.agent import program
+from glyph.agent import program, protocol
+from glyph.agent.protocol import Call
 from glyph.envs.mbpp import test_service as service_module
-from glyph.envs.mbpp.harness import (GlyphHarness, GlyphHarnessConfig, limits_for, limits_from_record, limits_record)
-from glyph.envs.mbpp.taskset import GlyphData
 from glyph.envs.mbpp.finalize import TaskTests, verify
+from glyph.envs.mbpp.harness import (
+    GlyphHarness,
+    GlyphHarnessConfig,
+    limits_for,
+    limits_from_record,
+    limits_record,
+)
+from glyph.envs.mbpp.taskset import GlyphData
 from glyph.localhttp import JsonHandler, LocalServer
 from glyph.policies.policies import Step
 from glyph.policies.server import PolicyServer
-from glyph.record import fault_record, encode
+from glyph.record import encode, fault_record
 from glyph.testing.rollout import Rollouts
-from glyph.agent.protocol import Call
 
 SPIN = "import time as _t\n_s = _t.process_time()\nwhile _t.process_time() - _s < {s}:\n    pass\n"
 

@@ -13,11 +13,10 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from glyph.agent import protocol
-from glyph.agent import program
-from glyph.envs.mbpp.harness import GlyphHarnessConfig, program_config
+from glyph.agent import program, protocol
 from glyph.credit import replay as credit
 from glyph.credit.trajectory import load_trajectory, resolve_task
+from glyph.envs.mbpp.harness import GlyphHarnessConfig, program_config
 from glyph.grading import grade
 from glyph.sandbox import Limits
 

@@ -9,6 +9,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from typer.testing import CliRunner
 
+from glyph.data import conventions
 from glyph.flywheel import gate
 from glyph.flywheel.agents import Endpoint, ModelCallFailed, ReferenceAgent, RolloutKey, reference_lesson
 from glyph.flywheel.loop import signature_of
@@ -16,7 +17,6 @@ from glyph.flywheel.options import RunOptions
 from glyph.flywheel.runner import run_one
 from glyph.flywheel.store import ConfigMismatch
 from glyph.flywheel.writers import WRITER_SYSTEM, Cluster, Failure, ReferenceWriter
-from glyph.data import conventions
 
 K = 4
 

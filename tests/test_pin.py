@@ -25,9 +25,8 @@ import subprocess
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-import pytest
-
 import pinstack
+import pytest
 
 VENDOR = pinstack.vendor_dir()
 pytestmark = pytest.mark.skipif(

@@ -13,15 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from glyph.grading import compile_tests, grade, solution_bindings
-from glyph.outcomes import Outcome
-from glyph.data import prepare, plus
+from glyph.data import plus, prepare
+from glyph.data.mbpp import DataError, MbppTask
 from glyph.data.plus.generate import generate
 from glyph.data.plus.mutate import Mutator, candidates, profile, says_sorted
 from glyph.data.plus.seeds import seeds_of
 from glyph.data.plus.selection import MAX_KEPT
+from glyph.grading import compile_tests, grade, solution_bindings
+from glyph.outcomes import Outcome
 from glyph.testing import plus_suites
-from glyph.data.mbpp import DataError, MbppTask
 
 SOME = ["mbpp_11", "mbpp_19", "mbpp_4", "mbpp_226", "mbpp_120", "mbpp_343", "mbpp_938", "mbpp_601", "mbpp_596"]
 

@@ -6,9 +6,8 @@ import subprocess
 import sys
 import tarfile
 
-import pytest
-
 import pinstack
+import pytest
 
 VENDOR = pinstack.vendor_dir()
 pytestmark = pytest.mark.skipif(

@@ -22,8 +22,8 @@ import pinstack
 import pytest
 
 from glyph import pins
-from glyph.predict import pin
 from glyph.data import mbpp
+from glyph.predict import pin
 
 REPO = Path(__file__).resolve().parent.parent
 CONFIGS = REPO / "configs"

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from glyph.data import mbpp
 from glyph.demo import read_rollouts
 from glyph.policies.policies import Planner
 from glyph.policies.server import PolicyServer
-from glyph.data import mbpp
 from glyph.vfcompat import eval_command
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"

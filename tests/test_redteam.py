@@ -8,9 +8,9 @@ import socket
 from pathlib import Path
 
 import pytest
+from conftest import sandbox_processes, sandbox_tmp
 
 import glyph
-from conftest import sandbox_processes, sandbox_tmp
 from glyph.grading import grade
 from glyph.redteam import ATTACKS, DEMO_SOLUTION, DEMO_TESTS, REFEREE_TESTS, aimed_at_a_listener
 from glyph.sandbox import Limits

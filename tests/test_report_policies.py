@@ -20,8 +20,8 @@ from typer.testing import CliRunner
 from glyph.envs.mbpp.harness import GlyphHarnessConfig
 from glyph.policies.policies import Planner, function_name, hack_source
 from glyph.record import encode
-from glyph.testing.rollout import Rollouts
 from glyph.report import report
+from glyph.testing.rollout import Rollouts
 
 HARNESS = GlyphHarnessConfig(tool_timeout=3, model_timeout=10)
 LIMITS = HARNESS.limits()

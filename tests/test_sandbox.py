@@ -3,8 +3,8 @@ import signal
 import time
 
 import pytest
-
 from conftest import sandbox_processes, sandbox_tmp
+
 from glyph.sandbox import Limits, Sandbox
 
 

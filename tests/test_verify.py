@@ -8,14 +8,29 @@ import json
 import msgspec
 import pytest
 
+from glyph.agent.protocol import PLACEHOLDER
+from glyph.agent.tools import sha256
 from glyph.envs.mbpp.finalize import (
-    REGRADES, Logged, MalformedTrace, Regrader, TaskTests, Trace, check_final_source, check_log,
-    compute_metrics, grade_hidden, known_sources, logged_entries, parse_trace, reason, sha256,
-    verify, verify_candidates, verify_tests,
+    REGRADES,
+    Logged,
+    MalformedTrace,
+    Regrader,
+    TaskTests,
+    Trace,
+    check_final_source,
+    check_log,
+    compute_metrics,
+    grade_hidden,
+    known_sources,
+    logged_entries,
+    parse_trace,
+    reason,
+    verify,
+    verify_candidates,
+    verify_tests,
 )
 from glyph.outcomes import Outcome
 from glyph.record import VerifiedCandidate, encode
-from glyph.agent.protocol import PLACEHOLDER
 from glyph.sandbox import Limits
 
 LIMITS = Limits(cpu_s=5, wall_s=10)

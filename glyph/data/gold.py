@@ -14,9 +14,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+from glyph.data import mbpp
 from glyph.grading import Grade, InvalidTests, grade
 from glyph.outcomes import Outcome
-from glyph.data import mbpp
 
 
 def check_gold(path=None, jobs: int | None = None, progress: bool = True) -> dict:

@@ -33,9 +33,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from glyph.render import OFFLINE, load_tokenizer
 from glyph.data import mbpp, plus, sft
 from glyph.data.plus.generate import generate as generate_plus
+from glyph.render import OFFLINE, load_tokenizer
 
 MANIFEST = "manifest.json"
 PLUS_DIR = "plus"

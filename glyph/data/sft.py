@@ -32,12 +32,12 @@ import tokenize
 from dataclasses import dataclass
 
 from glyph.agent import protocol
+from glyph.agent.protocol import Call, ProtocolError, parse_turn, result_message
 from glyph.agent.tools import execute
+from glyph.data.mbpp import SEED, MbppTask
 from glyph.grading import grade
 from glyph.outcomes import Outcome
-from glyph.agent.protocol import Call, ProtocolError, parse_turn, result_message
 from glyph.sandbox import Limits
-from glyph.data.mbpp import SEED, MbppTask
 
 RECOVERY_SHARE = 1 / 3
 MAX_TOKENS = 1280  # the SFT seq_len: every token of a trace's sample fits one packed row

@@ -44,13 +44,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
+from glyph.data import conventions
+from glyph.data.conventions import ConventionTask
 from glyph.flywheel import gate as gates
 from glyph.flywheel.agents import Agent, ModelCallFailed, RolloutKey
 from glyph.flywheel.options import RunConfig
 from glyph.flywheel.store import Store, fingerprint
 from glyph.flywheel.writers import Cluster, Failure, Writer
-from glyph.data import conventions
-from glyph.data.conventions import ConventionTask
 
 MAX_REJECTIONS = 2
 _EXC_CLASS = re.compile(r"^([A-Z][\w.]*):")

@@ -30,9 +30,9 @@ import re
 from dataclasses import dataclass
 
 from glyph.agent import protocol
-from glyph.policies.conventions import CONV_POLICIES
 from glyph.agent.protocol import Call
 from glyph.data.mbpp import MbppTask
+from glyph.policies.conventions import CONV_POLICIES
 
 POLICIES = ("oracle", "recover", "revise", "hack", "mix")
 FAULTS = ("fault-malformed", "fault-duplicate", "fault-huge", "fault-budget", "fault-500", "fault-hang")

@@ -26,11 +26,11 @@ import threading
 import time
 from typing import Iterable
 
+from glyph.data.conventions import ConventionTask
+from glyph.data.mbpp import MbppTask
 from glyph.localhttp import JsonHandler, LocalServer
 from glyph.policies.conventions import CONV_POLICIES, ConventionsPolicy, UnknownConventionsTask
 from glyph.policies.policies import POLICIES, Planner, UnknownTask, known
-from glyph.data.conventions import ConventionTask
-from glyph.data.mbpp import MbppTask
 
 IM_START, IM_END = "<|im_start|>", "<|im_end|>"
 EMPTY_THINK = "<think>\n\n</think>\n\n"  # Qwen3's assistant scaffold with thinking off

@@ -19,7 +19,6 @@ from pathlib import Path
 
 from glyph import pins
 
-
 PRIME_RL_COMMIT, PRIME_RL_TAG = pins.PRIME_RL_COMMIT, pins.PRIME_RL_TAG
 VERIFIERS_COMMIT, VERIFIERS_VERSION = pins.VERIFIERS_COMMIT, pins.VERIFIERS_VERSION
 PATCHES = ("prime-rl-algorithm-registry.patch", "prime-rl-ce-only-branches.patch")

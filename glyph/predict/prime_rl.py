@@ -27,7 +27,6 @@ from glyph.record import mbpp_record
 
 if TYPE_CHECKING:
     import verifiers.v1 as vf
-
     from prime_rl.utils.client import InferencePool
 
 class GlyphGRPOAlgorithm(GRPOAlgorithm):

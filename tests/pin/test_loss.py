@@ -12,6 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+from glyph.render import load_tokenizer, render_ids  # noqa: E402
 from glyph.testing.reference_loss import (  # noqa: E402
     Sample,
     predict_loss,
@@ -19,7 +20,6 @@ from glyph.testing.reference_loss import (  # noqa: E402
     token_counts,
     token_logprobs,
 )
-from glyph.render import load_tokenizer, render_ids  # noqa: E402
 
 QWEN3_VOCAB = 151936  # Qwen3's embedding rows (the tokenizer's 151669 ids, padded)
 ALPHA = 0.5

@@ -32,11 +32,11 @@ from prime_rl.orchestrator.algo import build_algorithm  # noqa: E402
 from prime_rl.orchestrator.train_sink import TrainSink  # noqa: E402
 from prime_rl.trainer.rl.loss import compute_loss, setup_rl_loss_fn  # noqa: E402
 
-from glyph.testing import reference_loss as ref  # noqa: E402
 from glyph.predict.annotate import TokenBytes  # noqa: E402
 from glyph.predict.annotate import label_spans as annotate_spans  # noqa: E402
 from glyph.predict.prime_rl import PredictAlgorithm  # noqa: E402
 from glyph.predict.prime_rl_config import PredictAlgoConfig  # noqa: E402
+from glyph.testing import reference_loss as ref  # noqa: E402
 
 ALPHA = 0.1
 TASKS = 2  # the first tasks of the test split (mbpp_11, mbpp_12): each has a failing mutation
@@ -62,8 +62,8 @@ def tok(tokdir):
 def runs(tmp_path_factory, tokdir, mbpp_path) -> dict[str, list[str]]:
     """Per policy, the Arm B episodes (JSON lines) of one token-path eval run
     ($GLYPH_EVAL_CACHE: reuse the runs under that folder, for debugging)."""
-    from glyph.policies.server import PolicyServer
     from glyph.data import mbpp
+    from glyph.policies.server import PolicyServer
     from glyph.vfcompat import eval_command
 
     cache = os.environ.get("GLYPH_EVAL_CACHE")

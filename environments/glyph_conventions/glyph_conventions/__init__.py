@@ -6,6 +6,6 @@ loader expects."""
 # module back while it is still loading; by then the Harness must be here.
 __all__ = ["ConventionsTaskset", "ConventionsHarness", "ConventionsEnv"]
 
+from glyph.envs.conventions.env import ConventionsEnv  # noqa: E402
 from glyph.envs.conventions.harness import ConventionsHarness  # noqa: E402
 from glyph.envs.conventions.taskset import ConventionsTaskset  # noqa: E402
-from glyph.envs.conventions.env import ConventionsEnv  # noqa: E402

@@ -6,6 +6,6 @@
 # module back while it is still loading; by then the Harness must be here.
 __all__ = ["GlyphTaskset", "GlyphHarness", "GlyphEnv"]
 
+from glyph.envs.mbpp.env import GlyphEnv  # noqa: E402
 from glyph.envs.mbpp.harness import GlyphHarness  # noqa: E402
 from glyph.envs.mbpp.taskset import GlyphTaskset  # noqa: E402
-from glyph.envs.mbpp.env import GlyphEnv  # noqa: E402

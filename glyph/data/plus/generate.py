@@ -76,8 +76,6 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from glyph.grading import InvalidTests
-from glyph.sandbox import Sandbox
 from glyph.data.mbpp import DataError, MbppTask
 from glyph.data.plus.mutate import candidates, says_sorted
 from glyph.data.plus.plain import same
@@ -85,6 +83,8 @@ from glyph.data.plus.probe import PROBE_CAP_S, SEEDS, Runner, SeedSandboxes, pro
 from glyph.data.plus.seeds import seeds_of
 from glyph.data.plus.selection import MAX_KEPT, budget, choose, confirm, fast_check, shared
 from glyph.data.plus.store import GENERATOR, TaskResult, current, file_name, read_file, write_file
+from glyph.grading import InvalidTests
+from glyph.sandbox import Sandbox
 
 TASK_BUDGET_S = 20.0  # wall clock for one task's runs, after which it keeps what it has
 

@@ -16,9 +16,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from glyph.data.plus.plain import MAX_REPR, renders
 from glyph.sandbox import Limits, Run, Sandbox, SandboxUnavailable
 from glyph.sandbox.runtime import wire
-from glyph.data.plus.plain import MAX_REPR, renders
 
 SEEDS = 3  # sandbox servers, each with its own hash seed
 PROBE_FLOOR_S = 0.05  # a probe may always take this long (wall clock, IPC included)

@@ -14,9 +14,9 @@ import ast
 import copy
 from dataclasses import dataclass
 
-from glyph.grading import ProbeCheck, compile_tests, module_bindings, parse, solution_bindings
 from glyph.data.mbpp import MbppTask
 from glyph.data.plus.plain import renders
+from glyph.grading import ProbeCheck, compile_tests, module_bindings, parse, solution_bindings
 
 
 @dataclass(frozen=True)

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from glyph.grading import InvalidTests, ProbeCheck, compile_tests, grade, solution_bindings
-from glyph.sandbox import Limits, Sandbox
 from glyph.data.mbpp import MbppTask
 from glyph.data.plus.mutate import Candidate
+from glyph.grading import InvalidTests, ProbeCheck, compile_tests, grade, solution_bindings
+from glyph.sandbox import Limits, Sandbox
 
 MAX_KEPT = 50
 PLUS_BUDGET_FACTOR = 2  # the kept tests may cost the reference this many times the visible tests' time ...

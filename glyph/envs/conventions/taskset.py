@@ -24,11 +24,11 @@ from typing import Literal
 import verifiers.v1 as vf
 from pydantic import field_validator
 
+from glyph import record
 from glyph.agent import protocol
 from glyph.agent.protocol import SOLUTION_FILE
 from glyph.data import conventions
 from glyph.envs.local import read_text
-from glyph import record
 from glyph.outcomes import Outcome
 from glyph.record import ConventionsRecord
 from glyph.sandbox import get_sandbox

@@ -34,10 +34,10 @@ from typing import NamedTuple
 
 import msgspec
 
+from glyph.agent.protocol import PLACEHOLDER
 from glyph.agent.tools import sha256
 from glyph.grading import InvalidTests, grade
 from glyph.outcomes import Outcome
-from glyph.agent.protocol import PLACEHOLDER
 from glyph.record import MbppRecord, VerifiedCandidate
 from glyph.sandbox import Limits
 

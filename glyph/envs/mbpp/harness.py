@@ -35,11 +35,10 @@ from typing import Literal
 import verifiers.v1 as vf
 from pydantic import Field
 
-from glyph.agent import protocol
-from glyph.layers import shipped_files
-from glyph.agent import program
-from glyph.agent.program import ENDPOINT_FAILED, TESTER_FAILED
 from glyph import record
+from glyph.agent import program, protocol
+from glyph.agent.program import ENDPOINT_FAILED, TESTER_FAILED
+from glyph.layers import shipped_files
 from glyph.sandbox import Limits
 
 PROGRAM_DIR = ".glyph/program"  # under .glyph: the agent's tools refuse every path there

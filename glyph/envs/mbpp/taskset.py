@@ -16,15 +16,15 @@ from typing import Literal
 import verifiers.v1 as vf
 from pydantic import field_validator
 
-from glyph.envs.local import read_text
-from glyph.envs.mbpp.validate import validate_task
-from glyph.envs.mbpp.harness import limits_from_record
-from glyph.envs.mbpp.finalize import TaskTests, metric_defaults, verify
+from glyph import record
 from glyph.agent import program
 from glyph.agent.protocol import SOLUTION_FILE
-from glyph import record
-from glyph.sandbox import get_sandbox
 from glyph.data import mbpp, plus
+from glyph.envs.local import read_text
+from glyph.envs.mbpp.finalize import TaskTests, metric_defaults, verify
+from glyph.envs.mbpp.harness import limits_from_record
+from glyph.envs.mbpp.validate import validate_task
+from glyph.sandbox import get_sandbox
 from glyph.vfcompat import timed_out
 
 DATA_OPTION = "--env.taskset.data-path"

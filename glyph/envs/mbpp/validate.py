@@ -13,10 +13,10 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from glyph.envs.mbpp.harness import limits_from_record
-from glyph.envs.mbpp.finalize import Regrader, TaskTests
-from glyph.outcomes import Outcome
 from glyph.agent.protocol import SOLUTION_FILE
+from glyph.envs.mbpp.finalize import Regrader, TaskTests
+from glyph.envs.mbpp.harness import limits_from_record
+from glyph.outcomes import Outcome
 
 logger = logging.getLogger(__name__)
 

@@ -33,7 +33,6 @@ import sys
 import traceback
 import types
 
-
 if __package__:  # imported as glyph.sandbox.runtime.worker
     from . import wire
 else:  # a sibling of server.py, which is started as a script
