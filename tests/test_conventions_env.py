@@ -22,12 +22,8 @@ import pytest
 
 from glyph.agent import single_turn
 from glyph.data import conventions
-from glyph.envs.conventions.harness import (
-    SINGLE_TURN,
-    ConventionsHarness,
-    ConventionsHarnessConfig,
-    runtime_files,
-)
+from glyph.envs.conventions.harness import (SINGLE_TURN, ConventionsHarness, ConventionsHarnessConfig,
+    runtime_files)
 from glyph.envs.conventions.taskset import ConventionsTaskset, ConventionsTasksetConfig, read_lessons
 from glyph.policies.server import PolicyServer
 from glyph.vfcompat import eval_command

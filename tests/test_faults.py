@@ -26,13 +26,8 @@ from glyph.agent import program, protocol
 from glyph.agent.protocol import Call
 from glyph.envs.mbpp import test_service as service_module
 from glyph.envs.mbpp.finalize import TaskTests, verify
-from glyph.envs.mbpp.harness import (
-    GlyphHarness,
-    GlyphHarnessConfig,
-    limits_for,
-    limits_from_record,
-    limits_record,
-)
+from glyph.envs.mbpp.harness import (GlyphHarness, GlyphHarnessConfig, limits_for, limits_from_record,
+    limits_record)
 from glyph.envs.mbpp.taskset import GlyphData
 from glyph.localhttp import JsonHandler, LocalServer
 from glyph.policies.policies import Step

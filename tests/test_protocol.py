@@ -1,17 +1,7 @@
 import pytest
 
-from glyph.agent.protocol import (
-    DEFAULT_BUDGET,
-    Call,
-    ProtocolError,
-    apply_patch,
-    messages,
-    parse_result_status,
-    parse_turn,
-    result_message,
-    system_prompt,
-    user_prompt,
-)
+from glyph.agent.protocol import (DEFAULT_BUDGET, Call, ProtocolError, apply_patch, messages,
+    parse_result_status, parse_turn, result_message, system_prompt, user_prompt)
 
 READ = 'CALL {"id": "1", "tool": "read_file", "args": {"path": "solution.py"}}'
 TEST = 'CALL {"id": "2", "tool": "python_test", "args": {}}'

@@ -9,20 +9,8 @@ import pytest
 
 from glyph.agent import protocol
 from glyph.outcomes import Outcome
-from glyph.render import (
-    OFFLINE,
-    QWEN3_ADDED_TOKENS,
-    RENDERER,
-    chat_template,
-    check_parity,
-    load_tokenizer,
-    offline_tokenizer_dir,
-    qwen3_ranks_path,
-    render_ids,
-    render_text,
-    renderer,
-    sft_sample,
-)
+from glyph.render import (OFFLINE, QWEN3_ADDED_TOKENS, RENDERER, chat_template, check_parity, load_tokenizer,
+    offline_tokenizer_dir, qwen3_ranks_path, render_ids, render_text, renderer, sft_sample)
 
 EMPTY_THINK = "<think>\n\n</think>\n\n"
 

@@ -10,25 +10,9 @@ import pytest
 
 from glyph.agent.protocol import PLACEHOLDER
 from glyph.agent.tools import sha256
-from glyph.envs.mbpp.finalize import (
-    REGRADES,
-    Logged,
-    MalformedTrace,
-    Regrader,
-    TaskTests,
-    Trace,
-    check_final_source,
-    check_log,
-    compute_metrics,
-    grade_hidden,
-    known_sources,
-    logged_entries,
-    parse_trace,
-    reason,
-    verify,
-    verify_candidates,
-    verify_tests,
-)
+from glyph.envs.mbpp.finalize import (REGRADES, Logged, MalformedTrace, Regrader, TaskTests, Trace,
+    check_final_source, check_log, compute_metrics, grade_hidden, known_sources, logged_entries, parse_trace,
+    reason, verify, verify_candidates, verify_tests)
 from glyph.outcomes import Outcome
 from glyph.record import VerifiedCandidate, encode
 from glyph.sandbox import Limits

@@ -15,17 +15,8 @@ sandbox), ``selection`` (which answers become tests), ``generate`` (all of
 it, over many tasks).
 """
 
-from glyph.data.plus.store import (
-                                   DEFAULT_DIR,
-                                   ENV_VAR,
-                                   GENERATOR,
-                                   current,
-                                   file_name,
-                                   load_tests,
-                                   read_file,
-                                   resolve_dir,
-                                   task_hash,
-)
+from glyph.data.plus.store import (DEFAULT_DIR, ENV_VAR, GENERATOR, current, file_name, load_tests, read_file,
+    resolve_dir, task_hash)
 
 __all__ = ["DEFAULT_DIR", "ENV_VAR", "GENERATOR", "current", "file_name", "load_tests", "read_file",
            "resolve_dir", "task_hash"]
