@@ -111,3 +111,24 @@ def _verifiers_free_calls_none(request):
         sys.setprofile(None)
         threading.setprofile(None)
     assert not hits, f"marked verifiers_free, but it called verifiers: {hits}"
+
+
+def _pin_runs(session):
+    """tests/test_pin.py's background runs (``PinRuns``), when this session selected one of its tests."""
+    for item in session.items:
+        runs = getattr(getattr(item, "module", None), "RUNS", None)
+        if item.path.name == "test_pin.py" and runs is not None:
+            return runs
+    return None
+
+
+def pytest_collection_finish(session):
+    runs = _pin_runs(session)
+    if runs is not None and not session.config.option.collectonly:
+        runs.start(session.config._tmp_path_factory.mktemp("pin-runs"))
+
+
+def pytest_sessionfinish(session):
+    runs = _pin_runs(session)
+    if runs is not None:
+        runs.stop()

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import os
 import subprocess
+import tempfile
+import threading
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -44,18 +46,80 @@ GLYPH_PIN_TESTS = (
 )
 
 
-@pytest.fixture(scope="module")
-def pin_python() -> Path:
-    return pinstack.build_venv(VENDOR)
+class PinRuns:
+    """Both runs in the pinned stack, in one background thread that the session
+    starts once its collection holds a test of this file (``conftest.py``,
+    ``pytest_collection_finish``), so they overlap the rest of the suite (most of
+    which waits on subprocesses) instead of following it. The tests below wait
+    for their run and judge it. ``stop`` kills what is still running."""
+
+    def __init__(self) -> None:
+        self.thread: threading.Thread | None = None
+        self.results: dict[str, object] = {}
+        self.procs: list[subprocess.Popen] = []
+        self.stopped = False
+
+    def start(self, base: Path) -> None:
+        if self.thread is None and VENDOR is not None:
+            self.thread = threading.Thread(target=self._all, args=(base,), name="pin-runs", daemon=True)
+            self.thread.start()
+
+    def _all(self, base: Path) -> None:
+        try:
+            python = pinstack.build_venv(VENDOR, log=lambda *a: None)
+            trees = {"pristine": pinstack.unpack_prime_rl(VENDOR, base / "pristine", patch=False),
+                     "patched": pinstack.unpack_prime_rl(VENDOR, base / "patched", patch=True)}
+        except Exception as exc:  # deliberate: both tests report it
+            self.results = {"prime_rl": exc, "glyph": exc}
+            return
+        junit = base / "glyph.xml"
+        self.results["glyph"] = (self._run(
+            python, ["-q", "-rs", "--durations=15", "-m", "not verifiers_free", f"--junitxml={junit}",
+                     *GLYPH_PIN_TESTS], pinstack.REPO, pinstack.pythonpath(trees["patched"]), 1400,
+            {"GLYPH_PIN_STACK": "1"}), junit)
+        runs = {}
+        for name, root in trees.items():
+            junit = base / f"{name}.xml"
+            runs[name] = (self._run(python, ["-q", f"--junitxml={junit}", *PRIME_RL_TESTS], root,
+                                    pinstack.pythonpath(root), 600), junit)
+        self.results["prime_rl"] = runs
+
+    def _run(self, python: Path, args: list[str], cwd: Path, pythonpath: str, timeout: int,
+             extra_env: dict | None = None):
+        env = dict(os.environ, PYTHONPATH=pythonpath, HF_HUB_OFFLINE="1", PRIME_RUNS_MODE="disabled",
+                   **(extra_env or {}))
+        env.pop("VIRTUAL_ENV", None)
+        if self.stopped:
+            return subprocess.CompletedProcess(args, -9, "", "stopped before it started")
+        proc = subprocess.Popen([str(python), "-m", "pytest", "-p", "no:cacheprovider", *args], cwd=cwd, env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.procs.append(proc)
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+            err += f"\n(killed after {timeout} s)"
+        return subprocess.CompletedProcess(args, proc.returncode, out, err)
+
+    def wait(self, name: str, timeout: float):
+        if self.thread is None:  # collected without the conftest hook (a plugin run): start here
+            self.start(Path(tempfile.mkdtemp(prefix="glyph-pin-")))
+        self.thread.join(timeout)
+        assert not self.thread.is_alive(), f"the pinned-stack runs did not finish in {timeout:.0f} s"
+        got = self.results[name]
+        if isinstance(got, Exception):
+            raise got
+        return got
+
+    def stop(self) -> None:
+        self.stopped = True
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
 
 
-@pytest.fixture(scope="module")
-def trees(tmp_path_factory) -> dict[str, Path]:
-    base = tmp_path_factory.mktemp("prime-rl")
-    return {
-        "pristine": pinstack.unpack_prime_rl(VENDOR, base / "pristine", patch=False),
-        "patched": pinstack.unpack_prime_rl(VENDOR, base / "patched", patch=True),
-    }
+RUNS = PinRuns()
 
 
 def _outcomes(junit: Path) -> dict[str, str]:
@@ -66,31 +130,10 @@ def _outcomes(junit: Path) -> dict[str, str]:
     return out
 
 
-def _run(
-    python: Path, args: list[str], cwd: Path, pythonpath: str, timeout: int, extra_env: dict | None = None
-):
-    env = dict(
-        os.environ, PYTHONPATH=pythonpath, HF_HUB_OFFLINE="1", PRIME_RUNS_MODE="disabled", **(extra_env or {})
-    )
-    env.pop("VIRTUAL_ENV", None)
-    return subprocess.run(
-        [str(python), "-m", "pytest", "-p", "no:cacheprovider", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-
-
-@pytest.mark.timeout(900)
-def test_prime_rl_unit_tests_keep_their_outcomes_with_glyphs_patches(pin_python, trees, tmp_path):
+@pytest.mark.timeout(2400)
+def test_prime_rl_unit_tests_keep_their_outcomes_with_glyphs_patches():
     results = {}
-    for name, root in trees.items():
-        junit = tmp_path / f"{name}.xml"
-        proc = _run(
-            pin_python, ["-q", f"--junitxml={junit}", *PRIME_RL_TESTS], root, pinstack.pythonpath(root), 600
-        )
+    for name, (proc, junit) in RUNS.wait("prime_rl", 2300).items():
         assert junit.is_file(), proc.stdout[-3000:] + proc.stderr[-3000:]
         results[name] = _outcomes(junit)
         counts = {
@@ -110,19 +153,9 @@ def test_prime_rl_unit_tests_keep_their_outcomes_with_glyphs_patches(pin_python,
     )
 
 
-@pytest.mark.timeout(1500)
-def test_glyph_pin_suite_passes_in_the_pinned_stack(pin_python, trees, tmp_path):
-    root = trees["patched"]
-    repo = pinstack.REPO
-    junit = tmp_path / "glyph.xml"
-    proc = _run(
-        pin_python,
-        ["-q", "-rs", "--durations=15", "-m", "not verifiers_free", f"--junitxml={junit}", *GLYPH_PIN_TESTS],
-        repo,
-        pinstack.pythonpath(root),
-        1400,
-        {"GLYPH_PIN_STACK": "1"},
-    )
+@pytest.mark.timeout(2400)
+def test_glyph_pin_suite_passes_in_the_pinned_stack():
+    proc, junit = RUNS.wait("glyph", 2300)
     print(proc.stdout[-6000:])
     assert proc.returncode == 0, proc.stdout[-8000:] + proc.stderr[-3000:]
     outcomes = _outcomes(junit)
