@@ -300,3 +300,13 @@ def test_cli_continues_with_a_model_endpoint(tmp_path, monkeypatch, task, mbpp_p
     assert asked[4][1] == ["system", "user"] + ["assistant", "user"] * 4
     # a failed model call is an error, never scored as an unreachable snapshot
     assert broken.exit_code == 2 and "HTTP 500" in broken.stderr and len(broken.stderr.strip().splitlines()) == 1
+
+
+def test_credit_assignment_imports_no_verifiers():
+    """Credit reads saved episodes: it needs none of verifiers (seconds of import at start-up)."""
+    import subprocess
+    import sys
+
+    probe = "import sys, glyph.credit.replay, glyph.credit.trajectory; print('verifiers' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"

@@ -48,6 +48,9 @@ SOLUTION_FILE = "solution.py"
 DEFAULT_BUDGET = 8
 """Tool calls an episode may make unless the harness says otherwise
 (``GlyphHarnessConfig.max_tool_calls`` defaults to it)."""
+DEFAULT_TEST_COST = 1
+"""Budget units a visible python_test costs unless the harness says otherwise
+(``GlyphHarnessConfig.test_cost`` defaults to it)."""
 PLACEHOLDER = "# TODO: write the solution here\n"
 
 _CALL = re.compile(r"^CALL[ \t]+(\{.*\})[ \t]*$", re.M)

@@ -13,7 +13,6 @@ from pathlib import Path
 
 from glyph.agent import protocol
 from glyph.data.mbpp import MbppTask
-from glyph.envs.mbpp.harness import GlyphHarnessConfig
 from glyph.record import MBPP_ENV_ID
 from glyph.report.load import ReportError, find_runs, iter_episodes, judge, task_data
 
@@ -80,9 +79,9 @@ def _from_vf_trace(trace: dict, where: str, episode: dict | None = None) -> Traj
     messages = _check_messages(_conversation(trace.get("nodes"), where), where)
     data = ((trace.get("task") or {}).get("data") or ((episode or {}).get("task") or {}).get("data") or {})
     harness = (((trace.get("agent") or {}).get("config") or {}).get("harness") or {})
-    defaults = GlyphHarnessConfig.model_fields  # verifiers records only the fields a run set
-    budget = harness.get("max_tool_calls", defaults["max_tool_calls"].default)
-    cost = harness.get("test_cost", defaults["test_cost"].default)
+    # verifiers records only the harness fields a run set; the others are the harness's defaults
+    budget = harness.get("max_tool_calls", protocol.DEFAULT_BUDGET)
+    cost = harness.get("test_cost", protocol.DEFAULT_TEST_COST)
     judged = judge(episode or {"ok": True}, trace, where)
     recorded = f"reward {judged.reward}: {judged.reason if judged.record is not None else 'no reason recorded'}"
     name = data.get("name") or data.get("id")

@@ -59,7 +59,7 @@ class GlyphHarnessConfig(vf.HarnessConfig):
     tool_timeout: float = Field(10.0, gt=0)
     """Seconds of CPU one grading may use (wall clock: twice that): each python_test and
     finalize's gradings of the rollout (``limits()``)."""
-    test_cost: int = Field(1, ge=1)
+    test_cost: int = Field(protocol.DEFAULT_TEST_COST, ge=1)
     """Budget units one visible python_test costs."""
     revise_feedback: Literal["none", "outcome"] = "none"
     """Whether a REVISE shows the agent the shadow test's outcome (the study: none)."""
