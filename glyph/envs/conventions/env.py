@@ -1,13 +1,20 @@
-"""The glyph-conventions Env (``glyph.envs.local.single_agent_env``)."""
+"""The glyph-conventions Env: verifiers' single-agent env with the conventions
+harness on the local subprocess runtime by default."""
 
 from __future__ import annotations
 
+import verifiers.v1 as vf
+
 from glyph.envs.conventions.harness import ConventionsHarnessConfig
-from glyph.envs.local import single_agent_env
 from glyph.record import CONVENTIONS_ENV_ID
 
 __all__ = ["ConventionsEnv"]
 
-ConventionsEnvConfig, ConventionsEnv = single_agent_env(
-    "ConventionsEnv", ConventionsHarnessConfig(id=CONVENTIONS_ENV_ID),
-    "glyph-conventions: one agent seat running the conventions harness.", __name__)
+
+class ConventionsEnvConfig(vf.SingleAgentEnvConfig):
+    agent: vf.AgentConfig = vf.AgentConfig(runtime=vf.SubprocessConfig(),
+                                           harness=ConventionsHarnessConfig(id=CONVENTIONS_ENV_ID))
+
+
+class ConventionsEnv(vf.SingleAgentEnv, vf.Env[ConventionsEnvConfig]):
+    """One agent seat running the conventions harness (verifiers types the config from ``vf.Env[...]``)."""

@@ -1,12 +1,21 @@
-"""The glyph-mbpp Env (``glyph.envs.local.single_agent_env``)."""
+"""The glyph-mbpp Env: verifiers' single-agent env with glyph-mbpp's harness on
+the local subprocess runtime by default (``--env.agent.runtime.type
+docker|prime|...`` to scale out)."""
 
 from __future__ import annotations
 
-from glyph.envs.local import single_agent_env
+import verifiers.v1 as vf
+
 from glyph.envs.mbpp.harness import GlyphHarnessConfig
 from glyph.record import MBPP_ENV_ID
 
 __all__ = ["GlyphEnv"]
 
-GlyphEnvConfig, GlyphEnv = single_agent_env("GlyphEnv", GlyphHarnessConfig(id=MBPP_ENV_ID),
-                                            "glyph-mbpp: one agent seat running glyph-mbpp's harness.", __name__)
+
+class GlyphEnvConfig(vf.SingleAgentEnvConfig):
+    agent: vf.AgentConfig = vf.AgentConfig(runtime=vf.SubprocessConfig(),
+                                           harness=GlyphHarnessConfig(id=MBPP_ENV_ID))
+
+
+class GlyphEnv(vf.SingleAgentEnv, vf.Env[GlyphEnvConfig]):
+    """One agent seat running glyph-mbpp's harness (verifiers types the config from ``vf.Env[...]``)."""
