@@ -326,17 +326,18 @@ def judge(episode: dict, trace: dict | None, where: str = "") -> Judged:
     record of the wrong shape is a ReportError naming ``where``."""
     t = trace or {}
     try:
-        rec = record.mbpp_record(t.get("info") if isinstance(t.get("info"), dict) else None)
+        rec = record.mbpp_record(t.get("info"))
     except record.RecordError as exc:
         raise ReportError(f"{where}: {exc}") from None
     reward = ((t.get("rewards") or {}).get("passed") or {}).get("score")
     errors = [*(episode.get("errors") or []), *(t.get("errors") or [])]
     ok = trace is not None and t.get("ok") is True and episode.get("ok") is True
-    status = record.status(rec, ok=ok, reward=reward, timed_out=_timed_out(t, episode, errors))
+    facts = {"ok": ok, "reward": reward, "timed_out": _timed_out(t, episode, errors)}
+    status = record.status(rec, **facts)
     reason = (rec.reason if rec is not None else "") or "; ".join(str(e.get("message", ""))[:200] for e in errors)
     if not reason:
         reason = "no trace" if trace is None else "no reward recorded" if reward is None else "not ok"
-    return Judged(rec, status, reward, reason, status == OK and reward == 1.0)
+    return Judged(rec, status, reward, reason, record.passed(rec, **facts))
 
 
 def _rollout(
