@@ -41,14 +41,13 @@ class Played:
 class Rollouts:
     """A policy server and a test service for many rollouts (close it, or use it as a context manager)."""
 
-    def __init__(self, tasks: dict[str, MbppTask], harness: GlyphHarnessConfig | None = None,
-                 policies: PolicyServer | None = None) -> None:
+    def __init__(self, tasks: dict[str, MbppTask], harness: GlyphHarnessConfig | None = None) -> None:
         self.harness = harness or GlyphHarnessConfig(tool_timeout=3, model_timeout=10)
-        self.policies = policies if policies is not None else PolicyServer(tasks).start()
+        self.policies = PolicyServer(tasks).start()
         self.service = SandboxTestService()
 
     def play(self, task: MbppTask, arm: str, policy: str, workspace: Path, *, tester: str = "service",
-             harness: GlyphHarnessConfig | None = None, service_url: str | None = None,
+             service_url: str | None = None,
              forge: Callable[[dict], None] | None = None, files: dict[str, str] | None = None,
              save: Callable[[dict], None] | None = None, **config) -> Played:
         """Run ``policy`` on ``task`` in ``workspace`` (created; ``solution.py``
@@ -59,8 +58,7 @@ class Rollouts:
         it; ``files`` are written into the workspace beside ``solution.py``;
         ``save`` is the program's per-turn save hook; ``config`` overrides keys
         of the program config."""
-        harness = harness or self.harness
-        limits = harness.limits()
+        limits = self.harness.limits()
         workspace.mkdir(parents=True, exist_ok=True)
         (workspace / protocol.SOLUTION_FILE).write_text(protocol.PLACEHOLDER)
         for name, text in (files or {}).items():
@@ -70,7 +68,7 @@ class Rollouts:
         spec = ({"kind": "service", "url": service_url or self.service.url} if tester == "service" else
                 {"kind": "local", "sandbox": LOCAL_SANDBOX, "setup": task.test_setup_code,
                  "tests": list(task.test_list)})
-        cfg = program_config(harness, arm, task.text, task.test_list, spec,
+        cfg = program_config(self.harness, arm, task.text, task.test_list, spec,
                              {"base_url": self.policies.base_url, "model": policy})
         cfg.update(config)
         try:
