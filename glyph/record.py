@@ -83,11 +83,6 @@ class MbppRecord(msgspec.Struct, kw_only=True):
     def tampered(self) -> bool:
         return bool(self.metrics.get("tampered") or self.tamper)
 
-    @property
-    def predictions(self) -> list[VerifiedCandidate]:
-        """The candidates Arm B predicted an outcome for."""
-        return [c for c in self.candidates if c.sampled_label is not None]
-
 
 class ConventionsRecord(msgspec.Struct, kw_only=True):
     """One glyph-conventions rollout: the final solution's grade (or the fault)."""

@@ -21,7 +21,7 @@ def test_a_record_round_trips_through_json_as_verifiers_stores_it():
     info = {}
     record.store(info, rec)
     back = record.mbpp_record(json.loads(json.dumps(info)))
-    assert back == rec and back.predictions == [CANDIDATE]
+    assert back == rec and back.candidates == [CANDIDATE]
 
 
 def test_a_record_written_before_the_type_still_decodes():
