@@ -4,11 +4,17 @@ How (and what it guarantees):
 
 1. The tests are parsed here, on the trusted side, into a ``TestSuite``.
    A name in the tests is *solution-side* if the solution or the test setup
-   code provides it (a free name that is not a builtin or stdlib module, a
-   builtin the solution redefines, or anything imported ``from solution``).
+   code provides it (a free name that is not a builtin or stdlib module, or
+   anything imported ``from solution``). Builtin and stdlib names are the
+   real ones wherever a check's other side is evaluated, also where the
+   solution rebinds them (a ``sys`` stand-in, its own ``round``): else the
+   solution would compute the value it is compared with. The one exception
+   is tests that name nothing of the solution but a builtin it redefines
+   (MBPP 126 tests a function called ``sum``): that name is solution-side.
 
-2. **Fast path** (every MBPP assert has this shape): each top-level statement
-   is ``assert A == B`` with exactly one side solution-side, or an import.
+2. **Fast path** (every MBPP assert but MBPP 912's has this shape): each
+   top-level statement is ``assert A == B`` with exactly one side
+   solution-side, whose calls are all of the solution's, or an import.
    The solution-side expression (``remove_Occ("hello","l")``) is sent to a
    sandbox session that has run the solution, then the setup code and the
    tests' imports; it answers with plain data only (``sandbox.runtime.wire``:
@@ -18,13 +24,17 @@ How (and what it guarantees):
    evaluated once in a separate sandbox run that loads no submitted code.
    ``==`` is evaluated here, between two plain values.
 
-3. **Referee path** (loops, helper variables, ``from solution import f`` and
-   ``test_*`` functions, other comparisons): the whole test program runs in a
+3. **Referee path** (loops, helper variables, ``test_*`` functions, other
+   comparisons, a builtin applied to the solution's result as in
+   ``int(lobb_num(5, 3))``): the whole test program runs in a
    sandbox run that loads no submitted code (the referee), where each
    solution-side name is a proxy. Calls and attribute reads on proxies
    travel as plain data through this process to the solution session and
    back; non-plain results stay in the session behind opaque handles, and a
-   proxy compares by identity, so the solution never evaluates a check. The
+   proxy compares by identity, so the solution never evaluates a check. An
+   exception the solution raises reaches the tests as its builtin class,
+   but a StopIteration, which the tests' own iteration would take for its
+   end (``all(map(solve, cases))`` true), arrives as a RuntimeError. The
    referee's reports are trusted: it runs only test code, as a different uid.
 
 Either way the expected values, the asserts and the comparison are out of
@@ -170,6 +180,9 @@ class TestSuite:
     program: str | None = None
     names: tuple[str, ...] = ()
     stdlib: tuple[str, ...] = ()
+    """The stdlib modules the tests name (the real ones wherever the expected side is evaluated)."""
+    imports: tuple[str, ...] = ()
+    """The tests' own import statements, but ``from solution``."""
     references: dict = field(default_factory=dict, compare=False, hash=False)
 
     @property
@@ -231,7 +244,8 @@ def solution_bindings(source: bytes | str) -> frozenset[str]:
 def compile_tests(setup: str, tests: str, shadowed: frozenset[str] = frozenset(),
                   filename: str = "<tests>") -> TestSuite:
     """Parse hidden tests into a ``TestSuite``. ``shadowed``: builtin or
-    stdlib names the solution rebinds (``solution_bindings``)."""
+    stdlib names the solution rebinds (``solution_bindings``): solution-side
+    only where the tests name nothing else of the solution (module docstring, 1.)."""
     try:
         with warnings.catch_warnings():  # e.g. invalid escapes in MBPP's asserts: not ours to report
             warnings.simplefilter("ignore")
@@ -243,12 +257,25 @@ def compile_tests(setup: str, tests: str, shadowed: frozenset[str] = frozenset()
     setup_defined, _ = module_bindings(setup_tree)
     from_solution = {a.asname or a.name for node in tree.body if isinstance(node, ast.ImportFrom)
                      and node.module == "solution" for a in node.names}
-    side = {n for n in free if n in shadowed or n in setup_defined
-            or (n not in _BUILTINS and n not in _STDLIB)} | from_solution
+    side = {n for n in free if n in setup_defined or (n not in _BUILTINS and n not in _STDLIB)} | from_solution
+    if not side:  # the function under test has a builtin's name (MBPP 126 tests a ``sum`` of its own)
+        side = {n for n in free if n in shadowed}
     stdlib = tuple(sorted(n for n in free if n in _STDLIB and n not in side))
 
     def solution_side(node: ast.AST) -> bool:
         return any(isinstance(n, ast.Name) and n.id in side for n in ast.walk(node))
+
+    def calls_only_solution(node: ast.AST) -> bool:
+        """Every call in ``node`` is of the solution's (``int(f(5))`` is not:
+        the ``int`` would run in the solution's process)."""
+        for n in ast.walk(node):
+            if isinstance(n, ast.Call):
+                root = n.func
+                while isinstance(root, ast.Attribute):
+                    root = root.value
+                if isinstance(root, ast.Name) and root.id not in side:
+                    return False
+        return True
 
     checks, imports = [], []
     fast = True
@@ -265,6 +292,9 @@ def compile_tests(setup: str, tests: str, shadowed: frozenset[str] = frozenset()
             fast = False
             break
         probe, other = (left, right) if solution_side(left) else (right, left)
+        if not calls_only_solution(probe):
+            fast = False
+            break
         src = ast.get_source_segment(tests, node) or ast.unparse(node)
         try:
             checks.append(ProbeCheck(src, node.lineno, ast.unparse(probe), ast.literal_eval(other)))
@@ -272,10 +302,12 @@ def compile_tests(setup: str, tests: str, shadowed: frozenset[str] = frozenset()
             checks.append(ProbeCheck(src, node.lineno, ast.unparse(probe), None, ast.unparse(other)))
     if fast and not checks:
         raise InvalidTests(f"{filename}: no checks found in the tests")
-    test_imports = "\n".join([f"import {m}" for m in stdlib] + imports)
-    if fast:
+    if fast:  # the session's namespace keeps the solution's own bindings (what it rebinds is not imported over)
+        test_imports = "\n".join([f"import {m}" for m in stdlib if m not in shadowed] + imports)
         full_setup = setup + ("\n" + test_imports if test_imports else "")
-        return TestSuite(setup=full_setup, checks=tuple(checks), stdlib=stdlib)
+        own = tuple(ast.unparse(n) for n in tree.body if isinstance(n, ast.Import)
+                    or (isinstance(n, ast.ImportFrom) and n.module != "solution"))
+        return TestSuite(setup=full_setup, checks=tuple(checks), stdlib=stdlib, imports=own)
     return TestSuite(setup=setup, program=tests, names=tuple(sorted(side - from_solution)), stdlib=stdlib)
 
 
@@ -362,7 +394,7 @@ def _references(sandbox: Sandbox, suite: TestSuite, limits: Limits) -> None:
     pending = [c for c in suite.checks if c.expected_expr is not None and c.expected_expr not in suite.references]
     if not pending:
         return
-    run, failed = _open_solution(sandbox, b"", _imports_only(suite), limits)
+    run, failed = _open_solution(sandbox, b"", _imports_only(suite), limits)  # no submitted code, real builtins
     if failed:
         raise InvalidTests(f"the tests' expected values could not be computed: {failed.detail}")
     for i, c in enumerate(pending):
@@ -376,9 +408,10 @@ def _references(sandbox: Sandbox, suite: TestSuite, limits: Limits) -> None:
 
 
 def _imports_only(suite: TestSuite) -> str:
-    tree = parse(suite.setup)
-    return "\n".join(ast.unparse(n) for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))
-                     and getattr(n, "module", None) != "solution")
+    """What the clean run evaluating the expected values imports: every
+    stdlib module the tests name (the real one, also where the solution
+    rebinds that name) and the tests' own imports."""
+    return "\n".join([f"import {m}" for m in suite.stdlib] + list(suite.imports))
 
 
 def _fast(sandbox: Sandbox, suite: TestSuite, source: bytes, limits: Limits) -> Grade:

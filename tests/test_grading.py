@@ -67,10 +67,64 @@ def test_expected_expression_is_evaluated_without_the_solution():
     assert grade(cheat, "", tests).outcome is Outcome.ASSERTION_FAILURE
 
 
-def test_a_builtin_the_solution_redefines_is_the_solutions():
-    tests = "assert max(3, 1) == 1\n"
+def test_a_builtin_the_solution_redefines_is_the_solutions_where_it_is_all_the_tests_name():
+    tests = "assert max(3, 1) == 1\n"  # MBPP 126's shape: the function under test has a builtin's name
     assert grade("def max(a, b):\n    return min(a, b)\n", "", tests).passed
     assert suite_for("", tests, "def max(a, b): pass").path == "fast"
+
+
+SYS_STAND_IN = """
+import types
+sys = types.ModuleType("sys")
+sys.getsizeof = lambda o: 0
+def tuple_size(t):
+    return 0
+"""
+
+
+def test_mbpp_596_a_sys_stand_in_does_not_compute_the_expected_side(mbpp_tasks):
+    task = mbpp_tasks["mbpp_596"]
+    assert grade(task.code, task.test_setup_code, task.tests(), limits=FAST).passed
+    suite = suite_for(task.test_setup_code, task.tests(), SYS_STAND_IN)
+    assert suite.path == "fast" and all(c.expected_expr for c in suite.checks)  # sys is the real one
+    g = grade(SYS_STAND_IN, task.test_setup_code, task.tests(), limits=FAST)
+    assert g.outcome is Outcome.ASSERTION_FAILURE, g.detail
+    assert "got 0, expected" in g.detail
+    # Also where the tests take the referee path (the stand-in there would be proxied to the solution).
+    loop = "for t in [(1, 2), ('a',)]:\n    assert tuple_size(t) == sys.getsizeof(t)\n"
+    assert grade(task.code, "", loop, limits=FAST).passed
+    assert grade(SYS_STAND_IN, "", loop, limits=FAST).outcome is Outcome.ASSERTION_FAILURE
+
+
+# A conventions-style row: hidden tests that compare the solution with a builtin or stdlib
+# expression, a broken reference, and a solution that rebinds that name to agree with itself.
+REBOUND = {
+    "round": ("assert solve(3.7) == round(3.7)\nassert solve(2.5) == round(2.5)\n",  # half to even: 2
+              "def solve(x):\n    return round(x)\n",
+              "def solve(x):\n    return int(x + 0.5)\nround = lambda x: int(x + 0.5)\n"),
+    "abs": ("assert solve(-3) == abs(-3)\nassert solve(4) == abs(4)\n",
+            "def solve(x):\n    return abs(x)\n",
+            "def solve(x):\n    return x\nabs = lambda x: x\n"),
+    "sorted": ("assert solve([3, 1, 2]) == sorted([3, 1, 2])\nassert solve([2, 1]) == sorted([2, 1])\n",
+               "def solve(xs):\n    return sorted(xs)\n",
+               "def solve(xs):\n    return list(xs)\nsorted = list\n"),
+    "math": ("assert solve(16) == math.sqrt(16)\nassert solve(2) == math.sqrt(2)\n",
+             "import math\ndef solve(x):\n    return math.sqrt(x)\n",
+             "class math:\n    sqrt = staticmethod(lambda x: x / 4)\n"
+             "def solve(x):\n    return x / 4\n"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(REBOUND))
+@pytest.mark.parametrize("shape", ["fast", "referee"])
+def test_a_rebound_builtin_or_module_does_not_compute_the_expected_side(name, shape):
+    tests, fixed, broken = REBOUND[name]
+    tests = "from solution import solve\n" + (  # as the conventions rows start
+        tests if shape == "fast" else "def test_rebound():\n" + "".join("    " + t for t in tests.splitlines(True)))
+    assert suite_for("", tests, broken).path == shape
+    assert grade(fixed, "", tests, limits=FAST).passed, name
+    g = grade(broken, "", tests, limits=FAST)
+    assert g.outcome is Outcome.ASSERTION_FAILURE, (name, shape, g.outcome, g.detail)
 
 
 @pytest.mark.parametrize("tests", [
@@ -238,3 +292,23 @@ def test_parse_repeats_only_the_shared_depth_counter_mismatch(monkeypatch):
         grading.parse("x = 1")
     assert len(calls) == 1
     assert not grading._PARSE_LOCK.locked()
+
+
+@pytest.mark.parametrize("tests", [
+    "assert all(map(solve, [1, 2, 3]))\n",
+    "assert not any(map(solve, [1, 2, 3]))\n",
+    "assert sum(map(solve, [1, 2, 3])) == 0\n",
+    "assert list(zip(map(solve, [1, 2]), 'ab')) == []\n",
+    "assert all(x for x in map(solve, [1, 2, 3]))\n",
+    "assert list(iter(lambda: solve(1), None)) == []\n",
+])
+@pytest.mark.parametrize("exc", ["StopIteration", "StopAsyncIteration", "Stop"])
+def test_an_exception_the_tests_iteration_would_swallow_fails_the_check(tests, exc):
+    """StopIteration raised by the solution inside the tests' own iteration
+    (``all(map(solve, cases))``) would end it silently: it fails the check."""
+    broken = f"class Stop(StopIteration): pass\ndef solve(x):\n    raise {exc}('no')\n"
+    tests = "from solution import solve\n" + tests
+    assert suite_for("", tests, broken).path == "referee"
+    g = grade(broken, "", tests, limits=FAST)
+    assert g.outcome is Outcome.RUNTIME_ERROR, (tests, g.outcome, g.detail)
+    assert "no" in g.detail and "raised by the solution" in g.detail
