@@ -230,10 +230,18 @@ class RemoteError(Exception):
 _remote_classes: dict[str, type] = {}
 
 
+# Exceptions that the tests' own iteration takes as its end: ``all(map(solve, cases))`` would stop,
+# true, at a StopIteration raised by ``solve``. Raised by the solution, they reach the tests as a
+# RuntimeError (as PEP 479 does for a generator), so the check fails with the solution's exception.
+_ENDS_ITERATION = ("StopIteration", "StopAsyncIteration")
+
+
 def _remote_exception(info: dict) -> BaseException:
     base = getattr(builtins, info.get("base", ""), None)
     if not (isinstance(base, type) and issubclass(base, Exception)):
         base = Exception
+    if base.__name__ in _ENDS_ITERATION:
+        base = RuntimeError
     cls = _remote_classes.get(base.__name__)
     if cls is None:
         try:
