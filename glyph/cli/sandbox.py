@@ -15,11 +15,14 @@ app = App(no_args_is_help=True, help="The sandbox that runs model-written code."
 @app.command("info")
 def sandbox_info(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
     """Which sandbox mode starts on this machine, and each protection: on or
-    off, how, and what off means. The mode is $GLYPH_SANDBOX_MODE, else auto
-    (the strongest that starts; never bare unless asked for)."""
+    off, how, and what off means; then, for every mode, what separates
+    concurrent runs and what a later run finds of an earlier one. The mode
+    is $GLYPH_SANDBOX_MODE, else auto (the strongest that starts; never
+    bare unless asked for)."""
     from rich.table import Table
 
     from glyph.sandbox import get_sandbox
+    from glyph.sandbox.runtime.isolation import NO_CARRYOVER, RUN_SEPARATION
 
     info = get_sandbox().protections()
     if as_json:
@@ -37,5 +40,12 @@ def sandbox_info(as_json: Annotated[bool, typer.Option("--json")] = False) -> No
         cells = [name, "[green]yes[/]" if p["on"] else "[red]no[/]", p["how"]]
         table.add_row(*cells, *([] if not any_off else ["" if p["on"] else p["if_off"]]))
     console.print(table)
+    modes = Table(title="what separates concurrent runs, and what a later run finds, per mode")
+    modes.add_column("mode")
+    modes.add_column("concurrent runs (run_separation)")
+    modes.add_column("a later run (no_carryover)")
+    for mode, separation in RUN_SEPARATION.items():
+        modes.add_row(f"[bold]{mode}[/]" if mode == info.mode else mode, separation, NO_CARRYOVER[mode])
+    console.print(modes)
     for line in info.attempts:
         console.print(f"[yellow]not available:[/] {line}", highlight=False)

@@ -301,7 +301,8 @@ class Run:
 MODES = ("namespaces", "userns", "confined", "bare")
 AUTO = ("namespaces", "userns", "confined")  # strongest first; ``bare`` only when asked for
 PROTECTIONS = ("uid_separation", "mount_isolation", "network_isolation", "pid_namespace", "rlimits",
-               "wall_clock", "sweep", "no_capabilities", "minimal_environment", "memory_cap")
+               "wall_clock", "sweep", "no_capabilities", "minimal_environment", "syscall_filter",
+               "run_separation", "no_carryover", "memory_cap")
 BARE_HINT = ("to grade without isolation, opt in with GLYPH_SANDBOX_MODE=bare (or `--sandbox bare` where a "
              "command has that option); the solution can then read the workspace, the benchmark data and a "
              "rollout's secret, and use the network")

@@ -3,9 +3,10 @@ itself before it may take a job, and how it takes one.
 
 ``idle_worker`` applies, in this order, everything the server's mode gives a
 run: a new session with only the job socket open; then, each where the mode
-has it, the copied root, private IPC, mount and pid namespaces, an empty
-bounding set and the run's own uid; no_new_privs; no capabilities and the
-seccomp filter, where the mode has them; not dumpable, its own directory as
+has it, the copied root, private IPC and network namespaces, private mount
+and pid namespaces, an empty bounding set and the run's own uid;
+no_new_privs; no capabilities and the seccomp filter
+(``isolation.run_filter``), where the mode has them; not dumpable, its own directory as
 cwd, umask 077, a minimal environment. Then it waits for its job, sets the
 job's fds and rlimits and runs it. A step that fails raises, and the worker
 dies before any untrusted code has run: a run never starts with less than
@@ -112,8 +113,9 @@ def idle_worker(job_fd: int, uid: int | None, rundir: str, mode: str, cap_last: 
         os.chdir("/")
         rundir = rundir[len(chroot):]
     if mode in ("namespaces", "userns"):
-        # SysV IPC objects: none shared between runs, none left after one
-        isolation.unshare(isolation.CLONE_NEWIPC)
+        # SysV IPC objects and POSIX message queues, abstract unix sockets and loopback ports: none
+        # shared between runs, none left after one (each namespace goes with its run's last process)
+        isolation.unshare(isolation.CLONE_NEWIPC | isolation.CLONE_NEWNET)
     if mode == "userns":
         _private_run_view(rundir)
         _own_pid_namespace()

@@ -40,7 +40,7 @@ PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
 # SECBIT_KEEP_CAPS left off, all four locked: uid 0 of a user namespace gains no capability by exec.
 SECURE_NOROOT_ALL = 0x01 | 0x02 | 0x08 | 0x20 | 0x40 | 0x80
 CAP_SETPCAP = 8
-CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWPID = 0x00020000, 0x08000000, 0x20000000
+CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWPID, CLONE_NEWNET = 0x00020000, 0x08000000, 0x20000000, 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 MNT_DETACH = 2
@@ -66,9 +66,48 @@ IF_OFF = {
     "sweep": "processes a run leaves behind keep running after it is graded",
     "no_capabilities": "the run holds capabilities: it could undo the other protections",
     "minimal_environment": "the run inherits the caller's environment (API keys included)",
+    "syscall_filter": "no seccomp filter: a run can use the kernel keyrings (a key outlives the run, for "
+                      "the next run of its uid to find, and is shared with the concurrent runs of its uid); "
+                      "in confined, also SysV IPC objects and sockets",
+    "run_separation": "concurrent runs can talk to each other (an abstract unix socket, a SysV IPC object, a "
+                      "keyring, a shared file): copies of one solution graded at once can pool what each "
+                      "learns of the tests and answer together",
+    "no_carryover": "something a run leaves behind (a key in a kernel keyring, an IPC object, a file) is "
+                    "there for a later run to read: a solution graded twice can pass from what its first "
+                    "grading left",
     "memory_cap": "a run's processes together have no memory cap: each process is bounded by its "
                   "address space limit only, so a run can take that times the process limit and push the "
                   "machine (the server and concurrent runs included) out of memory",
+}
+
+
+# What separates concurrent runs, per mode, and what does not (``glyph sandbox info`` prints all four).
+RUN_SEPARATION = {
+    "namespaces": "per run: a uid (no signal, no trace, no file of another run), a network namespace (no "
+                  "abstract unix socket or port of another run), an IPC namespace (no SysV IPC object or POSIX "
+                  "message queue of another), a private tmpfs as the only writable place (/tmp and /dev/shm are "
+                  "read-only), no kernel keyring; not separated: the pid counter, CPU load and memory pressure "
+                  "(timing channels only)",
+    "userns": "per run: a pid namespace (no signal to another run, kill(-1) included), a network namespace, an "
+              "IPC namespace, a mount namespace showing only its own directory (the only writable place), no "
+              "kernel keyring (runs share one uid, whose keyring would be shared); not separated: the process "
+              "limit (shared), CPU load and memory pressure (timing channels only)",
+    "confined": "per run: a uid (no signal, no file of another run: run directories are 0700, /tmp and "
+                "/dev/shm of the copied root are root's), no socket() (no abstract unix socket, no port), no "
+                "SysV IPC or POSIX message queue, no kernel keyring; not separated: the host's pid namespace "
+                "(pid numbers), CPU load and memory pressure (timing channels only)",
+    "bare": "nothing: runs share the caller's uid, files, network, IPC and keyrings",
+}
+NO_CARRYOVER = {
+    "namespaces": "after each run its processes are killed and its tmpfs, network and IPC namespaces dropped "
+                  "whole; no keyring; a new run inherits no fd and a fixed minimal environment",
+    "userns": "after each run its pid namespace (every process), its mount view, its network and IPC namespaces "
+              "and its tmpfs are dropped whole; no keyring; a new run inherits no fd and a fixed minimal "
+              "environment",
+    "confined": "after each run its processes are killed, its directory and what its uid left in /tmp, "
+                "/var/tmp, /dev/shm and /run/lock removed; no keyring and no IPC object could be made; a new run "
+                "inherits no fd and a fixed minimal environment",
+    "bare": "what a run leaves in the caller's files, keyrings and IPC stays",
 }
 
 
@@ -97,11 +136,28 @@ class _CapData(ctypes.Structure):
                 ("inheritable", ctypes.c_uint32)]
 
 
-# seccomp (linux/seccomp.h, linux/filter.h, linux/audit.h): for ``confined``, which has no network
-# namespace. Per architecture: (AUDIT_ARCH, __NR_socket, __NR_io_uring_setup, x32 syscall bit).
-_SECCOMP_ARCHES = {"x86_64": (0xC000003E, 41, 425, 0x40000000), "aarch64": (0xC00000B7, 198, 425, 0)}
+# seccomp (linux/seccomp.h, linux/filter.h, linux/audit.h). Per architecture: AUDIT_ARCH, the x32
+# syscall bit, and the numbers of the syscalls a filter denies (asm/unistd_64.h;
+# asm-generic/unistd.h for aarch64).
+_SECCOMP_ARCHES = {
+    "x86_64": (0xC000003E, 0x40000000, {
+        "socket": 41, "io_uring_setup": 425, "add_key": 248, "request_key": 249, "keyctl": 250,
+        "shmget": 29, "semget": 64, "msgget": 68, "mq_open": 240}),
+    "aarch64": (0xC00000B7, 0, {
+        "socket": 198, "io_uring_setup": 425, "add_key": 217, "request_key": 218, "keyctl": 219,
+        "shmget": 194, "semget": 190, "msgget": 186, "mq_open": 180}),
+}
 PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
 SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO = 0x7FFF0000, 0x00050000
+
+KEYRING = ("add_key", "request_key", "keyctl")
+"""Denied in every isolating mode: the kernel keyrings outlive a run (a key in the user keyring of
+the run's uid is there for the next run of that uid) and are shared by the runs of one uid."""
+NO_SOCKETS = ("socket", "io_uring_setup")
+"""Denied in ``confined``, which has no network namespace (io_uring can open sockets past seccomp)."""
+SYSV_IPC = ("shmget", "semget", "msgget", "mq_open")
+"""Denied in ``confined``, which has no IPC namespace: an object made with mode 0666 would be
+shared with concurrent runs of other uids, and would outlive the run."""
 
 
 class _SockFilter(ctypes.Structure):
@@ -113,30 +169,42 @@ class _SockFprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_uint16), ("filter", ctypes.POINTER(_SockFilter))]
 
 
-def no_sockets_filter() -> list[tuple[int, int, int, int]] | None:
-    """A seccomp program that fails ``socket()`` (every family; ``socketpair``
-    stays) and ``io_uring_setup`` (io_uring can open sockets past seccomp)
-    with EACCES, and every syscall of a foreign ABI (i386 ``int 0x80``, x32)
-    likewise; None on an architecture it does not know."""
+def deny_filter(names: tuple[str, ...]) -> list[tuple[int, int, int, int]] | None:
+    """A seccomp program that fails the syscalls ``names`` with EACCES, and
+    every syscall of a foreign ABI (i386 ``int 0x80``, x32) likewise; None on
+    an architecture it does not know."""
     import platform
     arch = _SECCOMP_ARCHES.get(platform.machine())
     if arch is None:
         return None
-    audit_arch, nr_socket, nr_io_uring_setup, x32 = arch
+    audit_arch, x32, numbers = arch
     ld, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06  # BPF_LD|W|ABS, BPF_JMP|JEQ|K, BPF_JMP|JGE|K, BPF_RET|K
     deny = SECCOMP_RET_ERRNO | 13  # EACCES
-    prog = [
-        (ld, 0, 0, 4),                      # 0: arch
-        (jeq, 0, 5, audit_arch),            # 1: foreign ABI -> 7 (deny)
-        (ld, 0, 0, 0),                      # 2: syscall number
-        (jge, 4, 0, x32) if x32 else (jeq, 0, 0, 0),  # 3: x32 -> 7 (deny)
-        (jeq, 3, 0, nr_socket),             # 4: socket -> 8 (deny)
-        (jeq, 2, 0, nr_io_uring_setup),     # 5: io_uring_setup -> 8 (deny)
-        (ret, 0, 0, SECCOMP_RET_ALLOW),     # 6
-        (ret, 0, 0, deny),                  # 7
-        (ret, 0, 0, deny),                  # 8
-    ]
+    nrs = [numbers[n] for n in names]
+    # Layout: 0 ld arch; 1 jeq arch; 2 ld nr; 3 x32 check; 4.. one jeq per syscall; allow; deny.
+    allow_at = 4 + len(nrs)
+    deny_at = allow_at + 1
+    prog = [(ld, 0, 0, 4), (jeq, 0, deny_at - 2, audit_arch), (ld, 0, 0, 0),
+            (jge, deny_at - 4, 0, x32) if x32 else (jeq, 0, 0, 0)]
+    for i, nr in enumerate(nrs):
+        prog.append((jeq, deny_at - (4 + i) - 1, 0, nr))
+    prog += [(ret, 0, 0, SECCOMP_RET_ALLOW), (ret, 0, 0, deny)]
     return prog
+
+
+def run_filter(mode: str, no_sockets: bool) -> list[tuple[int, int, int, int]] | None:
+    """The seccomp program of a run in ``mode`` (None: ``bare``, or an
+    architecture without one): the keyring calls in every isolating mode;
+    in ``confined``, SysV IPC and POSIX message queues too, and, where
+    ``no_sockets``, ``socket()`` and io_uring."""
+    return None if mode == "bare" else deny_filter(filtered_calls(mode, no_sockets))
+
+
+def filtered_calls(mode: str, no_sockets: bool) -> tuple[str, ...]:
+    """The syscalls ``run_filter`` denies."""
+    if mode == "bare":
+        return ()
+    return KEYRING + (SYSV_IPC + (NO_SOCKETS if no_sockets else ()) if mode == "confined" else ())
 
 
 def install_seccomp(prog: list[tuple[int, int, int, int]]) -> None:
@@ -302,7 +370,8 @@ def _apply(opts: dict, memory: cgroups.Cgroups | None, no_cgroup: str) -> tuple[
             rootfs.remove_tree(top)
             raise
         opts["chroot"] = top
-        seccomp = _check_seccomp()
+    filt = check_filter(mode, mode == "confined") if mode != "bare" else "bare filters nothing, by request"
+    seccomp = filt if mode == "confined" else None  # confined's network isolation is the filter
     user = "" if mode == "namespaces" else " of a user namespace (`unshare --user --map-root-user`)"
     prot["uid_separation"] = _prot(
         mode in ("namespaces", "confined"),
@@ -310,8 +379,8 @@ def _apply(opts: dict, memory: cgroups.Cgroups | None, no_cgroup: str) -> tuple[
         if mode in ("namespaces", "confined") else
         "one uid is mapped in the user namespace, so runs share the server's uid; compensated: no "
         "capabilities, and per run a mount namespace showing only its own run directory, a pid namespace "
-        "with its own /proc and an IPC namespace; not compensated: the process limit is shared, and runs "
-        "share the (offline) network namespace"
+        "with its own /proc, IPC and network namespaces, and no kernel keyring (run_separation); not "
+        "compensated: the process limit is shared"
         if mode == "userns" else "runs keep the caller's uid", "uid_separation")
     prot["mount_isolation"] = _prot(
         namespaced or mode == "confined",
@@ -327,7 +396,8 @@ def _apply(opts: dict, memory: cgroups.Cgroups | None, no_cgroup: str) -> tuple[
         if mode == "confined" else "the run sees and writes what the caller can", "mount_isolation")
     prot["network_isolation"] = _prot(
         namespaced or (mode == "confined" and seccomp is None),
-        "unshare --net: no interface but a downed loopback" if namespaced else
+        "unshare --net: no interface but a downed loopback, and each run a network namespace of its own"
+        if namespaced else
         "no network namespace (needs CAP_SYS_ADMIN); a seccomp filter fails socket() for every family "
         "(socketpair stays), and io_uring"
         if mode == "confined" and seccomp is None else
@@ -359,6 +429,17 @@ def _apply(opts: dict, memory: cgroups.Cgroups | None, no_cgroup: str) -> tuple[
         "(of the host or of its user namespace), the bounding set emptied and SECBIT_NOROOT locked too: no "
         "exec gains a capability", "no_capabilities")
     prot["minimal_environment"] = _prot(True, "PATH, HOME, TMPDIR and LANG only", "minimal_environment")
+    denied = filtered_calls(mode, mode == "confined")
+    prot["syscall_filter"] = _prot(
+        filt is None, f"seccomp fails {', '.join(denied)} with EACCES, and every syscall of a foreign ABI "
+        "(i386, x32)" if filt is None else f"no filter: {filt}", "syscall_filter")
+    prot["run_separation"] = _prot(
+        mode != "bare" and filt is None, RUN_SEPARATION[mode] if filt is None else
+        f"{RUN_SEPARATION[mode]}; but without the seccomp filter ({filt})", "run_separation")
+    prot["no_carryover"] = _prot(
+        mode != "bare" and filt is None, NO_CARRYOVER[mode] if filt is None else
+        f"{NO_CARRYOVER[mode]}; but without the seccomp filter ({filt}) the kernel keyrings carry over",
+        "no_carryover")
     prot["memory_cap"] = _prot(*cgroups.memory_cap(mode, memory, no_cgroup, opts), "memory_cap")
     if runs_dir is None:
         import tempfile
@@ -367,28 +448,35 @@ def _apply(opts: dict, memory: cgroups.Cgroups | None, no_cgroup: str) -> tuple[
     return prot, runs_dir
 
 
-def _check_seccomp() -> str | None:
-    """None when the no-sockets filter installs and works here (checked in a
-    throwaway child); else why not."""
-    prog = no_sockets_filter()
+def check_filter(mode: str, no_sockets: bool) -> str | None:
+    """None when the run filter of ``mode`` (``run_filter``) installs and
+    holds here (checked in a throwaway child: each denied call fails with
+    EACCES, ``socketpair`` still works); else why not."""
+    import errno
+    import platform
+    prog = run_filter(mode, no_sockets)
     if prog is None:
-        import platform
         return f"no filter for the {platform.machine()} architecture"
+    numbers = _SECCOMP_ARCHES[platform.machine()][2]
+    names = filtered_calls(mode, no_sockets)
     pid = os.fork()
     if pid == 0:
         try:
             prctl(PR_SET_NO_NEW_PRIVS, 1)
             install_seccomp(prog)
-            try:
-                socket.socket(socket.AF_INET, socket.SOCK_STREAM).close()
-                os._exit(3)
-            except PermissionError:
-                a, b = socket.socketpair()
-                os._exit(0)
+            for i, name in enumerate(names):  # bad arguments: without the filter, EFAULT or EINVAL
+                if libc.syscall(ctypes.c_long(numbers[name]), 0, 0, 0, 0, 0) != -1 or \
+                        ctypes.get_errno() != errno.EACCES:
+                    os._exit(10 + i)
+            a, b = socket.socketpair()
+            os._exit(0)
         except BaseException:
             os._exit(4)
     code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
-    return None if code == 0 else f"the filter did not hold (probe exit {code})"
+    if code == 0:
+        return None
+    what = f"{names[code - 10]}() was not denied" if 10 <= code < 10 + len(names) else f"probe exit {code}"
+    return f"the filter did not hold ({what})"
 
 
 def _check_confined() -> None:

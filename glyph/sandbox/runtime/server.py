@@ -10,7 +10,9 @@ mode, and never falls back to ``bare`` on its own):
     process is pid 1 of its own pid namespace (when it dies the kernel kills
     every process it started); chroot into a read-only view of /usr and the
     Python installation; each run has a uid of its own, a private tmpfs as
-    its only writable place, no network.
+    its only writable place, no network, and network and IPC namespaces of
+    its own (no abstract unix socket, port, SysV IPC object or POSIX
+    message queue of one run is seen by another).
 ``userns`` (any user, where unprivileged user namespaces are allowed)
     the same namespaces, created inside a new user namespace
     (``unshare --user --map-root-user``). The server is root of that
@@ -23,14 +25,15 @@ mode, and never falls back to ``bare`` on its own):
     read-only tmpfs holding only its own run directory (it cannot see, read
     or write another run's files, nor leave files for a later run), its own
     pid namespace with its own /proc (it can see and signal no process of
-    another run or of the server, ``kill(-1)`` included) and its own SysV
-    IPC namespace. Not compensated: the process limit bounds the whole
-    sandbox, not each run (a fork bomb in one run can make a concurrent
-    run's ``fork`` fail until the bomb is killed), and concurrent runs
-    share the (empty, offline) network namespace, so two runs could talk
-    over an abstract unix socket. The run's process is pid 1 of its pid
-    namespace: a signal it sends itself without a handler is ignored, and
-    its CPU limit ends it with SIGKILL rather than SIGXCPU. Started by real
+    another run or of the server, ``kill(-1)`` included), its own network
+    namespace (no abstract unix socket of another run) and its own IPC
+    namespace, and no kernel keyring (the seccomp filter below: the runs'
+    one uid would share its keyring). Not compensated: the process limit
+    bounds the whole sandbox, not each run (a fork bomb in one run can make
+    a concurrent run's ``fork`` fail until the bomb is killed). The run's
+    process is pid 1 of its pid namespace: a signal it sends itself without
+    a handler is ignored, and its CPU limit ends it with SIGKILL rather
+    than SIGXCPU. Started by real
     root (without CAP_SYS_ADMIN, or it would be ``namespaces``), the client
     first drops to an unprivileged uid of its own (kuid 0 would own root's
     files and is exempt from ``RLIMIT_NPROC``).
@@ -45,7 +48,9 @@ mode, and never falls back to ``bare`` on its own):
     its processes only), writes only its run directory, has no
     capabilities, a seccomp filter that fails ``socket()`` and
     ``io_uring_setup`` (no network; the ``socketpair`` a program may use
-    stays), rlimits, the wall clock and the sweep (which also removes what
+    stays) and SysV IPC and POSIX message queues (no IPC namespace: an
+    object made world-accessible would be shared with concurrent runs and
+    outlive the run), rlimits, the wall clock and the sweep (which also removes what
     the run's uid left in the host's usual world-writable directories). Not
     protected: the host's pid namespace (a run can ``kill(-1)`` its own
     uid's processes only), and the run directory is on the host's disk (its
@@ -54,6 +59,13 @@ mode, and never falls back to ``bare`` on its own):
     the caller's uid and capabilities, the host's files and network, no
     process limit; rlimits, the wall clock and the sweep of orphans only. A
     solution can read the workspace and a rollout's secret.
+
+In every mode but ``bare``, each run has a seccomp filter that fails the
+kernel keyring calls (``add_key``, ``request_key``, ``keyctl``) with EACCES,
+and every syscall of a foreign ABI (``isolation.run_filter``): a key outlives
+the run that added it. What separates concurrent runs and what a later run
+can find of an earlier one, per mode: ``isolation.RUN_SEPARATION`` and
+``NO_CARRYOVER`` (``glyph sandbox info``).
 
 In every mode, where this process can make a cgroup with the memory
 controller (``cgroups``), each run's processes together are capped at
@@ -179,8 +191,8 @@ class Server:
         self.private_mounts = self.mode in ("namespaces", "userns")  # runs' directories: tmpfs mounts
         self.chroot = opts.get("chroot")  # confined: the copied root each worker chroots into
         self.cap_last = isolation.cap_last_cap()
-        confined_net = self.mode == "confined" and prot["network_isolation"]["on"]
-        self.seccomp = isolation.no_sockets_filter() if confined_net else None
+        self.seccomp = (isolation.run_filter(self.mode, self.mode == "confined")
+                        if prot["syscall_filter"]["on"] else None)
         self.runs_dir = runs_dir
         self.pool = int(opts["pool"])
         self.run_disk = f"size={int(opts['run_bytes'])},nr_inodes={int(opts['run_inodes'])},mode=700"
