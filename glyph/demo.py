@@ -133,7 +133,7 @@ def run_attack_demo(console: Console) -> int:
              ("crashes", "def remove_first_last(s, ch):\n    return s[10**9]\n", DEMO_TESTS, False)]
     for name in SHOWN_ATTACKS:
         a = attack(name)
-        cases.append((f"attack [italic]{a.name}[/]: {a.tries}", a.source, REFEREE_TESTS if a.referee else DEMO_TESTS,
+        cases.append((f"attack [italic]{a.name}[/]: {a.tries}", a.source, a.tests,
                       False))
     table = Table(title="grading in the sandbox")
     for col, justify in (("solution", "left"), ("outcome", "left"), ("rewarded", "center"), ("ms", "right")):

@@ -39,7 +39,7 @@ import json, os, socket, sys, time, hashlib
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from glyph.sandbox import Limits, Sandbox, SandboxUnavailable
 from glyph.grading import grade
-from glyph.redteam import ATTACKS, DEMO_SOLUTION, DEMO_TESTS, REFEREE_TESTS, aimed_at_a_listener
+from glyph.redteam import ATTACKS, DEMO_SOLUTION, DEMO_TESTS, aimed_at_a_listener
 
 cfg = json.loads(sys.stdin.read())  # not argv: /proc/<pid>/cmdline is world-readable
 here = os.path.dirname(os.path.abspath(__file__))
@@ -145,6 +145,14 @@ facts["uid"] = os.getuid()
     except socket.timeout:
         out["accepted"] = False
     out["outside_exists"] = os.path.exists(cfg["outside"])
+elif cfg["do"] == "collude":  # copies graded at once, pooling what each learns (glyph.redteam.collude)
+    from glyph import redteam
+    out["passed"] = redteam.collude(sb)
+    out["left"] = descendants(server)
+elif cfg["do"] == "carryover":  # a grading that plants state, then one that looks for it
+    from glyph import redteam
+    out["carryover"] = redteam.carryover(sb)
+    out["left"] = descendants(server)
 elif cfg["do"] == "data":
     g = grade(cfg["source"], "", DEMO_TESTS, limits=Limits(cpu_s=5, wall_s=10), sandbox=sb)
     out["passed"], out["detail"] = g.passed, g.detail
@@ -156,7 +164,7 @@ elif cfg["do"] == "attacks":
             continue
         source, listener = aimed_at_a_listener(attack)
         before = snapshot()
-        g = grade(source, "", REFEREE_TESTS if attack.referee else DEMO_TESTS, limits=limits, sandbox=sb)
+        g = grade(source, "", attack.tests, limits=limits, sandbox=sb)
         problems = []
         if g.passed:
             problems.append("rewarded")
@@ -320,7 +328,7 @@ def test_unprivileged_user_gets_userns_and_every_attack_is_held(python, copy, us
     assert _fixed(out["record"]["protections"]) == {
         "uid_separation": False, "mount_isolation": True, "network_isolation": True, "pid_namespace": True,
         "rlimits": True, "wall_clock": True, "sweep": True, "no_capabilities": True,
-        "minimal_environment": True}
+        "minimal_environment": True, "syscall_filter": True, "run_separation": True, "no_carryover": True}
     assert out["failures"] == []
     assert out["left_after_close"] == []
 
@@ -381,7 +389,7 @@ def test_root_without_cap_sys_admin_gets_confined(python, copy, no_sys_admin):
     assert _fixed(out["record"]["protections"]) == {
         "uid_separation": True, "mount_isolation": True, "network_isolation": True, "pid_namespace": False,
         "rlimits": True, "wall_clock": True, "sweep": True, "no_capabilities": True,
-        "minimal_environment": True}
+        "minimal_environment": True, "syscall_filter": True, "run_separation": True, "no_carryover": True}
     assert "chroot into a copy of the Python installation" in out["protections"]["mount_isolation"]["how"]
     # read_test_files (walk the whole disk for the hidden tests) included: the chroot shows no test file.
     assert out["failures"] == []
@@ -507,3 +515,35 @@ def test_record_is_stable_and_json(sandbox):
     assert all(type(v) is bool for v in record["protections"].values())
     for name, p in sandbox.protections().to_json()["protections"].items():
         assert set(p) == {"on", "how", "if_off"} and p["how"] and p["if_off"], name
+
+
+def _separated(out: dict) -> None:
+    """What tests/test_redteam.py checks as root: no colluding copy passes,
+    nothing one grading planted lets the next pass, nothing left running."""
+    if "passed" in out:
+        assert not any(out["passed"]), f"colluding copies passed: {out['passed']}"
+    if "carryover" in out:
+        c = out["carryover"]
+        assert c["first"] and not c["second"] and c["found"] == {}, c
+    assert out["left"] == [] and out["left_after_close"] == []
+
+
+@pytest.mark.parametrize("do", ["collude", "carryover"])
+def test_unprivileged_runs_cannot_talk_or_leave_state(python, copy, userns, do):
+    out = _drive(python, copy, {"do": do}, userns)
+    assert out["mode"] == "userns"
+    _separated(out)
+    # Control: in bare mode, as the same user, the attack works (else this shows nothing).
+    bare = _drive(python, copy, {"do": do, "mode": "bare"}, userns)
+    assert bare["mode"] == "bare"
+    if do == "collude":
+        assert any(bare["passed"]), bare["passed"]
+    else:
+        assert bare["carryover"]["second"] and "/tmp" in bare["carryover"]["found"], bare["carryover"]
+
+
+@pytest.mark.parametrize("do", ["collude", "carryover"])
+def test_confined_runs_cannot_talk_or_leave_state(python, copy, no_sys_admin, do):
+    out = _drive_shell(no_sys_admin, _confined_cmd(python, copy), {"do": do})
+    assert out["mode"] == "confined"
+    _separated(out)
