@@ -61,6 +61,7 @@ from typing import Any
 from glyph.outcomes import Outcome, outcome_of_exception
 from glyph.sandbox import Limits, Run, RunStatus, Sandbox, get_sandbox
 from glyph.sandbox.runtime import wire
+from glyph.text import encodable, source_bytes
 
 DETAIL_CAP = 300
 MAX_SOLUTION_BYTES = 8 << 20
@@ -322,7 +323,7 @@ def grade(solution: bytes | str, setup: str, tests: str, *, limits: Limits = Lim
           sandbox: Sandbox | None = None, filename: str = "<tests>") -> Grade:
     """Grade ``solution`` against ``setup`` + ``tests`` (Python source)."""
     t0 = time.perf_counter()
-    source = solution.encode("utf-8", "surrogateescape") if isinstance(solution, str) else solution
+    source = source_bytes(solution) if isinstance(solution, str) else solution
     if len(source) > MAX_SOLUTION_BYTES:
         return Grade(Outcome.OTHER, [], time.perf_counter() - t0,
                      f"solution is {len(source)} bytes, over the {MAX_SOLUTION_BYTES}-byte limit")
@@ -331,7 +332,7 @@ def grade(solution: bytes | str, setup: str, tests: str, *, limits: Limits = Lim
     grader = _fast if suite.program is None else _referee
     for _ in range(SERVER_RETRIES + 1):
         restarts = sandbox.restarts
-        result = grader(sandbox, suite, source, limits)
+        result = _encodable(grader(sandbox, suite, source, limits))
         if sandbox.restarts == restarts:
             break
     else:  # the server died under every attempt: a fault of the grader, never the solution's outcome
@@ -341,6 +342,16 @@ def grade(solution: bytes | str, setup: str, tests: str, *, limits: Limits = Lim
     result.path = suite.path
     result.sandbox = sandbox.protections().record()
     return result
+
+
+def _encodable(g: Grade) -> Grade:
+    """``g`` with its text made encodable (``glyph.text.encodable``): its details
+    (exception messages, reprs, the referee's reports) and output come from
+    runs of model code, which can put a lone surrogate in any of them."""
+    g.detail, g.stdout, g.stderr = encodable(g.detail), encodable(g.stdout), encodable(g.stderr)
+    for c in g.checks:
+        c.source, c.detail = encodable(c.source), encodable(c.detail)
+    return g
 
 
 def _status_outcome(status: RunStatus, protocol_error: str | None) -> tuple[Outcome, str]:

@@ -35,6 +35,21 @@ def test_grade_failure_exit_code_and_text(files):
     assert "ASSERTION_FAILURE" in r.stdout and "got 'hello', expected 'heo'" in r.stdout
 
 
+@pytest.mark.parametrize("raised,shown", [
+    ('"bad \\udcff \\ud800 end"', "ValueError: bad \\udcff \\ud800 end"),  # lone surrogates
+    ('"[/] [bold]x \\x1b[2J\\x00"', "ValueError: [/] [bold]x \\x1b[2J\\x00"),  # markup, terminal controls
+])
+def test_grade_text_of_a_failure_model_code_controls(files, raised, shown):
+    """What the solution raised is printed escaped, and the exit is a failing grade's."""
+    (files / "raises.py").write_text(f"def remove_first_last(s, ch):\n    raise ValueError({raised})\n")
+    r = runner.invoke(app, ["grade", "--tests", str(files / "tests.py"), "--solution", str(files / "raises.py")])
+    assert r.exit_code == 1 and isinstance(r.exception, SystemExit), r.exception  # not a crash
+    assert "RUNTIME_ERROR" in r.stdout and shown in r.stdout, r.stdout
+    r = runner.invoke(app, ["grade", "--tests", str(files / "tests.py"), "--solution", str(files / "raises.py"),
+                            "--json"])
+    assert r.exit_code == 1 and json.loads(r.stdout)["detail"].startswith("ValueError: ")
+
+
 @pytest.mark.parametrize("name,outcome", [("latin1.py", "SYNTAX_ERROR"), ("empty.py", "RUNTIME_ERROR")])
 def test_bad_solution_files_are_outcomes(files, name, outcome):
     r = runner.invoke(app, ["grade", "--tests", str(files / "tests.py"), "--solution", str(files / name), "--json"])

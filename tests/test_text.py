@@ -4,6 +4,9 @@ import json
 
 import pytest
 
+from glyph.agent.tools import sha256
+from glyph.grading import grade
+from glyph.redteam import DEMO_TESTS, REFEREE_TESTS
 from glyph.text import encodable, encodable_data, printable, source_bytes
 
 VALID = ["", "plain ascii", "héllo wörld", "emoji 😀 and astral \U0010ffff", "NUL \x00 ESC \x1b[2J tab\t\nnl",
@@ -61,3 +64,36 @@ def test_source_bytes_never_raise(text):
     else:  # not valid UTF-8: Python will not compile it
         with pytest.raises(UnicodeDecodeError):
             data.decode("utf-8")
+
+
+# ---------------------------------------------------------------- the grader's text
+
+
+RAISES = 'def remove_first_last(s, ch):\n    raise ValueError("bad \\udcff \\ud800 end")\n'
+RETURNS = 'def remove_first_last(s, ch):\n    return "\\ud800" + s\n'
+AT_LOAD = 'raise KeyError("\\ud800 at load")\n'
+ASSERT_MESSAGE = 'from solution import remove_first_last\ngot = remove_first_last("a", "a")\nassert got == "", got\n'
+
+
+@pytest.mark.parametrize("source,tests,outcome,shown", [
+    (RAISES, DEMO_TESTS, "RUNTIME_ERROR", "ValueError: bad \\udcff \\ud800 end"),
+    (RETURNS, DEMO_TESTS, "ASSERTION_FAILURE", "got '\\ud800hello'"),
+    (AT_LOAD, DEMO_TESTS, "RUNTIME_ERROR", "KeyError: '\\ud800 at load'"),
+    (RAISES, REFEREE_TESTS, "RUNTIME_ERROR", "ValueError: bad \\udcff \\ud800 end (raised by the solution)"),
+    (RETURNS, ASSERT_MESSAGE, "ASSERTION_FAILURE", "AssertionError: \\ud800a"),
+    ('def remove_first_last(s, ch):\n    return "\\ud800"\nprint("\\ud800")\n', DEMO_TESTS,
+     "ASSERTION_FAILURE", "got '\\ud800'"),
+], ids=["fast-raise", "fast-got", "load", "referee-remote", "referee-assert-message", "printed"])
+def test_every_grade_the_grader_returns_is_encodable(sandbox, source, tests, outcome, shown):
+    g = grade(source, "", tests, sandbox=sandbox)
+    assert g.outcome.value == outcome and shown in g.detail, g.detail
+    json.dumps(g.to_json(), ensure_ascii=False).encode("utf-8")  # raised on the surrogate before
+
+
+def test_a_solution_utf8_cannot_encode_is_a_syntax_error_not_a_crash(sandbox):
+    """A lone high surrogate in the source (from a JSON escape in a model's reply):
+    the grader and the tools' hash take it, and Python refuses to compile it."""
+    source = 'def remove_first_last(s, ch):\n    return "\ud800"\n'
+    assert len(sha256(source)) == 64
+    g = grade(source, "", DEMO_TESTS, sandbox=sandbox)
+    assert g.outcome.value == "SYNTAX_ERROR", g.detail

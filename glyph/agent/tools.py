@@ -22,11 +22,14 @@ import hashlib
 import os
 
 from glyph.agent import protocol
+from glyph.text import source_bytes
 
 
 def sha256(text: str) -> str:
-    """The sha256 of ``text`` as the workspace holds it (UTF-8, surrogateescape)."""
-    return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()
+    """The sha256 of ``text`` as the workspace holds it (UTF-8, surrogateescape:
+    ``glyph.text.source_bytes``, which never raises, so finalize hashes a
+    tampered trace's source too)."""
+    return hashlib.sha256(source_bytes(text)).hexdigest()
 
 
 def workspace_path(path: str, root: str = ".") -> str | None:

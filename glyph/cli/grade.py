@@ -34,8 +34,11 @@ def grade(
     mbpp_path: MbppPath = None,
 ) -> None:
     """Grade a solution in the sandbox against hidden tests."""
+    from rich.markup import escape
+
     from glyph.grading import grade as run_grade
     from glyph.outcomes import Outcome
+    from glyph.text import printable
 
     if (task is None) == (tests is None):
         fail("give exactly one of --task or --tests")
@@ -67,9 +70,9 @@ def grade(
                       f" ({result.path} path)", highlight=False)
         for c in result.checks:
             mark = {None: "[dim]·[/]", Outcome.PASS: "[green]✓[/]"}.get(c.outcome, "[red]✗[/]")
-            console.print(f"  {mark} {c.source.splitlines()[0][:100]}", highlight=False)
-            if c.detail:
-                console.print(f"      {c.detail}", style="dim", highlight=False)
+            console.print(f"  {mark} {escape(printable(c.source.splitlines()[0][:100]))}", highlight=False)
+            if c.detail:  # text model code controls: no markup, no terminal controls
+                console.print(f"      {printable(c.detail)}", style="dim", highlight=False, markup=False)
         if result.detail and not any(c.detail for c in result.checks):
-            console.print(f"  {result.detail}", style="dim", highlight=False)
+            console.print(f"  {printable(result.detail)}", style="dim", highlight=False, markup=False)
     raise typer.Exit(0 if result.passed else 1)
