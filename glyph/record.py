@@ -20,6 +20,8 @@ from typing import Any
 
 import msgspec
 
+from glyph.text import encodable_data
+
 INFO_KEY = "glyph"
 """The key of ``trace.info`` that holds the record."""
 MBPP_ENV_ID = "glyph-mbpp"
@@ -100,10 +102,15 @@ class ConventionsRecord(msgspec.Struct, kw_only=True):
 
 def store(info: dict, rec: MbppRecord | ConventionsRecord, *, timed_out: bool = False) -> None:
     """Write ``rec`` into a trace's ``info``; ``timed_out``: a deadline ended
-    the rollout, and its reason says so first."""
+    the rollout, and its reason says so first. Every string is stored
+    ``glyph.text.encodable``: reasons, details, the trace's ends and errors and
+    the candidates' contexts hold text that model code controls, and
+    verifiers cannot save a trace whose ``info`` holds a lone surrogate. (Only
+    the stored copy is escaped; finalize checked each candidate's source
+    against its hash before, and the record holds no source.)"""
     if timed_out:
         rec.reason = TIMED_OUT_REASON + rec.reason
-    info[INFO_KEY] = encode(rec)
+    info[INFO_KEY] = encodable_data(encode(rec))
 
 
 def reward_of(info: Any, kind: type[MbppRecord] | type[ConventionsRecord]) -> float:

@@ -1,6 +1,8 @@
 """glyph.text: text that model code controls, made encodable (and printable)."""
 
+import asyncio
 import json
+import types
 
 import pytest
 
@@ -97,3 +99,111 @@ def test_a_solution_utf8_cannot_encode_is_a_syntax_error_not_a_crash(sandbox):
     assert len(sha256(source)) == 64
     g = grade(source, "", DEMO_TESTS, sandbox=sandbox)
     assert g.outcome.value == "SYNTAX_ERROR", g.detail
+
+
+# ---------------------------------------------------------------- records verifiers can save
+
+
+class FakeRuntime:
+    """Holds the files a rollout left; answers run_program as a program that exited 0."""
+
+    def __init__(self, files: dict[str, bytes]) -> None:
+        self.files = files
+
+    async def write(self, path: str, data: bytes) -> None:
+        self.files[path] = data
+
+    async def read(self, path: str, max_bytes: int | None = None) -> bytes:
+        if path not in self.files:
+            raise FileNotFoundError(path)
+        return self.files[path]
+
+    async def run_program(self, argv, env):
+        from verifiers.v1 import ProgramResult
+        return ProgramResult(exit_code=0, stdout="", stderr="")
+
+
+def _saved(tmp_path, trace):
+    """``trace`` saved and read back by verifiers' own trace store, as vf-eval does."""
+    from verifiers.v1.episode import EnvInfo, Episode
+    from verifiers.v1.trace import Trace
+    from verifiers.v1.utils.trace_store import read_episodes, write_episode
+    write_episode(tmp_path, Episode(env=EnvInfo(id="glyph"), task=trace.task, traces=[trace], ok=True))
+    (episode,) = read_episodes(tmp_path, Trace)
+    return episode.traces[0].info
+
+
+def _vf_trace(data):
+    from verifiers.v1.configs.agent import AgentConfig
+    from verifiers.v1.trace import AgentInfo, Trace, TraceTask
+    return Trace(task=TraceTask(type="Task", data=data), agent=AgentInfo(config=AgentConfig()))
+
+
+def test_a_glyph_mbpp_record_of_surrogate_text_saves_as_a_verifiers_trace(tmp_path):
+    """finalize (the taskset's, on verifiers' own Trace) of a rollout whose
+    trace and final solution are full of lone surrogates: the record
+    verifiers saves shows them escaped. The candidate's source is hashed as
+    it was recorded (it matches: not tampered) and is not in the record."""
+    from glyph.agent import program
+    from glyph.agent.protocol import SOLUTION_FILE
+    from glyph.envs.mbpp.taskset import GlyphData, GlyphTask
+    from glyph.record import mbpp_record
+
+    source = RAISES + "# \udcff\n"  # byte 0xff in solution.py, read back with surrogateescape
+    context = [{"role": "user", "content": "RESULT 1 read_file ok\n\udcff"}]
+    trace_json = {"candidates": [{"index": 0, "call": "1", "source": source, "sha256": sha256(source),
+                                  "sampled_label": "PASS\ud800", "decision": "KEEP", "context": context,
+                                  "prediction_turn": "<PREDICTION>PASS</PREDICTION> \ud800",
+                                  "prediction_call": "2"}],
+                  "tests": [], "calls": [], "end": "protocol_error", "error": "no call \ud800", "final": False}
+    runtime = FakeRuntime({program.TRACE: json.dumps(trace_json).encode(),
+                           SOLUTION_FILE: source.encode("utf-8", "surrogateescape")})
+    data = GlyphData(name="t", arm="b", visible_tests=DEMO_TESTS.splitlines()[:1],
+                     hidden_tests=DEMO_TESTS.splitlines())
+    trace = _vf_trace(data)
+    trace.info["glyph_limits"] = {"cpu_s": 2.0, "wall_s": 4.0}
+    asyncio.run(GlyphTask(data).finalize(trace, runtime))
+
+    rec = mbpp_record(_saved(tmp_path, trace))
+    assert rec.reason == "ended by protocol_error: no call \\ud800" and not rec.tamper
+    assert rec.final_outcome == "RUNTIME_ERROR" and rec.final_detail == "ValueError: bad \\udcff \\ud800 end"
+    (cand,) = rec.candidates
+    assert cand.sha256 == sha256(source) and cand.verified_label == "RUNTIME_ERROR"
+    assert cand.sampled_label == "PASS\\ud800" and cand.prediction_turn.endswith(" \\ud800")
+    assert cand.context == [{"role": "user", "content": "RESULT 1 read_file ok\n\\udcff"}]
+
+
+def test_a_glyph_conventions_record_of_surrogate_text_saves_as_a_verifiers_trace(tmp_path):
+    """The agent protocol: the harness reads the agent's (untrusted) end from its
+    trace into ``info``, and finalize records the grade of a solution that raises."""
+    from glyph.agent import program
+    from glyph.agent.protocol import SOLUTION_FILE
+    from glyph.envs.conventions.harness import ConventionsHarness, ConventionsHarnessConfig
+    from glyph.envs.conventions.taskset import ConventionsData, ConventionsTask
+    from glyph.record import conventions_record
+
+    data = ConventionsData(name="t", protocol="agent", task_text="Write remove_first_last.",
+                           hidden_test="from solution import remove_first_last\n" + DEMO_TESTS)
+    runtime = FakeRuntime({program.TRACE: json.dumps({"end": "odd \ud800 end"}).encode()})
+    trace = _vf_trace(data)
+    harness = ConventionsHarness(ConventionsHarnessConfig(id="glyph-conventions"))
+    res = asyncio.run(harness.launch(types.SimpleNamespace(model="m"), trace, runtime, "http://127.0.0.1:9/v1",
+                                     "s", {}, data))
+    assert res.exit_code == 0
+    runtime.files[SOLUTION_FILE] = RAISES.encode()  # what the agent left
+    asyncio.run(ConventionsTask(data).finalize(trace, runtime))
+
+    info = _saved(tmp_path, trace)
+    rec = conventions_record(info)
+    assert info["glyph_agent_end"] == "odd \\ud800 end"
+    assert rec.outcome == "RUNTIME_ERROR" and rec.detail.startswith("ValueError: bad \\udcff \\ud800 end")
+    assert rec.reason.endswith("(the agent ended with odd \\ud800 end)")
+
+
+def test_the_record_is_stored_encodable_whatever_put_it_there():
+    """``record.store`` is the belt: any string of the record, from any writer."""
+    from glyph import record
+    info = {}
+    record.store(info, record.fault_record("endpoint_error", "endpoint_error: \ud800"), timed_out=True)
+    assert info["glyph"]["reason"] == record.TIMED_OUT_REASON + "endpoint_error: \\ud800"
+    json.dumps(info, ensure_ascii=False).encode("utf-8")

@@ -22,6 +22,7 @@ from glyph.envs.local import read_text
 from glyph.envs.mbpp import harness
 from glyph.envs.mbpp.harness import PROGRAM_DIR, GlyphHarness, GlyphHarnessConfig
 from glyph.envs.mbpp.taskset import GlyphData
+from glyph.text import encodable
 
 SINGLE_TURN = f"{PROGRAM_DIR}/glyph/agent/single_turn.py"
 
@@ -75,7 +76,7 @@ class ConventionsHarness(vf.Harness[ConventionsHarnessConfig]):
         except ValueError:
             agent = {}
         end, error = (agent.get("end"), agent.get("error")) if isinstance(agent, dict) else (None, None)
-        trace.info["glyph_agent_end"] = end if isinstance(end, str) else None
+        trace.info["glyph_agent_end"] = encodable(end) if isinstance(end, str) else None  # the trace is untrusted
         # GlyphHarness passes exit 97 on only when it is trusted: the local runtime (python_test ran in
         # the sandbox), or a container whose failed model call verifiers' interception recorded.
         if res.exit_code == ENDPOINT_FAILED:
