@@ -3,6 +3,7 @@ glyph's real grader: climbing, rejection, the sealed holdout, resumption,
 the OpenAI path against a local stdlib server, and the outputs."""
 
 import json
+import re
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -16,7 +17,7 @@ from glyph.flywheel.loop import signature_of
 from glyph.flywheel.options import RunOptions
 from glyph.flywheel.runner import run_one
 from glyph.flywheel.store import ConfigMismatch
-from glyph.flywheel.writers import WRITER_SYSTEM, Cluster, Failure, ReferenceWriter
+from glyph.flywheel.writers import WRITER_SYSTEM, Cluster, Failure, ReferenceWriter, writer_prompt
 
 K = 4
 
@@ -218,6 +219,70 @@ def test_resume_after_a_crash_requests_only_what_is_missing(tmp_path, tasks_file
     lines = log.read_text().splitlines()
     assert len(lines) == data.count(b"\n") and all(json.loads(x) for x in lines)
     assert json.loads((tmp_path / "full" / "run.json").read_text()) == doc
+
+
+class Surrogates:
+    """Wraps an agent or a writer: its text gets a lone surrogate (an endpoint's JSON
+    can carry one), outside the code fence, and the broken code of the mode-less
+    tasks raises with one in its message."""
+
+    def __init__(self, inner):
+        self.inner, self.name = inner, inner.name
+
+    def reply(self, messages, key=None):
+        return "note \ud800\n" + re.sub(r"return max\(xs\) - (\d+)\n", "if not xs:\n        raise ValueError("
+                                          r'"empty \\udcff \\ud800")\n    return max(xs) - \1\n',
+                                          self.inner.reply(messages, key))
+
+    def write(self, cluster):
+        return self.inner.write(cluster) + " \udcff"
+
+
+def test_surrogate_text_is_stored_escaped_and_a_resumed_run_matches(tmp_path, tasks_file):
+    """Replies, details and lessons with lone surrogates: the run, a crashed run and
+    its resumption store them escaped, and the resumed run's result is the same."""
+    full = Counting(Surrogates(_reference(tasks_file, seed=1)))
+    doc, _ = _run(tmp_path / "full", tasks_file, seed=1, agent=full, writer=Surrogates(ReferenceWriter()))
+    rows = [json.loads(x) for x in (tmp_path / "full" / "rollouts.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert all(r["reply"].startswith("note \\ud800\n") for r in rows if not r["excluded"])
+    raised = [r for r in rows if r["signature"] == "RUNTIME_ERROR:ValueError"]
+    assert raised and all(r["detail"].startswith("ValueError: empty \\udcff \\ud800") for r in raised)
+    assert doc["lessons"] and all(les["text"].endswith(" \\udcff") for les in doc["lessons"])
+
+    crashing = Counting(Surrogates(_reference(tasks_file, seed=1)), crash_after=60)
+    with pytest.raises(KeyboardInterrupt):
+        _run(tmp_path / "crashed", tasks_file, seed=1, agent=crashing, writer=Surrogates(ReferenceWriter()),
+             concurrency=1)
+    _, fw = _run(tmp_path / "crashed", tasks_file, seed=1, agent=Surrogates(_reference(tasks_file, seed=1)),
+                 writer=Surrogates(ReferenceWriter()), concurrency=1)
+    assert fw.reused == 60
+    assert (tmp_path / "crashed" / "run.json").read_bytes() == (tmp_path / "full" / "run.json").read_bytes()
+
+
+def test_a_store_holding_an_escaped_lone_surrogate_resumes(tmp_path, tasks_file):
+    """A line whose JSON holds ``\\ud800`` (json.loads gives the lone surrogate
+    back, as a store written elsewhere may hold) is read escaped: the lessons
+    written on resume send the writer only what an HTTP client can encode."""
+
+    class Sending(ReferenceWriter):
+        sent = 0
+
+        def write(self, cluster):  # as httpx encodes an OpenAI writer's request body
+            json.dumps(writer_prompt(cluster), ensure_ascii=False).encode("utf-8")
+            self.sent += 1
+            return super().write(cluster)
+
+    _run(tmp_path / "run", tasks_file, seed=1, max_rounds=1)
+    log = tmp_path / "run" / "rollouts.jsonl"
+    rows = [json.loads(x) for x in log.read_text(encoding="utf-8").splitlines()]
+    for r in rows:
+        r["detail"] = r["detail"] + " \ud800" if r["detail"] else r["detail"]
+    log.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")  # ensure_ascii: \ud800
+    assert "\\ud800" in log.read_text(encoding="utf-8")
+    (tmp_path / "run" / "lessons.jsonl").unlink()  # so the writer is asked again
+    again, writer = Counting(_reference(tasks_file, seed=1)), Sending()
+    doc, fw = _run(tmp_path / "run", tasks_file, seed=1, max_rounds=1, agent=again, writer=writer)
+    assert again.calls == 0 and fw.reused == len(rows) and writer.sent == len(doc["lessons"]) == 1
 
 
 def test_a_different_configuration_is_refused(tmp_path, tasks_file):

@@ -51,6 +51,7 @@ from glyph.flywheel.agents import Agent, ModelCallFailed, RolloutKey
 from glyph.flywheel.options import RunConfig
 from glyph.flywheel.store import Store, fingerprint
 from glyph.flywheel.writers import Cluster, Failure, Writer
+from glyph.text import source_bytes
 
 MAX_REJECTIONS = 2
 _EXC_CLASS = re.compile(r"^([A-Z][\w.]*):")
@@ -88,7 +89,7 @@ class GradeCache:
         self.gradings = 0
 
     def grade(self, task: ConventionTask, code: str) -> Graded:
-        key = (task.id, hashlib.sha256(code.encode("utf-8", "surrogateescape")).hexdigest())
+        key = (task.id, hashlib.sha256(source_bytes(code)).hexdigest())
         with self._lock:
             lock = self._locks.setdefault(key, threading.Lock())
         with lock:
@@ -313,7 +314,7 @@ class Flywheel:
                     stored = {"round": rnd, "cluster": cluster.name, "text": self.writer.write(cluster), "error": ""}
                 except ModelCallFailed as exc:
                     stored = {"round": rnd, "cluster": cluster.name, "text": "", "error": exc.reason}
-                store.put_lesson(stored)
+                stored = store.put_lesson(stored)
             entry = {"round": rnd, "mode": cluster.name, "text": stored["text"], "cluster_size": cluster.size}
             if stored["error"]:
                 writer_failures += 1

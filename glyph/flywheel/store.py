@@ -12,7 +12,11 @@
 
 What it guarantees: a record is written as one line and flushed before the
 next rollout is accounted for, so a crash loses at most the rollouts in
-flight. A torn last line (a crash mid-write) is dropped on open and the
+flight. Every string is stored ``glyph.text.encodable`` (replies, code,
+details and reasons are text a model or its code controls), and the
+record kept in memory is the stored one, so a resumed run reads what an
+uninterrupted one used; a string read back is made encodable too (a file
+written elsewhere may hold a JSON-escaped lone surrogate). A torn last line (a crash mid-write) is dropped on open and the
 file repaired before anything is appended; a bad line anywhere else is an
 error naming the file and line, never silently skipped.
 """
@@ -25,6 +29,7 @@ from pathlib import Path
 from typing import Iterable
 
 from glyph.flywheel.options import RunConfig
+from glyph.text import encodable_data
 
 ROLLOUT_FIELDS = ("phase", "round", "task", "split", "k", "lessons", "reply", "code", "outcome",
                   "signature", "detail", "reward", "excluded", "reason", "seconds")
@@ -81,7 +86,7 @@ def _read_jsonl(path: Path, required: tuple[str, ...]) -> tuple[list[dict], str 
             raise StoreError(f"{path}:{n}: not JSON ({exc}); the file is damaged") from exc
         if not isinstance(row, dict) or any(f not in row for f in required):
             raise StoreError(f"{path}:{n}: not a record of this file (fields {', '.join(required)})")
-        records.append(row)
+        records.append(encodable_data(row))
     return records, note
 
 
@@ -134,18 +139,24 @@ class Store:
     def get(self, key: Key) -> dict | None:
         return self.rollouts.get(key)
 
-    def put(self, record: dict) -> None:
+    def put(self, record: dict) -> dict:
+        """Store a rollout; returns it as stored (``encodable``)."""
+        record = encodable_data(record)
         self._rollouts_fh.write(json.dumps(record, ensure_ascii=False) + "\n")
         self._rollouts_fh.flush()
         self.rollouts[key_of(record)] = record
+        return record
 
     def lesson(self, round_: int, cluster: str) -> dict | None:
         return self.lessons.get((round_, cluster))
 
-    def put_lesson(self, record: dict) -> None:
+    def put_lesson(self, record: dict) -> dict:
+        """Store a lesson; returns it as stored (``encodable``)."""
+        record = encodable_data(record)
         self._lessons_fh.write(json.dumps(record, ensure_ascii=False) + "\n")
         self._lessons_fh.flush()
         self.lessons[(record["round"], record["cluster"])] = record
+        return record
 
     def close(self) -> None:
         self._rollouts_fh.close()
