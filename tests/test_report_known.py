@@ -481,6 +481,19 @@ def test_outputs_json_markdown_and_one_self_contained_html(study, tmp_path):
     assert json.loads(r.stdout)["cells"] == json.loads(json.dumps(doc["cells"]))
 
 
+def test_a_reason_holding_an_escaped_lone_surrogate_is_reported_escaped(tmp_path):
+    """A traces.jsonl line whose JSON escapes a lone surrogate (msgspec refuses it,
+    ``json`` gives it back): the report reads it escaped and writes its files."""
+    eps = [episode("t1", "a", True), episode("t2", "a", glyph={"reason": "ended by program_error: odd \ud800"})]
+    run = write_run(tmp_path / "a", eps)
+    assert "odd \\ud800" in (run / "traces.jsonl").read_text()
+    doc = report([run])
+    paths = write(doc, tmp_path / "out")
+    assert "odd \\\\ud800" in paths["json"].read_text(encoding="utf-8")  # the backslash, JSON-escaped
+    for kind in ("markdown", "html"):
+        assert "odd \\ud800" in paths[kind].read_text(encoding="utf-8"), kind
+
+
 def test_prime_rl_rollouts_are_read_from_the_eval_all_file(tmp_path):
     eps = [
         episode("t1", "b", True, [(P, P, "KEEP")], version="0.3.1.dev62", model="base"),

@@ -44,6 +44,7 @@ from glyph import record
 from glyph.agent.protocol import DEFAULT_BUDGET
 from glyph.outcomes import Outcome
 from glyph.record import ERRORED, MBPP_ENV_ID, OK, TIMED_OUT
+from glyph.text import encodable_data
 from glyph.vfcompat import AGENT_TIMEOUT_PREFIX, STAGE_TIMEOUTS
 
 TRACES = "traces.jsonl"
@@ -224,11 +225,13 @@ def _decode(raw: bytes) -> object:
     """One traces.jsonl line as the dict the report reads: the episode's and its
     traces' fields that matter, decoded without building the rest (a 30 KB
     episode is mostly token ids). A line that does not fit is read by ``json``,
-    whose result (or error) the caller judges."""
+    whose result (or error) the caller judges, its strings made encodable
+    (``glyph.text``: msgspec refuses a JSON-escaped lone surrogate, ``json``
+    returns it, and the report's own files are UTF-8)."""
     try:
         episode = _EPISODE.decode(raw)
     except msgspec.DecodeError:
-        return json.loads(raw)
+        return encodable_data(json.loads(raw))
     out = _fields(episode)
     if episode.traces is not None:
         out["traces"] = [_fields(t) for t in episode.traces]
