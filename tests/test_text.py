@@ -207,3 +207,38 @@ def test_the_record_is_stored_encodable_whatever_put_it_there():
     record.store(info, record.fault_record("endpoint_error", "endpoint_error: \ud800"), timed_out=True)
     assert info["glyph"]["reason"] == record.TIMED_OUT_REASON + "endpoint_error: \\ud800"
     json.dumps(info, ensure_ascii=False).encode("utf-8")
+
+
+# ---------------------------------------------------------------- the agent's tools
+
+
+def _call(reply_json: str):
+    from glyph.agent.protocol import parse_turn
+    return parse_turn(f"CALL {reply_json}").call
+
+
+def test_what_the_tools_answer_is_encodable_and_an_unwritable_patch_is_refused(tmp_path):
+    """A model's CALL is JSON: its escapes can make lone surrogates. One that
+    surrogateescape writes (a byte 0xff) is written, and read back escaped in
+    the RESULT the program sends; one no file can hold is refused (the
+    program used to crash on it: a program_error, an unscored rollout)."""
+    from glyph.agent.protocol import PLACEHOLDER, SOLUTION_FILE, result_message
+    from glyph.agent.tools import execute
+    (tmp_path / SOLUTION_FILE).write_text(PLACEHOLDER)
+    trace = {"tests": [], "candidates": []}
+    find = json.dumps(PLACEHOLDER.splitlines()[0])
+
+    def run(tool_args: tuple[str, str]):
+        tool, args = tool_args
+        call = _call(f'{{"id": "{len(trace["candidates"]) + 9}", "tool": "{tool}", "args": {args}}}')
+        status, body = execute(call, None, trace, str(tmp_path))
+        return status, body, result_message(call, status, body, 5)
+
+    status, _, _ = run(("apply_patch", f'{{"path": "{SOLUTION_FILE}", "find": {find}, "replace": "# \\udcff"}}'))
+    assert status == "ok" and b"# \xff" in (tmp_path / SOLUTION_FILE).read_bytes() and len(trace["candidates"]) == 1
+    before = (tmp_path / SOLUTION_FILE).read_bytes()
+    status, _, msg = run(("apply_patch", f'{{"path": "{SOLUTION_FILE}", "find": "# ", "replace": "\\ud800"}}'))
+    assert status.startswith("error: ") and "lone surrogate" in msg
+    assert (tmp_path / SOLUTION_FILE).read_bytes() == before and len(trace["candidates"]) == 1
+    status, body, msg = run(("read_file", f'{{"path": "{SOLUTION_FILE}"}}'))
+    assert "\udcff" in body and "# \\udcff" in msg and encodable(msg) is msg

@@ -40,6 +40,7 @@ import re
 from dataclasses import dataclass, field
 
 from glyph.outcomes import Outcome
+from glyph.text import encodable
 
 TOOLS = ("read_file", "apply_patch", "python_test")
 TOOL_ARGS = {"read_file": ("path",), "apply_patch": ("path", "find", "replace"), "python_test": ()}
@@ -152,12 +153,15 @@ def apply_patch(content: str, find: str, replace: str) -> str:
 
 
 def result_message(call: Call, status: str, body: str = "", budget_left: int | None = None) -> str:
+    """The user message answering ``call``, ``glyph.text.encodable``: a file
+    read back with surrogateescape (a byte 0xff the model wrote) holds a lone
+    surrogate, which no endpoint can take in a request."""
     lines = [f"RESULT {call.id} {call.tool} {status}"]
     if body:
         lines.append(body.rstrip("\n"))
     if budget_left is not None:
         lines.append(f"budget: {budget_left} tool calls left")
-    return "\n".join(lines)
+    return encodable("\n".join(lines))
 
 
 _BUDGET_LINE = re.compile(r"^budget: (-?\d+) tool calls left$", re.M)

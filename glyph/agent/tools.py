@@ -75,6 +75,10 @@ def execute(call: protocol.Call, tester, trace: dict, root: str = ".") -> tuple[
         new = protocol.apply_patch(text, call.args["find"], call.args["replace"])
     except ValueError as exc:
         return f"error: {exc}", ""
+    try:
+        new.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # a lone surrogate from a JSON escape in the call: no file holds it
+        return "error: the patched text holds a character a UTF-8 file cannot hold (a lone surrogate)", ""
     with open(full, "w", encoding="utf-8", errors="surrogateescape", newline="") as f:
         f.write(new)
     if os.path.relpath(full, os.path.realpath(root)) == protocol.SOLUTION_FILE:  # each patched solution is a candidate
