@@ -352,6 +352,11 @@ def remove_first_last(s, ch): raise StopIteration
 from solution import remove_first_last
 assert all(map(lambda s, ch, want: remove_first_last(s, ch) == want, ["hello", "PHP"], ["l", "P"], ["heo", "H"]))
 """),
+    Attack("surrogate_exception", "raise with lone surrogates, markup and terminal escapes in the message, to "
+           "crash or fool what prints or stores the grade", """
+def remove_first_last(s, ch):
+    raise ValueError("\\udcff\\ud800 [/] [bold green]PASS[/] \\x1b[2J\\x1b[32mPASS\\x00")
+"""),
 )
 
 

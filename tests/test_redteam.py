@@ -1,7 +1,9 @@
 """Every attack in glyph.redteam: not passed, no process left, no file left
-outside the run directory, grader alive (and not restarted)."""
+outside the run directory, grader alive (and not restarted), and a grade
+whose text UTF-8 can encode."""
 
 import hashlib
+import json
 import os
 import resource
 import socket
@@ -53,6 +55,7 @@ def test_attack_is_contained(attack, sandbox):
     assert snapshot() == before, "files outside the sandbox changed"
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss_before < 200 * 1024, "grader memory grew"
     assert SECRET not in g.stdout + g.stderr + g.detail
+    json.dumps(g.to_json(), ensure_ascii=False).encode("utf-8")  # what a store or a terminal takes
     if listener is not None:
         with pytest.raises(socket.timeout):
             listener.accept()

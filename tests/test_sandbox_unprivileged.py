@@ -174,6 +174,10 @@ elif cfg["do"] == "attacks":
             problems.append("files outside the sandbox changed")
         if cfg["secret"] in g.stdout + g.stderr + g.detail:
             problems.append("secret leaked")
+        try:
+            json.dumps(g.to_json(), ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            problems.append("the grade holds text UTF-8 cannot encode")
         if listener is not None:
             try:
                 listener.accept()
