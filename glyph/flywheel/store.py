@@ -12,13 +12,14 @@
 
 What it guarantees: a record is written as one line and flushed before the
 next rollout is accounted for, so a crash loses at most the rollouts in
-flight. Every string is stored ``glyph.text.encodable`` (replies, code,
-details and reasons are text a model or its code controls), and the
-record kept in memory is the stored one, so a resumed run reads what an
-uninterrupted one used; a string read back is made encodable too (a file
-written elsewhere may hold a JSON-escaped lone surrogate). A torn last line (a crash mid-write) is dropped on open and the
+flight. A torn last line (a crash mid-write) is dropped on open and the
 file repaired before anything is appended; a bad line anywhere else is an
-error naming the file and line, never silently skipped.
+error naming the file and line, never silently skipped. Every string is
+stored ``glyph.text.encodable`` (replies, code, details and reasons are
+text a model or its code controls), and the record kept in memory is the
+stored one, so a resumed run reads what an uninterrupted one used; a
+string read back is made encodable too (a file written elsewhere may hold
+a JSON-escaped lone surrogate).
 """
 
 from __future__ import annotations
