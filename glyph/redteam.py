@@ -374,8 +374,8 @@ assert all(map(lambda s, ch, want: remove_first_last(s, ch) == want, ["hello", "
            "one hash (-1000003k + kj), for the relay to build", wire_bomb(
                'return {"d": [[{"c": [float(-1000003 * k).hex(), float(k).hex()]}, None] '
                'for k in range(1, 60_001)]}'), referee=True),
-    Attack("wire_node_bomb", "16 MB of empty lists: 3 bytes of JSON, 64 bytes of grader memory each", wire_bomb(
-        "return [[]] * 5_400_000")),
+    Attack("wire_node_bomb", "16 MB of empty lists: 3 bytes of JSON, 64 bytes of grader memory each",
+           wire_bomb("return [[]] * 5_400_000")),
     Attack("wire_relay_bomb", "against referee-path tests, 16 MB of empty sets, for the relay to decode, "
            "re-encode and send on to the referee", wire_bomb('return [{"s": []}] * 1_800_000'), referee=True),
 )

@@ -145,7 +145,7 @@ def decode(tree, allow_handles: bool = False):
 class _Decoder:
     """One ``decode``: the budgets left for the whole tree."""
 
-    __slots__ = ("allow_handles", "nodes", "data")
+    __slots__ = ("allow_handles", "data", "nodes")
 
     def __init__(self, allow_handles: bool) -> None:
         self.allow_handles = allow_handles
