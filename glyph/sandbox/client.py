@@ -238,7 +238,8 @@ class Run:
             return
         buf += chunk
         while (i := buf.find(b"\n")) >= 0:
-            self.messages.append(bytes(buf[:i]))
+            with memoryview(buf) as view:  # one copy of the line, not two (buf[:i] is a copy)
+                self.messages.append(bytes(view[:i]))
             del buf[:i + 1]
 
     def _read_ctl(self) -> None:
