@@ -166,7 +166,7 @@ def cells(m: dict | None) -> list[str]:
     peak = "-" if m["peak_mib"] is None else f"{m['peak_mib']:.0f}"
     if m["result"].startswith("timeout"):
         peak = f">= {peak}"
-    return [secs, peak, m["result"][:80]]
+    return [secs, peak, m["result"].removesuffix(": ")[:100]]
 
 
 def main() -> None:
