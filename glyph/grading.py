@@ -414,7 +414,11 @@ def _references(sandbox: Sandbox, suite: TestSuite, limits: Limits) -> None:
         if resp is None or "value" not in resp:
             run.finish(kill=True)
             raise InvalidTests(f"expected value {c.expected_expr!r} could not be computed: {resp}")
-        suite.references[c.expected_expr] = wire.decode(resp["value"])
+        try:
+            suite.references[c.expected_expr] = wire.decode(resp["value"])
+        except wire.WireError as exc:
+            run.finish(kill=True)
+            raise InvalidTests(f"expected value {c.expected_expr!r} could not be decoded: {exc}") from None
     run.finish()
 
 
@@ -491,11 +495,13 @@ def _relay(req: dict, s: Run, n: int) -> tuple[dict | None, str | None]:
         info = resp["exc"]
         return {"exc": {"type": str(info.get("type"))[:200], "base": str(info.get("base"))[:100],
                         "msg": str(info.get("msg"))[:DETAIL_CAP]}}, None
+    # Decoded only to check it (within wire's bounds; decode reads every part of the tree): the tree
+    # goes on to the referee as it came. Re-encoding the value would build a second, larger tree.
     try:
-        value = wire.decode(resp.get("value"), allow_handles=True)
+        wire.decode(resp.get("value"), allow_handles=True)
     except wire.WireError as exc:
         return None, f"malformed result from the solution: {exc}"
-    return {"value": wire.encode(value)}, None
+    return {"value": resp.get("value")}, None
 
 
 def _referee(sandbox: Sandbox, suite: TestSuite, source: bytes, limits: Limits) -> Grade:

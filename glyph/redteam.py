@@ -59,6 +59,21 @@ class Attack:
         return self.own_tests or (REFEREE_TESTS if self.referee else DEMO_TESTS)
 
 
+def wire_bomb(tree: str) -> str:
+    """A solution whose checked call answers with the JSON tree the body ``tree`` returns: it
+    patches the sandbox's own ``wire.encode``, so the result channel carries that tree, whatever
+    ``encode`` would allow (the process is the solution's: it may write any bytes there)."""
+    return f"""
+import sys
+wire = sys.modules["wire"]
+encode, MARK = wire.encode, object()
+def bomb():
+    {tree}
+wire.encode = lambda value, *a, **k: bomb() if value is MARK else encode(value, *a, **k)
+def remove_first_last(s, ch): return MARK
+"""
+
+
 ATTACKS: tuple[Attack, ...] = (
     Attack("always_equal", "return an object whose __eq__ is always true", """
 class Anything:
@@ -357,6 +372,17 @@ assert all(map(lambda s, ch, want: remove_first_last(s, ch) == want, ["hello", "
 def remove_first_last(s, ch):
     raise ValueError("\\udcff\\ud800 [/] [bold green]PASS[/] \\x1b[2J\\x1b[32mPASS\\x00")
 """),
+    Attack("wire_hash_collision_set", "a set of 100,000 ints that share one hash (multiples of 2**61 - 1): "
+           "building it compares each with every earlier one", wire_bomb(
+               'return {"s": [{"i": hex(k * (2 ** 61 - 1))} for k in range(1, 100_001)]}')),
+    Attack("wire_hash_collision_dict", "against referee-path tests, a dict whose 60,000 complex keys share "
+           "one hash (-1000003k + kj), for the relay to build", wire_bomb(
+               'return {"d": [[{"c": [float(-1000003 * k).hex(), float(k).hex()]}, None] '
+               'for k in range(1, 60_001)]}'), referee=True),
+    Attack("wire_node_bomb", "16 MB of empty lists: 3 bytes of JSON, 64 bytes of grader memory each",
+           wire_bomb("return [[]] * 5_400_000")),
+    Attack("wire_relay_bomb", "against referee-path tests, 16 MB of empty sets, for the relay to decode, "
+           "re-encode and send on to the referee", wire_bomb('return [{"s": []}] * 1_800_000'), referee=True),
 )
 
 

@@ -113,7 +113,10 @@ class Run:
         ctl.setblocking(False)
         self.sel.register(ctl, selectors.EVENT_READ, "ctl")
         self.ctl_buf = bytearray()
-        self.messages: collections.deque[dict] = collections.deque()
+        # Lines as the run sent them, each parsed when recv returns it: parsed, a hostile line takes
+        # tens of times its bytes (wire's docstring), and a run that keeps writing while finish waits
+        # for it to end may send all of its result_bytes in lines of just under wire.MAX_TOKENS.
+        self.messages: collections.deque[bytes] = collections.deque()
         self.status: RunStatus | None = None
         self.protocol_error: str | None = None
         self._kill_sent = False
@@ -158,7 +161,13 @@ class Run:
                 if self.status is None and not self.protocol_error and time.monotonic() < self.deadline:
                     raise TimeoutError(f"no message from the run within {timeout} s")
                 return None
-        return self.messages.popleft()
+        try:
+            return wire.loads(self.messages.popleft())
+        except wire.WireError as exc:
+            self.protocol_error = f"malformed message from the run: {exc}"
+            self.messages.clear()  # and what comes after it is dropped (_read)
+            self.kill()
+            return None
 
     def kill(self) -> None:
         if not self._kill_sent and self.status is None:
@@ -225,16 +234,13 @@ class Run:
                 self.protocol_error = f"the run sent more than {self.limits.result_bytes} bytes of results"
             self.kill()
             return
+        if self.protocol_error:  # the run broke its channel: nothing more from it is read as a message
+            return
         buf += chunk
         while (i := buf.find(b"\n")) >= 0:
-            line = bytes(buf[:i])
+            with memoryview(buf) as view:  # one copy of the line, not two (buf[:i] is a copy)
+                self.messages.append(bytes(view[:i]))
             del buf[:i + 1]
-            try:
-                self.messages.append(wire.loads(line))
-            except wire.WireError as exc:
-                self.protocol_error = f"malformed message from the run: {exc}"
-                self.kill()
-                return
 
     def _read_ctl(self) -> None:
         try:

@@ -14,8 +14,34 @@ refer to an object living in the sandbox use an opaque integer handle.
 
 ``encode`` runs on the untrusted side (its type checks give honest code a clear
 reason); ``decode`` runs on the trusted side and is the actual guarantee: it
-only ever builds the plain types above, whatever bytes it is given, within a
-depth bound, and raises ``WireError`` on anything else.
+only ever builds the plain types above, whatever bytes it is given, within
+the bounds below, and raises ``WireError`` on anything else.
+
+Bounds (the sender may write any bytes, bypassing ``encode``; each bound's
+``WireError`` names it):
+
+- ``loads``: at most ``MAX_TOKENS`` brackets, commas and colons in a message,
+  counted in its raw bytes before ``json.loads`` builds anything. Every JSON
+  value but the outermost follows one of them, so the JSON tree has at most
+  ``MAX_TOKENS + 1`` values: measured, at most about 100 bytes a token (an
+  empty set, ``{"s":[]}``, is 4 tokens and 250 bytes), 50 MiB, plus the text
+  of its strings (the client bounds a run's results at
+  ``Limits.result_bytes``, 16 MiB; a str takes up to 4 bytes a character).
+- ``decode``: at most ``MAX_NODES`` values in the whole tree (each container,
+  key and item counts one), nested at most ``MAX_DEPTH`` deep, at most
+  ``MAX_DATA`` characters in all of its strs, handle names and the hex and
+  base64 text of its ints, floats, complex numbers and bytes (``int(s, 16)``
+  is linear in ``len(s)``), and at most ``MAX_SAME_HASH`` items of one set or
+  frozenset, or keys of one dict, sharing a hash. Ints equal mod 2**61 - 1,
+  and the floats, complex numbers, tuples and frozensets built from them,
+  share one hash by the million, and each one added to a set compares with
+  every earlier one: quadratic, in one C call (the count is by ``hash``,
+  whatever the type). A decoded value then takes at most ``BYTES_PER_VALUE``
+  bytes a value (an empty set; a list item takes 8, a dict entry about 100)
+  plus 4 bytes a character of data (a UCS-4 str; an int or bytes takes less
+  than its text): ``MAX_BYTES``, 45 MiB. Its strs are the JSON tree's own.
+  ``decode`` reads every part of the tree (a handle's name must be a str),
+  so a tree it accepts may be passed on as it is.
 
 Stdlib only: this file is imported by the sandbox server.
 """
@@ -27,6 +53,12 @@ import collections
 import json
 
 MAX_DEPTH = 100
+MAX_NODES = 1 << 17  # values in one decoded tree; MBPP's largest expected value has 257
+MAX_TOKENS = 4 * MAX_NODES  # brackets, commas and colons in one message (a value takes 1 to 5)
+MAX_DATA = 4 << 20  # characters of str, bytes and number text in one decoded tree
+MAX_SAME_HASH = 64  # items of one set (keys of one dict) that may share a hash
+BYTES_PER_VALUE = 232  # the most one decoded value takes: an empty set (216) and its reference, with slack
+MAX_BYTES = BYTES_PER_VALUE * MAX_NODES + 4 * MAX_DATA  # the most one decoded value holds: 45 MiB
 
 
 class WireError(ValueError):
@@ -103,53 +135,113 @@ def _type_name(value) -> str:
         return "<unnamed type>"
 
 
-def decode(tree, allow_handles: bool = False, _depth: int = 0):
-    """Build plain data from an ``encode`` tree; ``WireError`` on anything else."""
-    if _depth > MAX_DEPTH:
-        raise WireError(f"nested deeper than {MAX_DEPTH} levels")
-    t = type(tree)
-    if tree is None or t is bool or t is str:
-        return tree
-    d = _depth + 1
-    if t is list:
-        return [decode(v, allow_handles, d) for v in tree]
-    if t is not dict or len(tree) not in (1, 2):
-        raise WireError(f"malformed value: {type(tree).__name__}")
-    tag = next(iter(tree))
-    body = tree[tag]
-    if len(tree) == 2 and (tag != "h" or "n" not in tree):
-        raise WireError("malformed value: extra keys")
-    try:
-        if tag == "i" and type(body) is str:
-            return int(body, 16)
-        if tag == "f" and type(body) is str:
-            return float.fromhex(body)
-        if tag == "c" and type(body) is list and len(body) == 2:
-            return complex(float.fromhex(body[0]), float.fromhex(body[1]))
-        if tag == "b" and type(body) is str:
-            return base64.b64decode(body.encode("ascii"), validate=True)
-        if tag in ("t", "s", "z") and type(body) is list:
-            items = [decode(v, allow_handles, d) for v in body]
-            return tuple(items) if tag == "t" else set(items) if tag == "s" else frozenset(items)
-        if tag == "d" and type(body) is list:
-            out = {}
-            for pair in body:
-                if type(pair) is not list or len(pair) != 2:
-                    raise WireError("malformed dict item")
-                out[decode(pair[0], allow_handles, d)] = decode(pair[1], allow_handles, d)
-            return out
-        if tag == "h" and allow_handles and type(body) is int:
-            name = tree.get("n", "")
-            return Handle(body, name if type(name) is str else "")
-    except WireError:
-        raise
-    except (ValueError, TypeError, OverflowError, AttributeError) as exc:
-        raise WireError(f"malformed value for tag {tag!r}: {exc}") from None
-    raise WireError(f"unknown or disallowed tag {tag!r}")
+def decode(tree, allow_handles: bool = False):
+    """Build plain data from an ``encode`` tree; ``WireError`` on anything
+    else, or when the tree goes over a bound (see the module docstring; the
+    error names the bound)."""
+    return _Decoder(allow_handles).value(tree, 0)
 
 
-def loads(line: bytes | str):
-    """Parse one JSON message; ``WireError`` if it is not a JSON object."""
+class _Decoder:
+    """One ``decode``: the budgets left for the whole tree."""
+
+    __slots__ = ("allow_handles", "data", "nodes")
+
+    def __init__(self, allow_handles: bool) -> None:
+        self.allow_handles = allow_handles
+        self.nodes = MAX_NODES
+        self.data = MAX_DATA
+
+    def text(self, s) -> str:
+        if type(s) is not str:
+            raise TypeError(f"expected str, not {type(s).__name__}")
+        self.data -= len(s)
+        if self.data < 0:
+            raise WireError(f"more than {MAX_DATA} characters of str, bytes and number data (wire.MAX_DATA)")
+        return s
+
+    def value(self, tree, depth: int):
+        if depth > MAX_DEPTH:
+            raise WireError(f"nested deeper than {MAX_DEPTH} levels (wire.MAX_DEPTH)")
+        self.nodes -= 1
+        if self.nodes < 0:
+            raise WireError(f"more than {MAX_NODES} values (wire.MAX_NODES)")
+        t = type(tree)
+        if tree is None or t is bool:
+            return tree
+        if t is str:
+            return self.text(tree)
+        d = depth + 1
+        if t is list:
+            return [self.value(v, d) for v in tree]
+        if t is not dict or len(tree) not in (1, 2):
+            raise WireError(f"malformed value: {type(tree).__name__}")
+        tag = next(iter(tree))
+        body = tree[tag]
+        if len(tree) == 2 and (tag != "h" or "n" not in tree):
+            raise WireError("malformed value: extra keys")
+        try:
+            if tag == "i":
+                return int(self.text(body), 16)
+            if tag == "f":
+                return float.fromhex(self.text(body))
+            if tag == "c" and type(body) is list and len(body) == 2:
+                return complex(float.fromhex(self.text(body[0])), float.fromhex(self.text(body[1])))
+            if tag == "b":
+                return base64.b64decode(self.text(body).encode("ascii"), validate=True)
+            if tag in ("t", "s", "z") and type(body) is list:
+                items = [self.value(v, d) for v in body]
+                if tag == "t":
+                    return tuple(items)
+                _few_share_a_hash(items, "items of one set")
+                return set(items) if tag == "s" else frozenset(items)
+            if tag == "d" and type(body) is list:
+                for pair in body:
+                    if type(pair) is not list or len(pair) != 2:
+                        raise WireError("malformed dict item")
+                keys = [self.value(pair[0], d) for pair in body]
+                _few_share_a_hash(keys, "keys of one dict")
+                return dict(zip(keys, [self.value(pair[1], d) for pair in body]))
+            if tag == "h" and self.allow_handles and type(body) is int:
+                return Handle(body, self.text(tree.get("n", "")))
+        except WireError:
+            raise
+        except (ValueError, TypeError, OverflowError, AttributeError) as exc:
+            raise WireError(f"malformed value for tag {tag!r}: {exc}") from None
+        raise WireError(f"unknown or disallowed tag {tag!r}")
+
+
+def _few_share_a_hash(items: list, what: str) -> None:
+    """``WireError`` if more than ``MAX_SAME_HASH`` of ``items`` share a hash:
+    building the set or dict would compare each such item with every earlier
+    one (quadratic, in one C call). The hashes themselves are plain ints,
+    distinct keys of the count: counting is linear."""
+    if len(items) <= MAX_SAME_HASH:
+        return
+    counts: dict[int, int] = {}
+    for item in items:
+        h = hash(item)  # TypeError for an unhashable item: a malformed value
+        n = counts.get(h, 0) + 1
+        if n > MAX_SAME_HASH:
+            raise WireError(f"more than {MAX_SAME_HASH} {what} share a hash (wire.MAX_SAME_HASH)")
+        counts[h] = n
+
+
+# Every JSON value but the outermost follows one of these (and a key follows "{" or ","); in the
+# UTF-16 and UTF-32 that json.loads also reads, each of these characters still holds its byte.
+_SEPARATORS = ("[", "{", ",", ":")
+_SEPARATORS_B = tuple(s.encode() for s in _SEPARATORS)
+
+
+def loads(line: bytes | str, max_tokens: int | None = MAX_TOKENS):
+    """Parse one JSON message; ``WireError`` if it is not a JSON object, or
+    if it has more than ``max_tokens`` brackets, commas and colons (counted
+    before parsing: an upper bound on the JSON values it would build).
+    ``None``: no bound, for messages from the trusted side."""
+    if max_tokens is not None:
+        seps = _SEPARATORS_B if isinstance(line, (bytes, bytearray)) else _SEPARATORS
+        if sum(map(line.count, seps)) > max_tokens:
+            raise WireError(f"message has more than {max_tokens} JSON tokens (wire.MAX_TOKENS)")
     try:
         msg = json.loads(line)
     except (ValueError, RecursionError) as exc:
