@@ -39,7 +39,11 @@ given: it did not; ``check_end``):
   protocol state; python_test's outcome is not). It says FINAL only where
   its last reply ends the episode as FINAL and no reply ended it before.
   Code that runs beside the program (a container, bare) can rewrite the
-  trace but not what the model replied.
+  trace but not what the model replied; it can add model calls of its own
+  (the secret is readable there), and a reply recorded after the one that
+  ended the episode is no FINAL. Not covered: a program stopped by a fault
+  after a reply that ended nothing, then a call of that code's own that
+  the model answers with FINAL.
 
 A trace that says FINAL where a record does not is tampered, the reason
 naming the record.
