@@ -85,6 +85,27 @@ is named.
    ``v1/cli/validate.py:242-244``; a60a606 ``:256``): True is ``valid``, False
    ``invalid``, an exception ``error``; the default checks nothing (0.4.0
    ``v1/task.py:195`` returns None, "unchecked"; a60a606 ``:176`` returns True).
+8. The record of the model's replies (``glyph.envs.mbpp.harness.
+   interception_record``), the same in both versions. Each exchange that
+   committed a turn is one ``ModelCall`` in ``trace.calls`` (appended by
+   ``record_call``, 6.; none once the session is released: ``v1/interception/
+   server.py:537-540``, a60a606 ``:334-337``) whose ``node`` (``v1/trace.py:156``
+   in both) indexes ``Trace.nodes`` (``:394``; a60a606 ``:377``): the
+   assistant ``MessageNode`` (``message``, ``sampled``: ``v1/graph.py:101,
+   103``; a60a606 ``:71, 73``) that ``_commit_turn`` appends with
+   ``message=response.message``, ``sampled=True`` (``v1/graph.py:946-947``;
+   a60a606 ``:611``), committed at ``v1/interception/server.py:852`` (a60a606
+   ``:591``) before it is served. Its ``content`` (``AssistantMessage.content``,
+   ``v1/types.py:84``; a60a606 ``:75``) is the text the program reads: the eval
+   client relays the provider's completion, parsed into that message
+   (``v1/dialects/chat.py:254-271``; a60a606 ``:190-217``, ``content=
+   message.content``), and the train client serves a completion built from it
+   (``serialize_completion``, ``v1/clients/train.py:55-58``; a60a606
+   ``:52-55``). A retry the client marks with ``x-stainless-retry-count`` > 0
+   (``RETRY_COUNT_HEADER``, ``v1/interception/server.py:91, 97``; a60a606
+   ``:82, 85``) of a turn already committed is answered with that turn and not
+   recorded again (``:653-667``; a60a606 ``:410-417``, the served turn kept at
+   ``:535``); the agent program marks its retries so.
 
 Not bridged (2. and 3.): at a60a606 a failed rollout skips finalize and
 scoring (``v1/rollout.py:472``, ``if not self._failed and self._opened``), so

@@ -5,16 +5,21 @@ import contextlib
 import json
 import os
 import secrets
+import signal
 import subprocess
 import sys
 import time
+import types
+from typing import ClassVar
 
 import pytest
 
 from glyph.agent import program, protocol
 from glyph.envs.mbpp.finalize import TaskTests, verify
 from glyph.envs.mbpp.harness import LOCAL_SANDBOX, GlyphHarnessConfig, limits_for, limits_record
+from glyph.localhttp import JsonHandler, LocalServer
 from glyph.policies.policies import HACKS, Planner
+from glyph.testing.forge import forging_solution
 from glyph.testing.rollout import Rollouts
 
 HARNESS = GlyphHarnessConfig(tool_timeout=3, model_timeout=10)
@@ -115,7 +120,7 @@ def test_every_hack_scores_zero(tmp_path, rollouts, mbpp_tasks, arm):
 def test_faults_end_the_episode_and_are_recorded(tmp_path, rollouts, mbpp_tasks, policy, end, why):
     trace, info, _ = episode(tmp_path, rollouts, mbpp_tasks["mbpp_11"], "a", policy)
     assert trace["end"] == end and why in trace["error"]
-    assert info.reward == 0.0 and end in info.reason
+    assert info.reward == 0.0 and end in info.reason and info.tamper == []  # the records agree: nothing forged
     # the model's own faults end the program normally; an endpoint fault is the program's fault exit
     assert program.exit_status(trace) == (program.ENDPOINT_FAILED if end == "endpoint_error" else 0)
 
@@ -178,6 +183,31 @@ def test_claims_must_match_the_service_log(tmp_path, rollouts, mbpp_tasks):
     assert verify("garbage", final, _task_tests(task), LIMITS).metrics["tampered"] == 1.0
     none = verify(None, final, _task_tests(task), LIMITS)
     assert none.reward == 0.0 and none.metrics["no_trace"] == 1.0 and "no trace" in none.reason
+
+
+@pytest.mark.verifiers_free
+def test_a_trace_rewritten_to_final_on_the_local_runtime_is_caught_by_the_service_record(
+        tmp_path, rollouts, mbpp_tasks):
+    """``fault-unfinished`` fixes the task and passes its test, then sends a
+    malformed CALL where FINAL belongs: 0, nothing forged. Its trace rewritten
+    to end with FINAL after the program ended (``forge``: between the
+    program's exit and finalize) has every other claim true; the program's
+    report to the test service and the record of the model's replies both
+    say protocol_error: 0, tampered."""
+    task = mbpp_tasks["mbpp_11"]
+    honest = rollouts.play(task, "a", "fault-unfinished", tmp_path / "honest")
+    assert honest.trace["end"] == "protocol_error" and honest.service["end"] == {"end": "protocol_error",
+                                                                                 "turns": 4}
+    assert honest.record.reward == 0.0 and honest.record.tamper == [] and honest.record.final_outcome == "PASS"
+    assert honest.record.reason.startswith("ended by protocol_error: CALL arguments are not valid JSON")
+    forged = rollouts.play(task, "a", "fault-unfinished", tmp_path / "forged",
+                           forge=lambda t: t.update(end="final", final=True, error=None))
+    assert forged.record.reward == 0.0 and forged.record.metrics["tampered"] == 1.0
+    said = "the trace says the episode ended with FINAL; "
+    assert forged.record.tamper == [
+        said + "the test service's record says the program reported protocol_error after 4 replies",
+        said + "the interception's record of the model replies ends with protocol error (reply 4): "
+               + honest.trace["error"]], forged.record.tamper
 
 
 @pytest.mark.verifiers_free
@@ -335,6 +365,12 @@ class DirRuntime:
         (self.root / path).parent.mkdir(parents=True, exist_ok=True)
         (self.root / path).write_bytes(data)
 
+    async def read(self, path: str, max_bytes: int | None = None) -> bytes:
+        data = (self.root / path).read_bytes()
+        if max_bytes is not None and len(data) > max_bytes:
+            raise ValueError(f"{path} is over {max_bytes} bytes")
+        return data
+
     async def run_program(self, argv, env):
         import asyncio
 
@@ -347,38 +383,156 @@ class DirRuntime:
         return ProgramResult(exit_code=proc.returncode, stdout=out.decode(), stderr=err.decode())
 
 
-def test_the_container_path_grades_with_the_shipped_grader(tmp_path, server, mbpp_tasks):
-    """The harness's container branch end to end: the program and the shipped
-    grader, alone in the runtime, grade python_test under the harness's limits
-    in the sandbox mode it chose; finalize's re-grade reproduces every claim."""
+class FakeTrace(types.SimpleNamespace):
+    """As much of a ``vf.Trace`` as glyph's harness and finalize read."""
+
+    model_fields: ClassVar[dict] = {"is_timeout": None}  # glyph.vfcompat.timed_out reads the 0.4.0 field
+
+
+class Interception:
+    """verifiers' interception server as far as glyph reads it: an
+    OpenAI-compatible endpoint whose replies come from ``reply(messages)``,
+    each recorded on ``trace`` as the server records a committed turn
+    (``glyph.vfcompat``, 8.): a sampled assistant ``MessageNode`` and a
+    ``ModelCall`` naming it, with verifiers' own types."""
+
+    def __init__(self, trace, reply) -> None:
+        from verifiers.v1.graph import MessageNode
+        from verifiers.v1.trace import ModelCall
+        from verifiers.v1.types import AssistantMessage
+        trace.calls, trace.nodes, trace.stop_condition = [], [], None
+
+        class Handler(JsonHandler):
+            def do_POST(self) -> None:  # noqa: N802
+                content = reply(self.read_json(64 << 20)["messages"])
+                trace.nodes.append(MessageNode(message=AssistantMessage(content=content), sampled=True))
+                trace.calls.append(ModelCall(node=len(trace.nodes) - 1, endpoint="/chat/completions"))
+                self.send_json(200, {"id": f"c{len(trace.calls)}", "object": "chat.completion", "created": 0,
+                                     "model": "m", "choices": [{"index": 0, "finish_reason": "stop", "message": {
+                                         "role": "assistant", "content": content}}],
+                                     "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}})
+
+        self.httpd = LocalServer(Handler)
+        self.httpd.start("interception")
+        self.base_url = f"http://127.0.0.1:{self.httpd.port}/v1"
+
+    def __enter__(self) -> "Interception":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.httpd.close()
+
+
+def container_rollout(tmp_path, task, reply, arm: str = "a"):
+    """One rollout through the harness's container branch (``DirRuntime``)
+    against an ``Interception`` answering ``reply``, then glyph-mbpp's
+    finalize on what it left, as verifiers would call it. Returns the trace,
+    the workspace and the record."""
     import asyncio
-    import types
 
     from glyph.data import mbpp
-    from glyph.envs.mbpp.harness import GlyphHarness, GlyphHarnessConfig
-    from glyph.envs.mbpp.taskset import GlyphData
-    from glyph.sandbox import get_sandbox
+    from glyph.envs.mbpp.harness import GlyphHarness
+    from glyph.envs.mbpp.taskset import GlyphData, GlyphTask
+    from glyph.record import mbpp_record
 
-    task = mbpp_tasks["mbpp_11"]
     row = mbpp.task_row(task, "test")
     ws = tmp_path / "ws"
     ws.mkdir()
     h = GlyphHarness(GlyphHarnessConfig(id="glyph-mbpp", tool_timeout=3))
-    data = GlyphData(name=task.id, arm="a", task_text=row["text"], visible_tests=row["visible_tests"],
-                     hidden_setup=task.test_setup_code)
-    info = types.SimpleNamespace(info={})
-    res = asyncio.run(h.launch(types.SimpleNamespace(model="recover"), info, DirRuntime(ws), server.base_url,
-                               secrets.token_hex(8), {}, data))
-    assert res.exit_code == 0 and info.info["glyph_program"]["exit_code"] == 0, info.info
+    data = GlyphData(name=task.id, arm=arm, task_text=row["text"], visible_tests=row["visible_tests"],
+                     hidden_setup=task.test_setup_code, hidden_tests=list(task.test_list))
+    trace = FakeTrace(info={}, is_timeout=False, errors=[], ok=True)
+    runtime = DirRuntime(ws)
+    with Interception(trace, reply) as icpt:
+        res = asyncio.run(h.launch(types.SimpleNamespace(model="m"), trace, runtime, icpt.base_url,
+                                   secrets.token_hex(8), {}, data))
+    assert res.exit_code == 0 and trace.info["glyph_program"]["exit_code"] == 0, trace.info
+    return trace, ws, lambda: (asyncio.run(GlyphTask(data).finalize(trace, runtime)), mbpp_record(trace.info))[1]
+
+
+def scripted(*replies: str):
+    """A model that answers turn ``i`` with ``replies[i]``."""
+    return lambda messages: replies[sum(m["role"] == "assistant" for m in messages)]
+
+
+def test_the_container_path_grades_with_the_shipped_grader(tmp_path, server, mbpp_tasks):
+    """The harness's container branch end to end: the program and the shipped
+    grader, alone in the runtime, grade python_test under the harness's limits
+    in the sandbox mode it chose; finalize's re-grade reproduces every claim,
+    and the interception's record of the replies says the episode ended with
+    FINAL."""
+    from glyph.sandbox import get_sandbox
+
+    task = mbpp_tasks["mbpp_11"]
+    trace, ws, finalize = container_rollout(tmp_path, task, lambda m: server.planner.reply("recover", m))
     cfg = json.loads((ws / ".glyph" / "config.json").read_text())
     assert cfg["tester"]["kind"] == "local" and cfg["tester"]["sandbox"] == LOCAL_SANDBOX == "auto-or-bare"
-    assert cfg["limits"] == info.info["glyph_limits"] == limits_record(LIMITS)
-    trace = json.loads((ws / ".glyph" / "trace.json").read_text())
-    assert [t["outcome"] for t in trace["tests"]] == ["ASSERTION_FAILURE", "PASS"], trace["tests"]
+    assert cfg["limits"] == trace.info["glyph_limits"] == limits_record(LIMITS)
+    assert trace.info["glyph_protocol"] == {"arm": "a", "max_tool_calls": protocol.DEFAULT_BUDGET, "test_cost": 1}
+    saved = json.loads((ws / ".glyph" / "trace.json").read_text())
+    assert [t["outcome"] for t in saved["tests"]] == ["ASSERTION_FAILURE", "PASS"], saved["tests"]
     here = get_sandbox().protections().record()["mode"]  # auto's mode here: no fall back to bare
-    assert trace["tester_sandbox"]["mode"] == here != "bare" and "fallback" not in trace["tester_sandbox"]
-    got = verify(trace, (ws / "solution.py").read_bytes().decode(), _task_tests(task), LIMITS)
+    assert saved["tester_sandbox"]["mode"] == here != "bare" and "fallback" not in saved["tester_sandbox"]
+    assert trace.info["glyph_interception"] == {"calls": saved["turns"], "stop_condition": None}
+    got = finalize()
     assert got.reward == 1.0 and got.metrics["tampered"] == 0.0, got.reason
+    assert "glyph_service_end" not in trace.info  # no test service on a container
+
+
+def test_the_container_path_scores_an_honest_protocol_error_zero_untampered(tmp_path, mbpp_tasks):
+    task = mbpp_tasks["mbpp_11"]
+    patch = protocol.Call("1", "apply_patch", {"path": "solution.py", "find": protocol.PLACEHOLDER,
+                                               "replace": task.code})
+    _, ws, finalize = container_rollout(tmp_path, task, scripted(
+        patch.line(), protocol.Call("2", "python_test").line(), 'CALL {"id": "3", "tool": '))
+    got = finalize()
+    assert json.loads((ws / ".glyph" / "trace.json").read_text())["end"] == "protocol_error"
+    assert got.reward == 0.0 and got.tamper == [] and got.reason.startswith("ended by protocol_error")
+    assert got.final_outcome == "PASS"  # only the protocol's terminal FINAL is missing
+
+
+def test_a_daemon_forging_final_after_the_program_exits_is_caught(tmp_path, mbpp_tasks, monkeypatch):
+    """A container whose python_test grader runs bare (no isolating mode
+    starts there: the harness's ``auto-or-bare`` falls back). The model
+    patches in a correct solution that escapes python_test
+    (``forging_solution``), tests it twice, and its last reply is a malformed
+    CALL. After the program exits, its daemon rewrites the trace to end with
+    FINAL, every claim as a trusted re-grade gives it: the trace alone would
+    be rewarded. The interception's record of the model replies ends with the
+    protocol error: reward 0, tampered, the reason naming that record."""
+    from glyph.envs.mbpp import harness
+    from glyph.envs.mbpp.finalize import ModelReplies
+    monkeypatch.setattr(harness, "LOCAL_SANDBOX", "bare")  # what auto-or-bare grades in there
+    task = mbpp_tasks["mbpp_11"]
+    pidfile, done = tmp_path / "daemon.pid", tmp_path / "daemon.done"
+    source = forging_solution(task.code, str(pidfile), str(done))
+    patch = protocol.Call("1", "apply_patch", {"path": "solution.py", "find": protocol.PLACEHOLDER, "replace": source})
+    malformed = 'CALL {"id": "4", "tool": "read_file", "args": {"path": solution.py}}'
+    try:
+        _, ws, finalize = container_rollout(tmp_path, task, scripted(
+            patch.line(), protocol.Call("2", "python_test").line(), protocol.Call("3", "python_test").line(),
+            malformed))
+        deadline = time.monotonic() + 60
+        while not done.exists():
+            assert time.monotonic() < deadline, "the daemon did not rewrite the trace"
+            time.sleep(0.05)
+        forged = json.loads((ws / ".glyph" / "trace.json").read_text())
+        assert forged["tester_sandbox"]["mode"] == "bare" and forged["turns"] == 4
+        assert (forged["end"], forged["final"]) == ("final", True)  # the program wrote protocol_error
+        # Every other claim holds: with a record that said FINAL, the forged trace would be rewarded.
+        final_source = (ws / "solution.py").read_bytes().decode()
+        said_final = ModelReplies(("FINAL: done",), "a", protocol.DEFAULT_BUDGET, 1)
+        assert verify(forged, final_source, _task_tests(task), LIMITS, replies=said_final).reward == 1.0
+        got = finalize()
+        assert got.reward == 0.0 and got.metrics["tampered"] == 1.0 and got.final_outcome == "PASS"
+        assert got.tamper == [("the trace says the episode ended with FINAL; the interception's record of the "
+                               "model replies ends with protocol error (reply 4): CALL arguments are not valid "
+                               "JSON: Expecting value at column 51")], got.tamper
+        assert got.reason == "tampered: " + got.tamper[0]
+    finally:
+        if pidfile.exists():
+            with contextlib.suppress(ProcessLookupError, ValueError):
+                os.kill(int(pidfile.read_text()), signal.SIGKILL)
 
 
 # ---------------------------------------------------------------- the harness, in process

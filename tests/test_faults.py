@@ -10,9 +10,11 @@
 """
 
 import asyncio
+import contextlib
 import json
 import os
 import secrets
+import signal
 import subprocess
 import sys
 import threading
@@ -27,7 +29,7 @@ from glyph.agent.protocol import Call
 from glyph.envs.mbpp import test_service as service_module
 from glyph.envs.mbpp.finalize import TaskTests, verify
 from glyph.envs.mbpp.harness import (GlyphHarness, GlyphHarnessConfig, limits_for, limits_from_record,
-    limits_record)
+    limits_record, program_config)
 from glyph.envs.mbpp.taskset import GlyphData
 from glyph.localhttp import JsonHandler, LocalServer
 from glyph.policies.policies import Step
@@ -167,25 +169,28 @@ def test_the_shipped_grader_falls_back_to_bare_only_when_the_harness_chose_it(tm
 
 
 class ScriptedEndpoint:
-    """An OpenAI-compatible endpoint that plays one task's fixed turns: write
-    ``source``, python_test, FINAL (the task found from the prompt)."""
+    """An OpenAI-compatible endpoint that plays one task's fixed turns (the
+    task found from the prompt): ``turns(task)``, by default write
+    ``make_source(task)``, python_test, FINAL."""
 
-    def __init__(self, tasks: dict, make_source) -> None:
+    def __init__(self, tasks: dict, make_source=None, turns=None) -> None:
         from glyph.policies.policies import Planner
         planner = Planner(tasks)
+
+        def default(task) -> list[str]:
+            patch = {"path": protocol.SOLUTION_FILE, "find": protocol.PLACEHOLDER, "replace": make_source(task)}
+            return [Step(Call("1", "apply_patch", patch)).text(), Step(Call("2", "python_test", {})).text(),
+                    Step(None).text()]
 
         class Handler(JsonHandler):
             def do_POST(self) -> None:  # noqa: N802
                 body = self.read_json(64 << 20)
-                task = planner.task_of(body["messages"])
+                plan = (turns or default)(planner.task_of(body["messages"]))
                 turn = sum(m["role"] == "assistant" for m in body["messages"])
-                patch = {"path": protocol.SOLUTION_FILE, "find": protocol.PLACEHOLDER, "replace": make_source(task)}
-                steps = [Step(Call("1", "apply_patch", patch)),
-                         Step(Call("2", "python_test", {})), Step(None)]
                 self.send_json(200, {"id": f"scripted-{turn}", "object": "chat.completion", "created": 0,
                                      "model": body["model"],
                                      "choices": [{"index": 0, "finish_reason": "stop", "message": {
-                                         "role": "assistant", "content": steps[min(turn, 2)].text()}}],
+                                         "role": "assistant", "content": plan[min(turn, len(plan) - 1)]}}],
                                      "usage": {"prompt_tokens": 0, "completion_tokens": 1, "total_tokens": 1}})
 
         self.httpd = LocalServer(Handler)
@@ -286,10 +291,11 @@ def test_the_program_retries_a_dropped_answer_and_it_is_graded_once(tmp_path, ro
     # a log that repeats an entry under one request id (a retry) is not tampering; a second request is
     final, limits = (tmp_path / "solution.py").read_bytes().decode(), rollouts.harness.limits()
     tests = TaskTests(task.test_setup_code, tuple(task.test_list), tuple(task.test_list))
-    doubled = verify(trace, final, tests, limits, record["log"] * 2)
+    ended = {"service_end": record["end"], "replies": played.replies}
+    doubled = verify(trace, final, tests, limits, record["log"] * 2, **ended)
     assert doubled.reward == 1.0 and doubled.metrics["tampered"] == 0.0
     other = dict(record["log"][0], request="2:visible:x")
-    assert verify(trace, final, tests, limits, record["log"] + [other]).metrics["tampered"] == 1.0
+    assert verify(trace, final, tests, limits, record["log"] + [other], **ended).metrics["tampered"] == 1.0
 
 
 @pytest.mark.verifiers_free
@@ -345,6 +351,74 @@ def test_a_service_fault_ends_the_program_with_its_fault_exit(tmp_path, rollouts
                               "the test service failed to grade: OSError: no space left")
     assert program.exit_status(trace) == program.TESTER_FAILED
     assert len(record["faults"]) == program.RETRIES and record["log"] == []
+
+
+@pytest.mark.verifiers_free
+def test_the_service_keeps_one_end_per_rollout(service):
+    """The program's report of how the episode ended: kept once (a retried
+    POST is answered again), a different one refused; what release returns."""
+    secret, silent = secrets.token_hex(8), secrets.token_hex(8)
+    for s in (secret, silent):
+        service.register(s, "", ["assert True"], limits_for(3))
+    end = {"secret": secret, "end": "final", "turns": 3}
+    assert _post(service.end_url, end) == (200, {"end": "final"})
+    assert _post(service.end_url, end) == (200, {"end": "final"})  # a retried POST
+    assert _post(service.end_url, dict(end, end="protocol_error"))[0] == 409
+    assert _post(service.end_url, dict(end, secret="nobody"))[0] == 403
+    assert _post(service.end_url, dict(end, turns="3"))[0] == 403
+    assert _post(service.end_url, {"secret": secret})[0] == 403
+    assert service.release(secret)["end"] == {"end": "final", "turns": 3}
+    assert service.release(silent)["end"] is None  # never reported: finalize reads no FINAL
+
+
+@pytest.mark.verifiers_free
+@pytest.mark.parametrize("answer", [200, 500])
+def test_the_program_reports_its_end_before_it_saves_it(tmp_path, policy_server, mbpp_tasks, answer):
+    """The shipped program, run as the harness runs it, tells the test
+    service how the episode ended before it saves the trace with that end:
+    a saved end was reported first. A report the service does not take is
+    the program's tester fault (exit 98, its reason on stderr), the trace
+    still saved."""
+    task = mbpp_tasks["mbpp_11"]
+    ws = tmp_path / "ws"
+    (ws / ".glyph").mkdir(parents=True)
+    (ws / protocol.SOLUTION_FILE).write_text(protocol.PLACEHOLDER)
+    reports = []
+
+    class Service(JsonHandler):
+        def do_POST(self) -> None:  # noqa: N802
+            body = self.read_json(64 << 20)
+            if self.path == "/test":
+                return self.send_json(200, {"outcome": "PASS"})
+            saved = ws / program.TRACE
+            reports.append((body, json.loads(saved.read_text())["end"] if saved.exists() else "no trace"))
+            self.send_json(answer, {"end": body["end"]} if answer == 200 else {"error": "down"})
+
+    fake = LocalServer(Service)
+    fake.start("fake-service")
+    url = f"http://127.0.0.1:{fake.port}"
+    cfg = program_config(GlyphHarnessConfig(tool_timeout=3), "a", task.text, task.test_list,
+                         {"kind": "service", "url": url + "/test", "end_url": url + "/end"},
+                         {"base_url": policy_server.base_url, "model": "oracle"})
+    (ws / program.CONFIG).write_text(json.dumps(cfg))
+    prog = shipped_copy(tmp_path / "prog")
+    try:
+        proc = subprocess.run([sys.executable, "-I", "-S", f"{prog}/glyph/agent/program.py"], cwd=ws,
+                              env={"PATH": os.environ["PATH"], "GLYPH_ROLLOUT_SECRET": "s3"},
+                              capture_output=True, text=True, timeout=120)
+    finally:
+        fake.close()
+    trace = json.loads((ws / program.TRACE).read_text())
+    assert trace["end"] == "final" and trace["turns"] == 4
+    body, on_disk = reports[0]
+    assert body == {"secret": "s3", "end": "final", "turns": 4} and on_disk is None  # saved mid-episode only
+    if answer == 200:
+        assert proc.returncode == 0 and len(reports) == 1 and "report_error" not in trace, proc.stderr
+    else:
+        assert proc.returncode == program.TESTER_FAILED and len(reports) == program.RETRIES
+        assert proc.stderr.strip().splitlines()[-1] == ("tester_error: could not report the end (final): the test "
+                                                         "service answered HTTP 500: down")
+        assert trace["report_error"] == "the test service answered HTTP 500: down"
 
 
 # ---------------------------------------------------------------- the harness's fault exits
@@ -488,6 +562,70 @@ def test_vf_eval_a_container_endpoint_fault_is_errored_when_the_interception_con
         assert "endpoint_error" in r["reason"], r["reason"]
 
 
+@pytest.mark.parametrize("forge", [False, True], ids=["honest", "forged"])
+def test_vf_eval_on_a_container_final_is_read_from_the_interceptions_record(
+        tmp_path, mbpp_tasks, mbpp_path, forge):
+    """The real verifiers (its interception server records the model's
+    replies: ``glyph.vfcompat``, 8.), glyph's harness on its container branch
+    (the runtime check flipped in the eval process) with python_test graded
+    bare, as where no isolating mode starts. Honest: patch, test, FINAL:
+    rewarded. Forged: the patch is a correct solution that escapes
+    python_test (``glyph.testing.forge``), tested twice, then a malformed
+    CALL; its daemon rewrites the trace to end with FINAL after the program
+    exits (finalize waits for it here): 0, tampered, the reason naming the
+    interception's record of the model replies."""
+    from glyph.demo import read_rollouts, vf_eval_command
+    from glyph.testing.forge import forging_solution
+    from glyph.vfcompat import in_process_args
+    pidfile, done = tmp_path / "daemon.pid", tmp_path / "daemon.done"
+    malformed = 'CALL {"id": "4", "tool": "read_file", "args": {"path": solution.py}}'
+
+    def turns(task) -> list[str]:
+        source = forging_solution(task.code, str(pidfile), str(done)) if forge else task.code
+        patch = Call("1", "apply_patch", {"path": protocol.SOLUTION_FILE, "find": protocol.PLACEHOLDER,
+                                          "replace": source})
+        tests = [Step(Call(str(i), "python_test", {})).text() for i in (2, 3)]
+        return [Step(patch).text(), *tests, malformed] if forge else [Step(patch).text(), tests[0], "FINAL: done"]
+
+    endpoint = ScriptedEndpoint(mbpp_tasks, turns=turns)
+    cmd = vf_eval_command(endpoint.base_url, "scripted", "a", 1, tmp_path / "out", mbpp_path, in_process_args())
+    assert cmd[1] == "-c"
+    cmd[2] = f"""import asyncio, os, time
+import glyph.envs.mbpp.harness as h, glyph.envs.mbpp.taskset as ts
+h._subprocess_runtime = lambda: type(None)
+h.LOCAL_SANDBOX = "bare"
+_finalize = ts.GlyphTask.finalize
+async def _after_the_daemon(self, trace, runtime):
+    end = time.monotonic() + 60
+    while {forge!r} and not os.path.exists({str(done)!r}) and time.monotonic() < end:
+        await asyncio.sleep(0.05)
+    return await _finalize(self, trace, runtime)
+ts.GlyphTask.finalize = _after_the_daemon
+""" + cmd[2]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True,
+                              env=dict(os.environ, PRIME_RUNS_MODE="disabled"), timeout=300)
+    finally:
+        endpoint.httpd.close()
+        if pidfile.exists():
+            with contextlib.suppress(ProcessLookupError, ValueError):
+                os.kill(int(pidfile.read_text()), signal.SIGKILL)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    [r] = read_rollouts(tmp_path / "out")
+    [t] = _traces(tmp_path / "out")
+    g = t["info"]["glyph"]
+    assert r["ok"] and g["final_outcome"] == "PASS", r
+    assert t["info"]["glyph_interception"] == {"calls": 4 if forge else 3, "stop_condition": None}
+    if not forge:
+        assert r["reward"] == 1.0 and g["tamper"] == [], g["reason"]
+        return
+    assert done.exists(), "the daemon did not rewrite the trace"
+    assert r["reward"] == 0.0 and r["metrics"]["tampered"] == 1.0
+    assert g["tamper"] == [("the trace says the episode ended with FINAL; the interception's record of the model "
+                            "replies ends with protocol error (reply 4): CALL arguments are not valid JSON: "
+                            "Expecting value at column 51")], g
+
+
 # ---------------------------------------------------------------- disagreements are a metric
 
 
@@ -529,6 +667,6 @@ def test_a_claim_an_honest_regrade_reproduces_is_a_disagreement_not_a_tamper(mon
     log = [{"request": f"{i}:visible:x", "sha256": t["sha256"], "outcome": t["outcome"], "shadow": False}
            for i, t in enumerate(trace["tests"])]
     trace["candidates"][0]["verified_label"] = "TIMEOUT"
-    info = verify(trace, None, tests, limits_for(1), log)
+    info = verify(trace, None, tests, limits_for(1), log, service_end={"end": "final", "turns": 3})
     assert info.metrics["tampered"] == 0.0 and info.metrics["grade_disagreements"] == 1.0
     assert info.visible_gradings == 0

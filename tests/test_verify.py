@@ -3,16 +3,18 @@ the untrusted trace, then each check, the hidden grading, the metrics and
 the reason, on a tiny task graded by glyph's real sandbox."""
 
 import copy
+import functools
 import json
 
 import msgspec
 import pytest
 
-from glyph.agent.protocol import PLACEHOLDER
+from glyph.agent.program import REPLY_CAP
+from glyph.agent.protocol import PLACEHOLDER, Call
 from glyph.agent.tools import sha256
-from glyph.envs.mbpp.finalize import (REGRADES, Logged, MalformedTrace, Regrader, TaskTests, Trace,
-    check_final_source, check_log, compute_metrics, grade_hidden, known_sources, logged_entries, parse_trace,
-    reason, verify, verify_candidates, verify_tests)
+from glyph.envs.mbpp.finalize import (REGRADES, Account, Logged, MalformedTrace, ModelReplies, Regrader, TaskTests,
+    Trace, check_end, check_final_source, check_log, compute_metrics, grade_hidden, known_sources, logged_entries,
+    parse_trace, reason, replies_account, service_account, verify, verify_candidates, verify_tests)
 from glyph.outcomes import Outcome
 from glyph.record import VerifiedCandidate, encode
 from glyph.sandbox import Limits
@@ -31,18 +33,25 @@ def episode(*steps: tuple, end: str | None = "final") -> tuple[dict, list[dict]]
     """The trace and service log an honest program leaves: each step
     ``(source, outcome)`` patches solution.py, then tests it; a step
     ``(source, outcome, (sampled, decision))`` predicts first (Arm B), and a
-    REVISE shadow-tests it instead of a visible test."""
-    trace = {"arm": "b", "candidates": [], "tests": [], "calls": [], "end": end,
+    REVISE shadow-tests it instead of a visible test. The trace's messages
+    hold the model replies that play it (``records``)."""
+    arm = "b" if any(pred for _, _, *pred in steps) else "a"
+    trace = {"arm": arm, "candidates": [], "tests": [], "calls": [], "end": end,
              "error": None if end in ("final", None) else "it failed", "final": end == "final",
              "budget_left": 3, "turns": 5, "messages": [{"role": "system", "content": "s"}]}
-    log, n = [], 0
+    log, n, replies, current, pending = [], 0, [], PLACEHOLDER, ""
     for source, outcome, *pred in steps:
         n += 1
         cand = {"index": len(trace["candidates"]), "call": str(n), "source": source, "sha256": sha256(source)}
         trace["candidates"].append(cand)
         trace["calls"].append({"id": str(n), "tool": "apply_patch", "status": "ok"})
+        replies.append(pending + Call(str(n), "apply_patch",
+                                      {"path": "solution.py", "find": current, "replace": source}).line())
+        current, pending = source, ""
+        sampled, decision = pred[0] if pred else (outcome, "KEEP")
+        if arm == "b":
+            pending = f"<PREDICTION>{sampled}</PREDICTION>\n<DECISION>{decision}</DECISION>\n"
         if pred:
-            sampled, decision = pred[0]
             cand.update(sampled_label=sampled, decision=decision, prediction_turn=f"PREDICT: {sampled}",
                         prediction_call=str(n + 1), context=[{"role": "user", "content": f"RESULT {n}"}])
             if decision == "REVISE":
@@ -55,9 +64,25 @@ def episode(*steps: tuple, end: str | None = "final") -> tuple[dict, list[dict]]
         cand.setdefault("verified_label", outcome)
         cand.setdefault("shadow", False)
         trace["calls"].append({"id": str(n), "tool": "python_test", "status": outcome})
+        replies.append(pending + Call(str(n), "python_test").line())
+        pending = ""
         log.append({"request": f"{n}:visible:{sha256(source)}", "sha256": sha256(source),
                     "outcome": outcome, "shadow": False})
+    if end == "final":
+        replies.append("FINAL: done")
+    trace["messages"] += [{"role": "assistant", "content": r} for r in replies]
+    trace["turns"] = len(replies)
     return json.loads(json.dumps(trace)), log
+
+
+def records(raw: dict) -> dict:
+    """``verify``'s trusted records of how ``raw``'s episode ended, as an honest
+    run of it leaves them: the program's report to the service and the model
+    replies (its messages, as ``episode`` wrote them; the tests of the records
+    themselves build theirs by hand)."""
+    replies = tuple(m["content"] for m in raw["messages"] if m["role"] == "assistant")
+    return {"service_end": {"end": raw["end"], "turns": len(replies)},
+            "replies": ModelReplies(replies, raw["arm"], 8, 1)}
 
 
 # ---------------------------------------------------------------- the typed parse
@@ -261,6 +286,110 @@ def test_check_final_source():
     assert check_final_source(Trace(), GOOD) == ["solution.py changed after the last recorded patch"]
 
 
+# ---------------------------------------------------------------- how the episode ended
+
+
+def _replies(*replies: str | None, arm: str = "a", budget: int = 8, **kw) -> ModelReplies:
+    return ModelReplies(tuple(replies), arm, budget, 1, **kw)
+
+
+PATCH = Call("1", "apply_patch", {"path": "solution.py", "find": PLACEHOLDER, "replace": GOOD}).line()
+TEST = Call("2", "python_test").line()
+KEEP = f"<PREDICTION>{PASS}</PREDICTION>\n<DECISION>KEEP</DECISION>\n{TEST}"
+
+
+def test_the_interception_record_is_replayed_with_the_protocol_state():
+    assert replies_account(_replies(PATCH, TEST, "FINAL: done")) == Account(
+        "the interception's record of the model replies", True, "ends with FINAL (reply 3)")
+    assert replies_account(_replies(PATCH, KEEP, "FINAL: done", arm="b")).final
+    # Arm B: a FINAL right after a successful patch is a protocol error; after a failed one it ends the episode
+    got = replies_account(_replies(PATCH, "FINAL: done", arm="b"))
+    assert not got.final and got.says == ("ends with protocol error (reply 2): after a successful apply_patch "
+                                          "the turn must predict, decide and CALL")
+    failed = Call("1", "apply_patch", {"path": "solution.py", "find": "nowhere", "replace": GOOD}).line()
+    assert replies_account(_replies(failed, "FINAL: done", arm="b")).final
+    assert replies_account(_replies(PATCH, "FINAL: done", arm="a")).final
+    # the protocol state is replayed: a call id used twice, the budget
+    got = replies_account(_replies(PATCH, PATCH.replace('"2"', '"1"'), "FINAL: done"))
+    assert got.says == "ends the episode by protocol_error at reply 2 of 3, with 1 more after it"
+    got = replies_account(_replies(PATCH, TEST, "FINAL: done", budget=1))
+    assert got.says == "ends the episode by budget_exhausted at reply 2 of 3, with 1 more after it"
+    got = replies_account(_replies(PATCH, TEST, 'CALL {"id": 3'))
+    assert got.says == "ends with protocol error (reply 3): a CALL line must be `CALL {json}` on one line"
+    assert replies_account(_replies(PATCH, TEST)).says == "ends with a python_test CALL (reply 2), " \
+                                                          "which does not end the episode"
+    assert replies_account(_replies("FINAL: done", "FINAL: done")).says == \
+        "ends the episode by final at reply 1 of 2, with 1 more after it"
+    assert replies_account(_replies()).says == "holds no reply"
+    assert replies_account(_replies(PATCH, None)).says == "has reply 2 of 2 with no text"
+    got = replies_account(_replies(PATCH, TEST, "FINAL: done", stopped="max_turns"))
+    assert not got.final and got.says == "ends with verifiers stopping the rollout (max_turns)"
+    # each reply is cut where the program cuts it
+    assert not replies_account(_replies("x" * REPLY_CAP + "\nFINAL: done")).final
+    assert replies_account(_replies("x" * (REPLY_CAP - 20) + "\nFINAL: done")).final
+
+
+def test_the_service_record_is_the_programs_report():
+    assert service_account({"end": "final", "turns": 3}) == Account(
+        "the test service's record", True, "says the program reported final after 3 replies", "final")
+    assert service_account(None) == Account("the test service's record", False,
+                                            "has no report from the program of how the episode ended")
+    with pytest.raises(KeyError):  # the record is trusted: a broken one is glyph's fault
+        service_account({"turns": 3})
+
+
+def test_check_end():
+    final = parse_trace(episode((GOOD, PASS))[0])
+    reported = service_account({"end": "final", "turns": 3})
+    replayed = replies_account(_replies(PATCH, TEST, "FINAL: done"))
+    assert check_end(final, [reported, replayed]) == (True, [])
+    assert check_end(final, []) == (False, [])  # no trusted record: not FINAL, and nothing to call forged
+    error = service_account({"end": "protocol_error", "turns": 3})
+    assert check_end(final, [error, replayed]) == (False, [
+        ("the trace says the episode ended with FINAL; the test service's record says the program reported "
+         "protocol_error after 3 replies")])
+    assert check_end(final, [reported, replies_account(_replies(PATCH, TEST, "CALL {"))]) == (False, [
+        ("the trace says the episode ended with FINAL; the interception's record of the model replies ends with "
+         "protocol error (reply 3): a CALL line must be `CALL {json}` on one line")])
+    budget = msgspec.structs.replace(final, end="budget_exhausted", final=False)
+    assert check_end(budget, [error]) == (False, [
+        ("the trace says the episode ended by budget_exhausted; the test service's record says the program "
+         "reported protocol_error after 3 replies")])
+    assert check_end(budget, [replayed]) == (False, [])  # the replay names no end but FINAL to compare
+    killed = msgspec.structs.replace(final, end=None, final=False)  # reported, then killed before the save
+    assert check_end(killed, [reported]) == (False, [])
+    assert check_end(final, [service_account(None)])[1] == [
+        ("the trace says the episode ended with FINAL; the test service's record has no report from the program "
+         "of how the episode ended")]
+
+
+def test_verify_takes_final_from_the_trusted_records_only():
+    raw, log = episode((WRONG, FAIL), (GOOD, PASS))
+    honest = records(raw)
+    assert verify(raw, GOOD, TESTS, LIMITS, log, **honest).reward == 1.0
+    assert verify(raw, GOOD, TESTS, LIMITS, replies=honest["replies"]).reward == 1.0  # a container: no service
+    alone = verify(raw, GOOD, TESTS, LIMITS)  # the trace alone: never FINAL
+    assert alone.reward == 0.0 and alone.tamper == [] and "no trusted record" in alone.reason
+    # the program reported a protocol error, or never reported: the trace's FINAL is a forgery
+    for service_end in ({"end": "protocol_error", "turns": 4}, None):
+        got = verify(raw, GOOD, TESTS, LIMITS, log, service_end=service_end, replies=honest["replies"])
+        assert got.reward == 0.0 and got.metrics["tampered"] == 1.0
+        assert got.reason.startswith("tampered: the trace says the episode ended with FINAL; the test service's "
+                                     "record "), got.reason
+    # the model's last recorded reply is a protocol error
+    replies = ModelReplies(honest["replies"].replies[:-1] + ("CALL nope",), "a", 8, 1)
+    got = verify(raw, GOOD, TESTS, LIMITS, replies=replies)
+    assert got.reward == 0.0 and got.tamper == [
+        ("the trace says the episode ended with FINAL; the interception's record of the model replies ends with "
+         "protocol error (reply 5): a CALL line must be `CALL {json}` on one line")]
+    # an honest protocol error: 0, nothing forged
+    raw, log = episode((WRONG, FAIL), (GOOD, PASS), end="protocol_error")
+    replies = ModelReplies(tuple(m["content"] for m in raw["messages"] if m["role"] == "assistant") + ("CALL x",),
+                           "a", 8, 1)
+    got = verify(raw, GOOD, TESTS, LIMITS, log, service_end={"end": "protocol_error", "turns": 5}, replies=replies)
+    assert got.reward == 0.0 and got.tamper == [] and got.reason == "ended by protocol_error: it failed"
+
+
 # ---------------------------------------------------------------- hidden suites, metrics, reason
 
 
@@ -284,7 +413,7 @@ def test_compute_metrics():
     t = parse_trace(episode((WRONG, FAIL), (GOOD, PASS))[0])
     cands = [_v(FAIL, PASS, "KEEP"), _v(FAIL, FAIL, "REVISE"), _v(PASS, PASS, "REVISE"), _v(PASS)]
     passed = {"base": (PASS, ""), "plus": None}
-    m = compute_metrics(t, cands, [FAIL, PASS], [], passed, TESTS, disagreements=2)
+    m = compute_metrics(t, cands, [FAIL, PASS], [], passed, TESTS, disagreements=2, final=True)
     assert set(m) == set(verify(None, None, TESTS, LIMITS).metrics)  # no plus_passed without plus tests
     assert m["passed"] == m["base_passed"] == m["recovered_after_executed_failure"] == 1.0
     assert (m["predictions"], m["prediction_accuracy"], m["revise_count"]) == (3.0, 2 / 3, 2.0)
@@ -292,37 +421,40 @@ def test_compute_metrics():
     assert (m["first_patch_correct"], m["had_executed_failure"], m["grade_disagreements"]) == (0.0, 1.0, 2.0)
     assert (m["visible_test_calls"], m["visible_tool_calls"], m["tampered"]) == (2.0, 4.0, 0.0)
     # each condition of the reward on its own
-    assert compute_metrics(t, cands, [FAIL, PASS], ["forged"], passed, TESTS, 0)["passed"] == 0.0
-    assert compute_metrics(t, cands, [FAIL], [], passed, TESTS, 0)["passed"] == 0.0
+    assert compute_metrics(t, cands, [FAIL, PASS], ["forged"], passed, TESTS, 0, final=True)["passed"] == 0.0
+    assert compute_metrics(t, cands, [FAIL], [], passed, TESTS, 0, final=True)["passed"] == 0.0
     unfinished = msgspec.structs.replace(t, end="budget_exhausted", final=False)
-    m = compute_metrics(unfinished, cands, [PASS], [], passed, TESTS, 0)
+    m = compute_metrics(unfinished, cands, [PASS], [], passed, TESTS, 0, final=False)
     assert m["passed"] == 0.0 and m["budget_exhausted"] == 1.0
-    claims_final = msgspec.structs.replace(t, end="protocol_error", final=True)  # both must say FINAL
-    assert compute_metrics(claims_final, cands, [PASS], [], passed, TESTS, 0)["passed"] == 0.0
+    # FINAL is check_end's decision, never the trace's own claim
+    assert compute_metrics(t, cands, [PASS], [], passed, TESTS, 0, final=False)["passed"] == 0.0
     plus_failed = {"base": (PASS, ""), "plus": (FAIL, "")}
-    m = compute_metrics(t, cands, [PASS], [], plus_failed, PLUS, 0)
+    m = compute_metrics(t, cands, [PASS], [], plus_failed, PLUS, 0, final=True)
     assert (m["passed"], m["base_passed"], m["plus_passed"]) == (1.0, 1.0, 0.0)
     as_reward = TaskTests(PLUS.setup, PLUS.visible, PLUS.hidden, PLUS.plus, "plus")
-    m = compute_metrics(t, cands, [PASS], [], plus_failed, as_reward, 0)
+    m = compute_metrics(t, cands, [PASS], [], plus_failed, as_reward, 0, final=True)
     assert (m["passed"], m["base_passed"], m["plus_passed"]) == (0.0, 1.0, 0.0)
 
 
 def test_reason():
     t = parse_trace(episode((GOOD, PASS))[0])
+    why = functools.partial(reason, final=True)  # what check_end decides for this trace
     ok, hidden_fail = {"base": (PASS, ""), "plus": None}, {"base": (FAIL, "assert"), "plus": None}
-    assert reason(t, GOOD, [PASS], [], ok, TESTS) == "passed"
-    assert reason(t, None, [PASS], [], ok, TESTS) == "solution.py is missing"
-    assert reason(t, GOOD, [PASS], ["a", "b", "c", "d"], ok, TESTS) == "tampered: a; b; c"
+    assert why(t, GOOD, [PASS], [], ok, TESTS) == "passed"
+    assert why(t, None, [PASS], [], ok, TESTS) == "solution.py is missing"
+    assert why(t, GOOD, [PASS], ["a", "b", "c", "d"], ok, TESTS) == "tampered: a; b; c"
     unfinished = "the program did not finish (killed, or the rollout timed out)"
-    assert reason(Trace(), GOOD, [], [], ok, TESTS) == unfinished
+    assert reason(Trace(), GOOD, [], [], ok, TESTS, final=False) == unfinished
     ended = msgspec.structs.replace(t, end="protocol_error", error="not valid JSON", final=False)
-    assert reason(ended, GOOD, [PASS], [], ok, TESTS) == "ended by protocol_error: not valid JSON"
-    assert reason(t, GOOD, [FAIL], [], ok, TESTS) == "no visible test passed"
+    assert reason(ended, GOOD, [PASS], [], ok, TESTS, final=False) == "ended by protocol_error: not valid JSON"
+    assert why(t, GOOD, [FAIL], [], ok, TESTS) == "no visible test passed"
     hidden = f"the final solution gets {FAIL} on the hidden tests"
-    assert reason(t, GOOD, [PASS], [], hidden_fail, TESTS) == hidden
+    assert why(t, GOOD, [PASS], [], hidden_fail, TESTS) == hidden
     as_reward = TaskTests(PLUS.setup, PLUS.visible, PLUS.hidden, PLUS.plus, "plus")
-    got = reason(t, GOOD, [PASS], [], {"base": (PASS, ""), "plus": (FAIL, "")}, as_reward)
+    got = why(t, GOOD, [PASS], [], {"base": (PASS, ""), "plus": (FAIL, "")}, as_reward)
     assert got == f"the final solution gets {FAIL} on the hidden tests (with the plus tests)"
+    no_record = "the trace says the episode ended with FINAL, but no trusted record of its end was given"
+    assert reason(t, GOOD, [PASS], [], ok, TESTS, final=False) == no_record
 
 
 # ---------------------------------------------------------------- the entry, end to end
@@ -331,7 +463,7 @@ def test_reason():
 def test_verify_an_honest_recovery_with_and_without_the_log():
     raw, log = episode((WRONG, FAIL, (PASS, "KEEP")), (GOOD, PASS, (PASS, "KEEP")))
     for service_log, gradings in ((log, 0), (None, 2)):
-        info = verify(copy.deepcopy(raw), GOOD, TESTS, LIMITS, service_log, {"exit": 0})
+        info = verify(copy.deepcopy(raw), GOOD, TESTS, LIMITS, service_log, {"exit": 0}, **records(raw))
         assert info.reward == 1.0 and info.reason == "passed" and info.tamper == []
         assert info.visible_gradings == gradings and info.program == {"exit": 0}
         assert (info.final_outcome, info.base_outcome, info.plus_outcome) == (PASS, PASS, None)
@@ -347,18 +479,18 @@ def test_verify_an_honest_recovery_with_and_without_the_log():
 
 def test_verify_a_plus_task_and_a_visible_only_solution():
     raw, log = episode((BASE_ONLY, PASS))
-    info = verify(raw, BASE_ONLY, PLUS, LIMITS, log)
+    info = verify(raw, BASE_ONLY, PLUS, LIMITS, log, **records(raw))
     assert info.reward == 1.0 and (info.base_outcome, info.plus_outcome) == (PASS, FAIL)
     assert info.metrics["plus_passed"] == 0.0 and info.plus_detail is not None
     raw, log = episode((VISIBLE_ONLY, PASS))
-    info = verify(raw, VISIBLE_ONLY, TESTS, LIMITS, log)
+    info = verify(raw, VISIBLE_ONLY, TESTS, LIMITS, log, **records(raw))
     assert info.reward == 0.0 and info.reason == f"the final solution gets {FAIL} on the hidden tests"
 
 
 def test_verify_reports_every_forgery_in_one_trace():
     raw, log = episode((WRONG, FAIL), (GOOD, PASS))
     raw["tests"][0]["outcome"] = PASS
-    info = verify(raw, GOOD + "\n", TESTS, LIMITS, log)
+    info = verify(raw, GOOD + "\n", TESTS, LIMITS, log, **records(raw))
     assert info.tamper == ["the trace's tests differ from what the test service graded",
                               f"test 2: recorded {PASS}, re-grade {FAIL}",
                               "solution.py changed after the last recorded patch"]

@@ -14,10 +14,21 @@ chose). Both grade under the harness's ``limits``. Every candidate and Arm
 B's predictions are recorded in ``TRACE``, which is untrusted: finalize
 checks every claim in it.
 
+How the episode ended is also told to the trusted side where there is one:
+with the service tester, ``run`` posts ``{"secret", "end", "turns"}`` to the
+test service's ``end_url`` when the episode ends, before the trace is saved
+with its end, so a trace that names an end was reported first
+(``glyph.envs.mbpp.finalize`` takes the end from the service's record, not
+from the trace). A model call that is retried is marked as a retry
+(``x-stainless-retry-count``), so verifiers' interception server serves the
+turn it already committed instead of sampling a second one, and its record
+of the model's replies holds one reply per turn the program applied.
+
 Exit status: 0 when the episode ended on the model's account (FINAL, a
 protocol error, the budget); ``ENDPOINT_FAILED`` (97) when the model endpoint
-failed for good; ``TESTER_FAILED`` (98) when the tester failed; each fault
-also as one line on stderr, after the trace is saved.
+failed for good; ``TESTER_FAILED`` (98) when the tester failed, or the end
+could not be reported to the test service; each fault also as one line on
+stderr, after the trace is saved.
 """
 
 from __future__ import annotations
@@ -64,7 +75,7 @@ def chat(endpoint: dict, messages: list[dict], timeout: float, secret: str) -> s
     url = endpoint["base_url"].rstrip("/") + "/chat/completions"
     req = urllib.request.Request(url, json.dumps(body).encode(), headers)
     try:
-        data = json.loads(_post(req, timeout, 16 << 20))
+        data = json.loads(_post(req, timeout, 16 << 20, mark_retries=True))
     except urllib.error.HTTPError as exc:
         raise EndpointError(f"endpoint answered HTTP {exc.code}") from None
     except TRANSIENT as exc:
@@ -80,12 +91,21 @@ def chat(endpoint: dict, messages: list[dict], timeout: float, secret: str) -> s
     return content
 
 
-def _post(req: urllib.request.Request, timeout: float, cap: int) -> bytes:
+RETRY_HEADER = "x-stainless-retry-count"
+"""What marks a retried chat completion for verifiers' interception server
+(``glyph.vfcompat``, 8.): it answers a marked retry of a turn it committed
+with that turn, so a retry never records a second reply."""
+
+
+def _post(req: urllib.request.Request, timeout: float, cap: int, mark_retries: bool = False) -> bytes:
     """POST with a few retries on transient failures (a dropped connection,
     429, any 5xx: verifiers' interception server relays the provider's status
     for this, ``glyph.vfcompat``, 3.); a timeout or any other HTTP error is final. Only idempotent requests come
-    here: a chat completion, and a test call named by its ``request`` id."""
+    here: a chat completion (``mark_retries``: each retry carries ``RETRY_HEADER``),
+    a test call named by its ``request`` id, the episode's end report."""
     for attempt in range(RETRIES):
+        if mark_retries and attempt:
+            req.add_header(RETRY_HEADER, str(attempt))
         try:
             with urllib.request.urlopen(req, timeout=timeout) as resp:
                 return resp.read(cap)
@@ -238,7 +258,26 @@ def run(cfg: dict, secret: str, save=None) -> dict:
         _loop(cfg, secret, trace, save or (lambda t: None))
     except Exception:  # deliberate: the trace must still be written, with the fault
         trace["end"], trace["error"] = "program_error", traceback.format_exc()[-4000:]
+    report_end(cfg, secret, trace)
     return trace
+
+
+def report_end(cfg: dict, secret: str, trace: dict) -> None:
+    """Tell the test service how the episode ended (the service tester only:
+    elsewhere there is no trusted side to tell). Never raises: a report that
+    did not arrive is recorded as ``report_error`` (the program then exits
+    ``TESTER_FAILED``: the trusted side has no record of the end)."""
+    spec = cfg.get("tester") or {}
+    if spec.get("kind") != "service":
+        return
+    try:
+        body = json.dumps({"secret": secret, "end": trace["end"], "turns": trace["turns"]}).encode()
+        req = urllib.request.Request(spec["end_url"], body, {"Content-Type": "application/json"})
+        _post(req, 30, 1 << 16)
+    except urllib.error.HTTPError as exc:
+        trace["report_error"] = f"the test service answered HTTP {exc.code}: {_error_body(exc)}"
+    except Exception as exc:  # deliberate: any failure is recorded, and the exit says so
+        trace["report_error"] = f"the test service did not take the report: {type(exc).__name__}: {exc}"[:2000]
 
 
 class Episode:
@@ -367,8 +406,13 @@ def main() -> int:
 
 def exit_status(trace: dict) -> int:
     """0, or the fault exit for a trace that ended on an endpoint or tester
-    fault (with its one-line reason on stderr)."""
+    fault, or whose end the test service did not take (with its one-line
+    reason on stderr)."""
     code = {"endpoint_error": ENDPOINT_FAILED, "tester_error": TESTER_FAILED}.get(trace.get("end"))
+    if code is None and trace.get("report_error"):
+        print(f"tester_error: could not report the end ({trace.get('end')}): {trace['report_error']}",
+              file=sys.stderr)
+        return TESTER_FAILED
     if code is None:
         return 0
     print(f"{trace['end']}: {trace.get('error')}", file=sys.stderr)

@@ -18,8 +18,9 @@ For the conventions tasks (glyph-conventions): ``conv-fixed``,
 
 Fault injection, for tests: ``fault-malformed`` (bad CALL JSON),
 ``fault-duplicate`` (a reused call id), ``fault-huge`` (a 1 MB reply),
-``fault-budget`` (reads until the budget runs out), ``fault-500`` and
-``fault-hang`` (the server answers 500, or not at all).
+``fault-budget`` (reads until the budget runs out), ``fault-unfinished``
+(the oracle's fix and passing test, then bad CALL JSON where FINAL belongs),
+``fault-500`` and ``fault-hang`` (the server answers 500, or not at all).
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ from glyph.data.mbpp import MbppTask
 from glyph.policies.conventions import CONV_POLICIES
 
 POLICIES = ("oracle", "recover", "revise", "hack", "mix")
-FAULTS = ("fault-malformed", "fault-duplicate", "fault-huge", "fault-budget", "fault-500", "fault-hang")
+FAULTS = ("fault-malformed", "fault-duplicate", "fault-huge", "fault-budget", "fault-unfinished", "fault-500",
+          "fault-hang")
 HACKS = ("always_equal", "str_subclass", "exit_zero", "trace_rewrite", "patch_trace", "untested_final")
 
 
@@ -121,6 +123,9 @@ class Planner:
         keep = {"prediction": "PASS", "decision": "KEEP"} if arm == "b" else {}
         read = Step(call("read_file", path=path), thought="Let me look at the file.")
         test = lambda: Step(call("python_test"), **keep)  # noqa: E731
+        if policy == "fault-unfinished":  # the last step is replaced by malformed text in reply()
+            return [read, Step(call("apply_patch", path=path, find=protocol.PLACEHOLDER, replace=task.code)),
+                    test(), Step(Call("x", "read_file", {}))]
         if policy.startswith("fault-"):
             return self._fault(policy, call, read)
         if policy == "hack":
@@ -165,7 +170,7 @@ class Planner:
         task = self.task_of(messages)
         turn = sum(1 for m in messages if m.get("role") == "assistant")
         steps = self.plan(policy, task, arm)
-        if policy == "fault-malformed" and turn == 1:
+        if (policy, turn) in (("fault-malformed", 1), ("fault-unfinished", 3)):
             return 'CALL {"id": "2", "tool": "read_file", "args": {"path": solution.py}}'
         if turn >= len(steps):
             return "FINAL: nothing left to do."

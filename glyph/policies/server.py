@@ -61,14 +61,18 @@ class PolicyServer:
     def __init__(self, tasks: dict[str, MbppTask], policy: str | None = None, port: int = 0,
                  seed: int = 0, tokenizer: object | str | None = None,
                  conventions: Iterable[ConventionTask] | None = None,
-                 record: bool = False) -> None:
+                 record: bool = False, record_replies: bool = False) -> None:
         """``conventions``: the conventions tasks the ``conv-*`` policies know (default:
-        glyph's own); ``record``: keep every request's messages in ``received`` (tests)."""
+        glyph's own); ``record``: keep every request's messages in ``received`` (tests);
+        ``record_replies``: keep every chat reply under the request's bearer token, as
+        verifiers' interception server records a rollout's replies (``take_replies``)."""
         if policy is not None and not known(policy):
             raise ValueError(f"unknown policy {policy!r}")
         self.planner = Planner(tasks, seed)
         self.conventions = ConventionsPolicy(conventions)
         self.received: list[list[dict]] | None = [] if record else None
+        self.replies: dict[str, list[str]] | None = {} if record_replies else None
+        self._replies_lock = threading.Lock()
         self.policy = policy
         self.requests = 0
         self._tokenizer = tokenizer
@@ -105,6 +109,9 @@ class PolicyServer:
                 if tokens:
                     return self.send_json(200, server.generate(content, body.get("sampling_params") or {},
                                                                len(body["token_ids"])))
+                if server.replies is not None:
+                    with server._replies_lock:
+                        server.replies.setdefault(self.headers.get("Authorization", ""), []).append(content)
                 self.send_json(200, {
                     "id": f"glyph-{server.requests}", "object": "chat.completion", "created": int(time.time()),
                     "model": policy,
@@ -142,6 +149,12 @@ class PolicyServer:
                              "logprobs": {"content": [{"token": f"token_id:{t}",
                                                        "logprob": fake_logprob(prompt_len + i, t)}
                                                       for i, t in enumerate(ids)]}}]}
+
+    def take_replies(self, secret: str) -> list[str]:
+        """The chat replies served under ``Bearer <secret>``, in order, forgotten here
+        (``record_replies``)."""
+        with self._replies_lock:
+            return (self.replies or {}).pop(f"Bearer {secret}", [])
 
     @property
     def base_url(self) -> str:

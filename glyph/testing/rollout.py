@@ -3,7 +3,10 @@ the reference policies (``glyph.policies.server.PolicyServer``) as the model
 endpoint, the trusted test service (``glyph.envs.mbpp.test_service``) grading
 ``python_test``, the agent program (``glyph.agent.program.run``) in a fresh
 workspace, and trusted finalize (``glyph.envs.mbpp.finalize.verify``) on what
-it left. No verifiers and no interpreter start: tests and benchmarks that need
+it left, with the trusted records of how the episode ended that the harness
+gives it: the program's report to the service, and the replies the policy
+server served under the rollout's secret (what verifiers' interception server
+records). No verifiers and no interpreter start: tests and benchmarks that need
 an episode use ``Rollouts.play``; ``vf-eval`` runs the same pieces through
 ``GlyphHarness``.
 """
@@ -19,7 +22,7 @@ from typing import Callable
 
 from glyph.agent import program, protocol
 from glyph.data.mbpp import MbppTask
-from glyph.envs.mbpp.finalize import TaskTests, verify
+from glyph.envs.mbpp.finalize import ModelReplies, TaskTests, verify
 from glyph.envs.mbpp.harness import LOCAL_SANDBOX, GlyphHarnessConfig, program_config
 from glyph.envs.mbpp.test_service import SandboxTestService
 from glyph.policies.server import PolicyServer
@@ -35,7 +38,10 @@ class Played:
     record: MbppRecord
     workspace: Path
     service: dict
-    """The test service's record of the rollout (``log``, ``faults``, ``gradings``); empty for the local tester."""
+    """The test service's record of the rollout (``log``, ``faults``, ``gradings``, ``end``); empty for the
+    local tester."""
+    replies: ModelReplies
+    """The model's replies as the endpoint served them, the record finalize replays."""
 
 
 class Rollouts:
@@ -43,7 +49,7 @@ class Rollouts:
 
     def __init__(self, tasks: dict[str, MbppTask], harness: GlyphHarnessConfig | None = None) -> None:
         self.harness = harness or GlyphHarnessConfig(tool_timeout=3, model_timeout=10)
-        self.policies = PolicyServer(tasks).start()
+        self.policies = PolicyServer(tasks, record_replies=True).start()
         self.service = SandboxTestService()
 
     def play(self, task: MbppTask, arm: str, policy: str, workspace: Path, *, tester: str = "service",
@@ -65,7 +71,8 @@ class Rollouts:
             (workspace / name).write_text(text)
         secret = secrets.token_hex(16)
         self.service.register(secret, task.test_setup_code, list(task.test_list), limits)
-        spec = ({"kind": "service", "url": service_url or self.service.url} if tester == "service" else
+        spec = ({"kind": "service", "url": service_url or self.service.url, "end_url": self.service.end_url}
+                if tester == "service" else
                 {"kind": "local", "sandbox": LOCAL_SANDBOX, "setup": task.test_setup_code,
                  "tests": list(task.test_list)})
         cfg = program_config(self.harness, arm, task.text, task.test_list, spec,
@@ -76,13 +83,16 @@ class Rollouts:
                 trace = program.run(cfg, secret, save=save)
         finally:
             released = self.service.release(secret)
+            replies = ModelReplies(tuple(self.policies.take_replies(secret)), cfg["arm"], int(cfg["max_tool_calls"]),
+                                   int(cfg["test_cost"]))
         if forge is not None:
             forge(trace)
         final = (workspace / protocol.SOLUTION_FILE).read_bytes().decode("utf-8", "surrogateescape")
         tests = TaskTests(task.test_setup_code, tuple(task.test_list), tuple(task.test_list))
         log = released["log"] if tester == "service" else None
-        record = verify(json.loads(json.dumps(trace)), final, tests, limits, log)
-        return Played(trace, record, workspace, released if tester == "service" else {})
+        record = verify(json.loads(json.dumps(trace)), final, tests, limits, log, service_end=released["end"],
+                        replies=replies)
+        return Played(trace, record, workspace, released if tester == "service" else {}, replies)
 
     def close(self) -> None:
         self.service.close()

@@ -14,14 +14,39 @@ honest grading reproduces (a run near its limit, a non-deterministic
 solution: ``REGRADES`` more gradings) is accepted and counted in
 ``grade_disagreements``.
 
-Reward 1 only for a terminal ``FINAL:``, a visible test that passed (by its
-trusted outcome) and a final solution that passes the hidden suite the
-reward grades: ``base`` (the task's hidden tests) or ``plus`` (those, then
+Reward 1 only for an episode that ended with ``FINAL:``, a visible test that
+passed (by its trusted outcome) and a final solution that passes the hidden
+suite the reward grades: ``base`` (the task's hidden tests) or ``plus`` (those, then
 its generated plus tests). The other suite is recorded too (``base_passed``,
 and ``plus_passed`` where the task has plus tests) under the same rule. Both
 come from one grading where that is exact: the fast path stops at the first
 failing check, so a failure among the base checks is the base outcome and a
 later one means base passed; otherwise base is graded on its own.
+
+Whether the episode ended with FINAL is the trace's claim, and it counts only
+where every trusted record of the end given to ``verify`` says so too (none
+given: it did not; ``check_end``):
+
+* the test service's record (the local runtime, ``service_end``): the
+  program reports its end to the service before it saves the trace with it;
+  no report (the program killed) is no FINAL, and a trace whose end differs
+  from the report is tampered;
+* the interception's record of the model replies (``ModelReplies``: what
+  verifiers' interception server committed for each model call, on any
+  runtime), replayed through the program's own turn logic
+  (``glyph.agent.program.Episode.turn``, in a scratch workspace: the budget,
+  the call ids and Arm B's duty to predict after a successful patch are the
+  protocol state; python_test's outcome is not). It says FINAL only where
+  its last reply ends the episode as FINAL and no reply ended it before.
+  Code that runs beside the program (a container, bare) can rewrite the
+  trace but not what the model replied; it can add model calls of its own
+  (the secret is readable there), and a reply recorded after the one that
+  ended the episode is no FINAL. Not covered: a program stopped by a fault
+  after a reply that ended nothing, then a call of that code's own that
+  the model answers with FINAL.
+
+A trace that says FINAL where a record does not is tampered, the reason
+naming the record.
 
 ``verify`` never raises on what the rollout left; a fault of the trusted side
 (the grader, the service log) raises, and the rollout is errored, not scored.
@@ -29,12 +54,15 @@ later one means base passed; otherwise base is graded on its own.
 
 from __future__ import annotations
 
+import os
+import tempfile
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import msgspec
 
-from glyph.agent.protocol import PLACEHOLDER
+from glyph.agent.program import REPLY_CAP, Episode
+from glyph.agent.protocol import PLACEHOLDER, SOLUTION_FILE
 from glyph.agent.tools import sha256
 from glyph.grading import InvalidTests, grade
 from glyph.outcomes import Outcome
@@ -336,6 +364,99 @@ def check_final_source(trace: Trace, final_source: str | None) -> list[str]:
     return []
 
 
+# ---------------------------------------------------------------- how the episode ended
+
+
+SERVICE_RECORD = "the test service's record"
+REPLIES_RECORD = "the interception's record of the model replies"
+
+
+@dataclass(frozen=True)
+class ModelReplies:
+    """The model's replies, in order, as verifiers' interception server
+    recorded them (``glyph.envs.mbpp.harness.interception_record``; None: a
+    reply with no text), with the protocol settings the program ran under
+    (the harness's: ``trace.info["glyph_protocol"]``). ``stopped``: a stop
+    condition verifiers set while the program ran (its last recorded reply
+    may then never have reached the program)."""
+
+    replies: tuple[str | None, ...]
+    arm: str
+    budget: int
+    test_cost: int
+    stopped: str | None = None
+
+
+class Account(NamedTuple):
+    """What one trusted record says of how the episode ended."""
+
+    record: str
+    final: bool
+    says: str
+    """The account, completing "<record> ..." in a reason."""
+    end: str | None = None
+    """The end the record names exactly (the program's report), to compare with the trace's."""
+
+
+def service_account(service_end: dict | None) -> Account:
+    """The test service's record: the program's report (``{"end", "turns"}``)
+    or None, when it never reported (killed before the end). Trusted: a
+    malformed one is glyph's fault and raises."""
+    if service_end is None:
+        return Account(SERVICE_RECORD, False, "has no report from the program of how the episode ended")
+    end, turns = service_end["end"], service_end["turns"]
+    return Account(SERVICE_RECORD, end == "final", f"says the program reported {end} after {turns} replies", end)
+
+
+def _no_outcome(source: str, shadow: bool) -> str:
+    return "PASS"  # python_test's outcome changes no protocol state: the replay needs none
+
+
+def replies_account(record: ModelReplies) -> Account:
+    """The interception's record, replayed: FINAL only where the last reply
+    ends the episode as FINAL and no earlier one ended it (each reply cut at
+    ``REPLY_CAP``, as the program cuts it)."""
+    n = len(record.replies)
+    if record.stopped is not None:
+        return Account(REPLIES_RECORD, False, f"ends with verifiers stopping the rollout ({record.stopped})")
+    if not n:
+        return Account(REPLIES_RECORD, False, "holds no reply")
+    with tempfile.TemporaryDirectory(prefix="glyph-replay-") as root:
+        with open(os.path.join(root, SOLUTION_FILE), "w", encoding="utf-8", newline="") as f:
+            f.write(PLACEHOLDER)
+        ep = Episode(record.arm, record.budget, record.test_cost, {"candidates": [], "tests": [], "calls": []},
+                     root)
+        for k, reply in enumerate(record.replies, 1):
+            if reply is None:
+                return Account(REPLIES_RECORD, False, f"has reply {k} of {n} with no text")
+            if ep.turn(reply[:REPLY_CAP], _no_outcome) is None:
+                break
+        else:
+            return Account(REPLIES_RECORD, False, f"ends with a {ep.call.tool} CALL (reply {n}), "
+                                                  "which does not end the episode")
+    if k < n:
+        return Account(REPLIES_RECORD, False, f"ends the episode by {ep.end} at reply {k} of {n}, "
+                                              f"with {n - k} more after it")
+    if ep.end == "final":
+        return Account(REPLIES_RECORD, True, f"ends with FINAL (reply {n})")
+    return Account(REPLIES_RECORD, False, f"ends with {ep.end.replace('_', ' ')} (reply {n}): {ep.error}")
+
+
+def check_end(trace: Trace, accounts: list[Account]) -> tuple[bool, list[str]]:
+    """Whether the episode ended with FINAL: the trace says so and every
+    trusted record does (no record: it did not); and the tamper reasons:
+    the trace says FINAL where a record does not, or names an end other
+    than the one the program reported."""
+    claims = trace.final and trace.end == "final"
+    tamper = []
+    for a in accounts:
+        if claims and not a.final:
+            tamper.append(f"the trace says the episode ended with FINAL; {a.record} {a.says}")
+        elif a.end is not None and trace.end is not None and trace.end != a.end:
+            tamper.append(f"the trace says the episode ended by {trace.end}; {a.record} {a.says}")
+    return claims and bool(accounts) and all(a.final for a in accounts), tamper
+
+
 Suites = dict[str, tuple[str, str] | None]
 
 
@@ -348,14 +469,15 @@ def grade_hidden(rg: Regrader, final_source: str | None) -> Suites:
     return rg.hidden(final_source)
 
 
-def rewardable(trace: Trace, visible: list[str], tamper: list[str]) -> bool:
-    """The study's conditions on the episode itself: no tampering, a terminal
-    ``FINAL:``, a visible test that passed (by its trusted outcome)."""
-    return not tamper and trace.final and trace.end == "final" and Outcome.PASS.value in visible
+def rewardable(visible: list[str], tamper: list[str], final: bool) -> bool:
+    """The study's conditions on the episode itself: no tampering, an end
+    with ``FINAL:`` (``final``: ``check_end``'s decision), a visible test
+    that passed (by its trusted outcome)."""
+    return not tamper and final and Outcome.PASS.value in visible
 
 
 def compute_metrics(trace: Trace, candidates: list[VerifiedCandidate], visible: list[str], tamper: list[str],
-                    suites: Suites, tests: TaskTests, disagreements: int) -> dict[str, float]:
+                    suites: Suites, tests: TaskTests, disagreements: int, *, final: bool) -> dict[str, float]:
     """Every metric (``METRICS``, and ``PLUS_METRICS`` where the task has plus tests)."""
     m = metric_defaults(tests.plus is not None)
     preds = [c for c in candidates if c.sampled_label is not None]
@@ -374,7 +496,7 @@ def compute_metrics(trace: Trace, candidates: list[VerifiedCandidate], visible: 
     m["had_executed_failure"] = float(any(v != Outcome.PASS.value for v in visible))
     m["budget_exhausted"] = float(trace.end == "budget_exhausted")
     m["protocol_error"] = float(trace.end == "protocol_error")
-    ok = rewardable(trace, visible, tamper)
+    ok = rewardable(visible, tamper, final)
     passed = ok and suites[tests.reward][0] == Outcome.PASS.value
     m["passed"] = float(passed)
     m["base_passed"] = float(ok and suites["base"][0] == Outcome.PASS.value)
@@ -385,14 +507,15 @@ def compute_metrics(trace: Trace, candidates: list[VerifiedCandidate], visible: 
 
 
 def reason(trace: Trace, final_source: str | None, visible: list[str], tamper: list[str], suites: Suites,
-           tests: TaskTests) -> str:
+           tests: TaskTests, *, final: bool) -> str:
     """Why the rollout got its reward: the first that applies of a missing
-    ``solution.py``, a pass, tampering, an unfinished or non-FINAL episode,
-    no passing visible test, the hidden suites' outcome."""
+    ``solution.py``, a pass, tampering, an unfinished or non-FINAL episode
+    (``final``: ``check_end``'s decision), no passing visible test, the
+    hidden suites' outcome."""
     final_outcome = suites[tests.reward][0]
     if final_source is None:
         return "solution.py is missing"
-    if rewardable(trace, visible, tamper) and final_outcome == Outcome.PASS.value:
+    if rewardable(visible, tamper, final) and final_outcome == Outcome.PASS.value:
         return "passed"
     if tamper:
         return "tampered: " + "; ".join(tamper[:3])
@@ -400,6 +523,8 @@ def reason(trace: Trace, final_source: str | None, visible: list[str], tamper: l
         return "the program did not finish (killed, or the rollout timed out)"
     if not (trace.final and trace.end == "final"):
         return f"ended by {trace.end}: {trace.error}"
+    if not final:  # a record that disagrees is tampering: here no trusted record was given
+        return "the trace says the episode ended with FINAL, but no trusted record of its end was given"
     if Outcome.PASS.value not in visible:
         return "no visible test passed"
     return (f"the final solution gets {final_outcome} on the hidden tests"
@@ -410,12 +535,19 @@ def reason(trace: Trace, final_source: str | None, visible: list[str], tamper: l
 
 
 def verify(trace: object, final_source: str | None, tests: TaskTests, limits: Limits,
-           service_log: list[dict] | None = None, program: dict | None = None) -> MbppRecord:
+           service_log: list[dict] | None = None, program: dict | None = None, *,
+           service_end: dict | None = None, replies: ModelReplies | None = None) -> MbppRecord:
     """The rollout's record (``info["glyph"]``): reward, metrics, reasons, and the
     verified candidates (``sampled_label`` vs ``verified_label``, with the
     exact context before each prediction turn) that PREDICT trains on.
-    Never raises on what the rollout left (a malformed trace is tampering);
-    a fault of the trusted side (the grader, the service log) raises."""
+    The trusted records: ``service_log`` (the test service graded the
+    rollout's python_tests: the local runtime) with ``service_end``, the
+    program's report of its end (read only with a ``service_log``; None:
+    it never reported), and ``replies``, the interception's record of the
+    model's replies (any runtime); how the episode ended is decided from
+    them (``check_end``). Never raises on what the rollout left (a
+    malformed trace is tampering); a fault of the trusted side (the grader,
+    the service log) raises."""
     out = MbppRecord(reward=0.0, reward_suite=tests.reward, metrics=metric_defaults(tests.plus is not None),
                      program=program or {})
     if not isinstance(trace, dict):
@@ -427,15 +559,20 @@ def verify(trace: object, final_source: str | None, tests: TaskTests, limits: Li
         return out
     rg = Regrader(tests, limits)
     logged = None if service_log is None else logged_entries(service_log)
+    accounts = ([] if service_log is None else [service_account(service_end)]) + \
+        ([] if replies is None else [replies_account(replies)])
     tamper: list[str] = out.tamper
     candidates: list[VerifiedCandidate] = []
     visible: list[str] = []
+    final = False
     try:
         t = parse_trace(trace)
     except MalformedTrace as exc:
         t = Trace()  # nothing it claims is read
         tamper.append(str(exc))
     else:
+        final, found = check_end(t, accounts)
+        tamper += found
         if logged is not None:
             rg.seed(logged)
             tamper += check_log(t, logged)
@@ -452,8 +589,8 @@ def verify(trace: object, final_source: str | None, tests: TaskTests, limits: Li
     out.base_outcome = suites["base"][0]
     if suites["plus"] is not None:
         out.plus_outcome, out.plus_detail = suites["plus"]
-    out.metrics = compute_metrics(t, candidates, visible, tamper, suites, tests, rg.disagreements)
+    out.metrics = compute_metrics(t, candidates, visible, tamper, suites, tests, rg.disagreements, final=final)
     out.visible_gradings = rg.gradings  # visible-test gradings finalize ran (none where the log had each)
     out.reward = out.metrics["passed"]
-    out.reason = reason(t, final_source, visible, tamper, suites, tests)
+    out.reason = reason(t, final_source, visible, tamper, suites, tests, final=final)
     return out

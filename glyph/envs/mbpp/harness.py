@@ -18,6 +18,14 @@ Guarantees:
   Linux >= 5.3; elsewhere the first python_test is a tester fault.
 * On the local runtime the test service's log of the rollout
   (``trace.info["glyph_service_log"]``) is recorded; finalize trusts it.
+* How the episode ended is decided from trusted records, never from the
+  trace alone (``glyph.envs.mbpp.finalize.check_end``): on the local runtime
+  the program's report to the test service (``trace.info["glyph_service_end"]``,
+  None when it never reported); on every runtime what verifiers'
+  interception server recorded of the model's replies
+  (``interception_record``: up to the program's exit, with the protocol
+  settings in ``trace.info["glyph_protocol"]``). Code beside the program on
+  a container can rewrite the trace, not those.
 * Faults are errors, not zeros. A fault exit of the program
   (``ENDPOINT_FAILED`` 97, ``TESTER_FAILED`` 98) fails the rollout with its
   cause (a ``glyph.record`` fault record) where it can be trusted: on the
@@ -38,6 +46,7 @@ from pydantic import Field
 from glyph import record
 from glyph.agent import program, protocol
 from glyph.agent.program import ENDPOINT_FAILED, TESTER_FAILED
+from glyph.envs.mbpp.finalize import ModelReplies
 from glyph.layers import shipped_files
 from glyph.sandbox import Limits
 
@@ -115,11 +124,13 @@ class GlyphHarness(vf.Harness[GlyphHarnessConfig]):
         local = isinstance(runtime, _subprocess_runtime())
         limits = cfg.limits()
         trace.info["glyph_limits"] = limits_record(limits)
+        trace.info["glyph_protocol"] = {"arm": data.arm, "max_tool_calls": cfg.max_tool_calls,
+                                        "test_cost": cfg.test_cost}
         if local:
             from glyph.envs.mbpp.test_service import get_service
             service = get_service()
             service.register(secret, data.hidden_setup, data.visible_tests, limits)
-            tester = {"kind": "service", "url": service.url}
+            tester = {"kind": "service", "url": service.url, "end_url": service.end_url}
         else:  # a container runtime: the container is the isolation
             tester = {"kind": "local", "sandbox": LOCAL_SANDBOX, "setup": data.hidden_setup,
                       "tests": data.visible_tests}
@@ -136,8 +147,12 @@ class GlyphHarness(vf.Harness[GlyphHarnessConfig]):
             if local:
                 released = service.release(secret)
                 trace.info["glyph_service_log"] = released["log"]
+                trace.info["glyph_service_end"] = released["end"]
                 if released["faults"]:
                     trace.info["glyph_service_faults"] = released["faults"]
+        # The interception's record as the program left it: what is recorded later is no turn of its.
+        trace.info["glyph_interception"] = {"calls": len(getattr(trace, "calls", None) or []),
+                                            "stop_condition": getattr(trace, "stop_condition", None)}
         trace.info["glyph_program"] = {"exit_code": res.exit_code, "stderr": (res.stderr or "")[-2000:]}
         confirmed = None
         if not local and res.exit_code == ENDPOINT_FAILED:
@@ -175,6 +190,35 @@ def model_call_failure(trace) -> str | None:
         return None
     code = f" (HTTP {status})" if status is not None else ""
     return f"the interception server recorded: {error.type}{code}: {error.message}"[:500]
+
+
+def interception_record(trace):
+    """The model's replies as verifiers' interception server recorded them
+    (a ``glyph.envs.mbpp.finalize.ModelReplies``), or None for a trace the
+    harness did not run (no ``glyph_protocol``).
+
+    The server appends one ``ModelCall`` per upstream exchange to
+    ``trace.calls``; one that committed a turn names the assistant node it
+    committed (``ModelCall.node``, an index into ``trace.nodes``), whose
+    ``message.content`` is the text served to the program (``glyph.vfcompat``,
+    8.). Code in the runtime cannot write there; it could only add exchanges
+    of its own. Only the exchanges recorded by the program's exit count
+    (``trace.info["glyph_interception"]``), and a stop condition verifiers
+    had set by then is passed on (a reply it committed and then refused
+    never reached the program)."""
+    proto = trace.info.get("glyph_protocol")
+    if proto is None:
+        return None
+    at_exit = trace.info.get("glyph_interception") or {}
+    calls = list(trace.calls)[:at_exit.get("calls", len(trace.calls))]
+    replies = []
+    for call in calls:
+        if call.node is None:  # an exchange that committed no turn: the program got no reply from it
+            continue
+        content = trace.nodes[call.node].message.content
+        replies.append(content if isinstance(content, str) else None)
+    return ModelReplies(tuple(replies), proto["arm"], int(proto["max_tool_calls"]), int(proto["test_cost"]),
+                        at_exit.get("stop_condition"))
 
 
 def _subprocess_runtime() -> type:

@@ -22,7 +22,7 @@ from glyph.agent.protocol import SOLUTION_FILE
 from glyph.data import mbpp, plus
 from glyph.envs.local import read_text
 from glyph.envs.mbpp.finalize import TaskTests, metric_defaults, verify
-from glyph.envs.mbpp.harness import limits_from_record
+from glyph.envs.mbpp.harness import interception_record, limits_from_record
 from glyph.envs.mbpp.validate import validate_task
 from glyph.sandbox import get_sandbox
 from glyph.vfcompat import timed_out
@@ -55,10 +55,12 @@ class GlyphTask(vf.Task[GlyphData]):
         """Check everything the rollout claims, under the grading limits the
         harness recorded (``trace.info["glyph_limits"]``, from
         ``GlyphHarnessConfig.limits()``), taking outcomes from the test
-        service's log where there is one (never raises: a failure here is
-        errored, never scored: a failure of glyph's own grading is not the
-        model's). ``info.glyph.sandbox`` records the sandbox mode and
-        protections that graded it."""
+        service's log where there is one, and how the episode ended from the
+        program's report to the service and the interception's record of the
+        model's replies (``harness.interception_record``). A failure here is
+        glyph's, not the model's: recorded and raised, so the rollout is
+        errored, never scored. ``info.glyph.sandbox`` records the sandbox
+        mode and protections that graded it."""
         try:
             raw = await read_text(runtime, program.TRACE, MAX_TRACE_BYTES)
             final = await read_text(runtime, SOLUTION_FILE, MAX_TRACE_BYTES)
@@ -72,7 +74,9 @@ class GlyphTask(vf.Task[GlyphData]):
             service_log = trace.info.get("glyph_service_log")
             limits = limits_from_record(trace.info.get("glyph_limits"))
             info = await asyncio.to_thread(verify, data, final, tests, limits, service_log,
-                                           trace.info.get("glyph_program"))
+                                           trace.info.get("glyph_program"),
+                                           service_end=trace.info.get("glyph_service_end"),
+                                           replies=interception_record(trace))
             info.sandbox = get_sandbox().protections().record()
         except Exception as exc:
             # A fault of the trusted side: recorded, then raised: verifiers fails the rollout,

@@ -9,6 +9,16 @@ candidate never runs in the program's process or the workspace). The
 service keeps its own log of what it graded per rollout; on the local
 runtime finalize takes outcomes from that log (``glyph.envs.mbpp.finalize``).
 
+When the episode ends the program posts ``{"secret", "end", "turns"}`` to
+``/end`` (``end_url``; ``glyph.agent.program.report_end``): how it ended
+(``final``, ``protocol_error``, ...) and how many model replies it applied.
+The service keeps that report with the log (``release(secret)["end"]``;
+None when the program never reported, e.g. it was killed at the rollout's
+timeout), and finalize decides whether the episode ended with FINAL from it,
+not from the trace. On the local runtime no model-written code runs beside
+the program (python_test is graded here), so only the program holds the
+secret.
+
 Guarantees:
 
 * Idempotent: ``request`` names one test call (the program's sequence number,
@@ -20,6 +30,8 @@ Guarantees:
   ``{"error": "<class>: <message>"}``, and is recorded in the rollout's
   ``faults`` (the harness returns them with the log). A faulted request is not
   recorded as graded: a retry grades it again.
+* One end per rollout: the first report is kept; the same report again (a
+  retried POST) is answered 200, a different one 409 and not kept.
 * Rollouts are independent: each has its own record and lock; one rollout's
   fault touches nothing of another's. (What the sandbox does when one run is
   late is ``glyph.sandbox.client``'s concern.)
@@ -52,6 +64,7 @@ class _Rollout:
         self.setup, self.tests, self.limits = setup, tests, limits
         self.log: list[dict] = []
         self.faults: list[dict] = []
+        self.end: dict | None = None  # the program's report of how the episode ended
         self.requests: dict[str, _Request] = {}
         self.gradings = 0  # how many times the grader ran for this rollout (tests count retries with it)
         self.lock = threading.Lock()
@@ -87,6 +100,14 @@ class _Rollout:
         req.done.set()
         return outcome
 
+    def report(self, end: str, turns: int) -> bool:
+        """Keep the program's report of how the episode ended; False (not
+        kept) when a different one was kept before."""
+        with self.lock:
+            if self.end is None:
+                self.end = {"end": end, "turns": turns}
+            return self.end == {"end": end, "turns": turns}
+
 
 class SandboxTestService:
     def __init__(self) -> None:
@@ -95,6 +116,8 @@ class SandboxTestService:
 
         class Handler(JsonHandler):
             def do_POST(self) -> None:  # noqa: N802
+                if self.path == "/end":
+                    return self.end()
                 try:
                     if self.path != "/test":
                         raise KeyError(self.path)
@@ -111,12 +134,30 @@ class SandboxTestService:
                                                          f"{type(exc).__name__}: {exc}"})
                 self.send_json(200, {"outcome": outcome})
 
+            def end(self) -> None:
+                try:
+                    req = self.read_json(1 << 16)
+                    rollout = service.rollouts[req["secret"]]
+                    end, turns = req["end"], req["turns"]
+                    if not isinstance(end, str) or type(turns) is not int:
+                        raise TypeError("end is a string, turns an int")
+                except (ValueError, KeyError, TypeError):
+                    return self.send_json(403, {"error": "unknown rollout or malformed report"})
+                if not rollout.report(end, turns):
+                    return self.send_json(409, {"error": "this rollout already reported another end"})
+                self.send_json(200, {"end": end})
+
         self.server = LocalServer(Handler)
         self.server.start("glyph-test-service")
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.server.port}/test"
+
+    @property
+    def end_url(self) -> str:
+        """Where the program reports how its episode ended."""
+        return f"http://127.0.0.1:{self.server.port}/end"
 
     def register(self, secret: str, setup: str, tests: list[str], limits: Limits) -> None:
         self.rollouts[secret] = _Rollout(setup, "\n".join(tests), limits)
@@ -126,12 +167,14 @@ class SandboxTestService:
         return self.release(secret)["log"]
 
     def release(self, secret: str) -> dict:
-        """Forget the rollout; its ``log``, ``faults`` and ``gradings``."""
+        """Forget the rollout; its ``log``, ``faults``, ``gradings`` and
+        ``end`` (the program's report, ``{"end", "turns"}``; None: none came)."""
         rollout = self.rollouts.pop(secret, None)
         if rollout is None:
-            return {"log": [], "faults": [], "gradings": 0}
+            return {"log": [], "faults": [], "gradings": 0, "end": None}
         with rollout.lock:
-            return {"log": list(rollout.log), "faults": list(rollout.faults), "gradings": rollout.gradings}
+            return {"log": list(rollout.log), "faults": list(rollout.faults), "gradings": rollout.gradings,
+                    "end": None if rollout.end is None else dict(rollout.end)}
 
     def close(self) -> None:
         self.server.close()
