@@ -1,0 +1,472 @@
+"""The PREDICT study's data, rebuilt: its splits, task rows and SFT traces
+(``glyph data prepare --profile study``).
+
+What the study's pipeline does, as glyph does it here (the protocol texts
+are ``glyph.agent.study``'s; this module is the algorithm):
+
+* **Text.** Task text, reference code, setup code and each test have CRLF
+  (and lone CR) turned into LF and are stripped; the code gets one trailing
+  newline back; the test code is the setup followed by the tests, one a line.
+* **Splits.** Each task is ordered by the hex SHA-256 of
+  ``f"{seed}\\0{task_id}\\0{text}"`` (ties by task id). The first 50 official
+  validation tasks in that order join official train (601-974) in the
+  training pool; the other 40 are validation. The pool in the same order:
+  the first 212 are SFT, the next 212 RL. Test is official test (11-510) in
+  task-id order. SFT, RL and validation rows are written in key order.
+* **Recoveries.** The SFT tasks are visited in key order. While fewer than
+  20 two-step recoveries are kept, a task is offered one: the first failing
+  mutation A, paired with the first later failing mutation B whose block of
+  lines (from the lower to the higher of the two lines) differs between A's
+  code and B's and occurs once in A's code; it is kept if its ``deep_visible``
+  Arm B trace fits ``SFT_MAX_TOKENS`` under the study's chat format. Else,
+  while fewer than 50 one-step recoveries are kept, the first failing
+  mutation is offered the same way (``visible`` trace). The visit stops when
+  both quotas are full. Modes alternate in the order kept: shadow, visible,
+  ... and deep_shadow, deep_visible, ...
+* **Mutations.** Every token of the reference code, in source order, that
+  the study's table (``study.MUTATIONS``) replaces, or a decimal integer
+  literal (n -> n + 1); never on a ``def``/``import``/``from`` line, on a
+  line that occurs twice, where the changed line already occurs, or where
+  the mutated code would hold the changed line twice.
+* **Grading.** A mutation fails when glyph's grader (``glyph.grading.grade``,
+  in the sandbox) gives it any outcome but PASS, under the study's 5 s limit;
+  the outcome recorded is the grader's class.
+
+Arm A and Arm B traces of a task share the candidate, the patches and the
+outcomes; only the turns around ``python_test`` differ.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import time
+import tokenize
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from glyph.agent import study as S
+from glyph.data import mbpp
+
+ARMS = ("a", "b")
+TASK_SPLITS = ("train", "validation", "test")  # the study's file names: train is the RL split
+DEEP_COUNT = S.MODE_COUNTS["deep_shadow"] + S.MODE_COUNTS["deep_visible"]
+SHALLOW_COUNT = S.MODE_COUNTS["shadow"] + S.MODE_COUNTS["visible"]
+MANIFEST = "manifest.json"
+ASSIGNMENTS = "assignments.json"  # the SFT tasks' labels by task id, as the study writes them
+
+
+def normalize(text: str) -> str:
+    """CRLF and lone CR as LF, then stripped: the study's text rule."""
+    return text.replace("\r\n", "\n").replace("\r", "\n").strip()
+
+
+@dataclass(frozen=True)
+class StudyTask:
+    """One MBPP task as the study's pipeline reads it."""
+
+    task_id: int
+    text: str
+    code: str  # normalized, one trailing newline
+    setup: str
+    tests: tuple[str, ...]
+
+    @property
+    def test_code(self) -> str:
+        return "\n".join(p for p in (self.setup, *self.tests) if p) + "\n"
+
+    @property
+    def project(self) -> str:
+        return S.PROJECT_PATH.format(task_id=self.task_id)
+
+    @property
+    def solution_path(self) -> str:
+        return f"{self.project}/{S.SOLUTION_FILE}"
+
+
+def from_mbpp(task: mbpp.MbppTask) -> StudyTask:
+    tests = tuple(normalize(t) for t in task.test_list if t.strip())
+    return StudyTask(task.task_id, normalize(task.text), normalize(task.code) + "\n",
+                     normalize(task.test_setup_code), tests)
+
+
+# ---------------------------------------------------------------- splits
+
+
+def order_key(task: StudyTask, seed: int = S.SEED) -> tuple[str, int]:
+    digest = hashlib.sha256(f"{seed}\0{task.task_id}\0{task.text}".encode()).hexdigest()
+    return digest, task.task_id
+
+
+def make_splits(tasks: list[StudyTask], seed: int = S.SEED) -> dict[str, list[StudyTask]]:
+    """``sft``, ``rl``, ``validation`` (each in key order) and ``test`` (task-id order)."""
+    by_id = {t.task_id: t for t in tasks}
+    missing = [i for r in (mbpp.TEST_IDS, mbpp.VALIDATION_IDS, mbpp.TRAIN_IDS) for i in r if i not in by_id]
+    if missing:
+        raise mbpp.DataError(f"the data lacks {len(missing)} task ids the splits need (first: {missing[:5]})")
+
+    def ranked(ids) -> list[StudyTask]:
+        return sorted((by_id[i] for i in ids), key=lambda t: order_key(t, seed))
+
+    validation = ranked(mbpp.VALIDATION_IDS)
+    moved, kept = validation[:S.VALIDATION_TO_TRAIN], validation[S.VALIDATION_TO_TRAIN:]
+    pool = ranked([*mbpp.TRAIN_IDS, *(t.task_id for t in moved)])
+    return {"sft": pool[:S.SFT_COUNT], "rl": pool[S.SFT_COUNT:S.SFT_COUNT + S.RL_COUNT],
+            "validation": kept, "test": [by_id[i] for i in mbpp.TEST_IDS]}
+
+
+# ---------------------------------------------------------------- task rows
+
+
+def prompt(task: StudyTask, arm: str) -> list[dict[str, str]]:
+    user = S.USER_PROMPT.format(task=task.text, tests=task.test_code.rstrip(), project=task.project)
+    return [{"role": "system", "content": S.SYSTEM_PROMPTS[arm]}, {"role": "user", "content": user}]
+
+
+def task_row(task: StudyTask, arm: str, split: str) -> dict:
+    return {"task_id": task.task_id, "case_id": f"mbpp_{task.task_id}", "arm": arm, "split": split,
+            "prompt": prompt(task, arm), "test_code": task.test_code,
+            "blueprint_root": S.BLUEPRINT_ROOT.format(task_id=task.task_id), "trace_prefix": task.project,
+            "source": "mbpp"}
+
+
+# ---------------------------------------------------------------- mutations
+
+
+@dataclass(frozen=True)
+class Mutation:
+    line: int  # 0-based
+    original: str
+    changed: str
+
+    def apply(self, code: str) -> str:
+        lines = code.splitlines(keepends=True)
+        lines[self.line] = self.changed
+        return "".join(lines)
+
+
+def mutations(code: str):
+    """The study's candidate mutations of ``code``, in source order (lazily)."""
+    lines = code.splitlines(keepends=True)
+    for tok in tokenize.generate_tokens(io.StringIO(code).readline):
+        row = tok.start[0] - 1
+        if row >= len(lines) or tok.start[0] != tok.end[0]:
+            continue
+        line = lines[row]
+        if line.lstrip().startswith(S.UNMUTATED_LINE_PREFIXES) or lines.count(line) != 1:
+            continue
+        new = S.MUTATIONS.get(tok.string)
+        if new is None and tok.type == tokenize.NUMBER and tok.string.isdigit():
+            new = str(int(tok.string) + 1)
+        if new is None:
+            continue
+        changed = line[:tok.start[1]] + new + line[tok.end[1]:]
+        if changed == line or changed in lines:
+            continue
+        m = Mutation(row, line, changed)
+        if m.apply(code).count(changed) == 1:
+            yield m
+
+
+@dataclass(frozen=True)
+class Recovery:
+    """One-step: ``first`` fails, one patch back to the reference."""
+
+    first_code: str
+    first_outcome: str
+    fix: tuple[str, str]  # (find, replace)
+
+
+@dataclass(frozen=True)
+class DeepRecovery:
+    """Two-step: ``first`` fails; a patch to another failing mutation; a patch back."""
+
+    first_code: str
+    first_outcome: str
+    middle: tuple[str, str]
+    second_outcome: str
+    fix: tuple[str, str]
+
+
+@dataclass
+class Grader:
+    """Grades candidates with glyph's grader under the study's limit, each
+    distinct (task, code) once."""
+
+    limit_s: float = S.SFT_TEST_TIMEOUT_S
+    cache: dict = field(default_factory=dict)
+    gradings: int = 0
+    seconds: float = 0.0
+
+    def outcome(self, task: StudyTask, code: str) -> str:
+        key = (task.task_id, code)
+        if key not in self.cache:
+            from glyph.grading import grade
+            from glyph.sandbox import Limits
+
+            t0 = time.perf_counter()
+            g = grade(code, task.setup, "\n".join(task.tests), limits=Limits(cpu_s=self.limit_s, wall_s=self.limit_s))
+            self.seconds += time.perf_counter() - t0
+            self.gradings += 1
+            self.cache[key] = g.outcome.value
+        return self.cache[key]
+
+
+def _failing(task: StudyTask, grader: Grader):
+    for m in mutations(task.code):
+        outcome = grader.outcome(task, m.apply(task.code))
+        if outcome != "PASS":
+            yield m, outcome
+
+
+def one_step(task: StudyTask, grader: Grader) -> Recovery | None:
+    for m, outcome in _failing(task, grader):
+        return Recovery(m.apply(task.code), outcome, (m.changed, m.original))
+    return None
+
+
+def two_step(task: StudyTask, grader: Grader) -> DeepRecovery | None:
+    """The first failing mutation A with the first later failing B that makes
+    a well-formed middle patch (see the module docstring)."""
+    lines = task.code.splitlines(keepends=True)
+    first = None
+    for m, outcome in _failing(task, grader):
+        if first is None:
+            first = (m, outcome)
+            continue
+        a, a_outcome = first
+        lo, hi = sorted((a.line, m.line))
+        a_code = a.apply(task.code)
+        a_lines = a_code.splitlines(keepends=True)
+        b_lines = list(lines)
+        b_lines[m.line] = m.changed
+        a_block, b_block = "".join(a_lines[lo:hi + 1]), "".join(b_lines[lo:hi + 1])
+        if a_block == b_block or a_code.count(a_block) != 1 or "".join(b_lines).count(m.changed) != 1:
+            continue
+        return DeepRecovery(a_code, a_outcome, (a_block, b_block), outcome, (m.changed, m.original))
+    return None
+
+
+# ---------------------------------------------------------------- traces
+
+
+def _call(tool: str, call_id: str, **args: str) -> str:
+    return S.CALL_PREFIX + tool + " " + json.dumps({S.ID_KEY: call_id, **args}, separators=S.JSON_SEPARATORS)
+
+
+def _ok(call_id: str, body: str) -> dict:
+    head = S.RESULT_HEAD.format(id=call_id)
+    return {"role": "tool", "content": "\n".join(
+        [head, S.STATUS_LINE.format(status=S.STATUS_SUCCESS), S.STDOUT_LINE, body])}
+
+
+def _failed(call_id: str, outcome: str) -> dict:
+    detail = S.TIMEOUT_DETAIL_SFT if outcome == "TIMEOUT" else S.FAILURE_DETAILS[outcome]
+    head = S.RESULT_HEAD.format(id=call_id)
+    return {"role": "tool", "content": "\n".join(
+        [head, S.STATUS_LINE.format(status=S.STATUS_FAILED), S.STDERR_LINE, detail])}
+
+
+def _say(content: str) -> dict:
+    return {"role": "assistant", "content": content}
+
+
+def _predict(outcome: str, decision: str, call: str) -> dict:
+    return _say("\n".join([S.PREDICTION_LINE.format(outcome=outcome), S.DECISION_LINE.format(decision=decision), call]))
+
+
+class _Turns:
+    """Numbers the calls of one trace c1, c2, ... and builds its messages."""
+
+    def __init__(self, task: StudyTask, arm: str) -> None:
+        self.task, self.n = task, 0
+        self.messages = prompt(task, arm)
+
+    def next_id(self) -> str:
+        self.n += 1
+        return f"c{self.n}"
+
+    def patch(self, find: str, replace: str, predict: tuple[str, str] | None = None) -> None:
+        cid = self.next_id()
+        call = _call(S.APPLY_PATCH, cid, file_path=self.task.solution_path, find=find, replace=replace)
+        self.messages += [_predict(*predict, call) if predict else _say(call), _ok(cid, S.PATCH_APPLIED)]
+
+    def test(self, outcome: str, predict: bool = False) -> None:
+        cid = self.next_id()
+        call = _call(S.PYTHON_TEST, cid, project_path=self.task.project)
+        result = _ok(cid, S.TESTS_PASSED) if outcome == "PASS" else _failed(cid, outcome)
+        self.messages += [_predict("PASS", S.KEEP, call) if predict else _say(call), result]
+
+
+def messages(task: StudyTask, arm: str, recovery: Recovery | DeepRecovery | None, mode: str | None) -> list[dict]:
+    t = _Turns(task, arm)
+    cid = t.next_id()
+    t.messages += [_say(_call(S.READ_FILE, cid, file_path=task.solution_path)), _ok(cid, S.PLACEHOLDER.rstrip())]
+    t.patch(S.PLACEHOLDER, recovery.first_code if recovery else task.code)
+    b = arm == "b"
+    if isinstance(recovery, DeepRecovery):
+        if b and mode == "deep_shadow":
+            t.patch(*recovery.middle, predict=(recovery.first_outcome, S.REVISE))
+            t.patch(*recovery.fix, predict=(recovery.second_outcome, S.REVISE))
+        else:
+            t.test(recovery.first_outcome, predict=b)
+            t.patch(*recovery.middle)
+            t.test(recovery.second_outcome, predict=b)
+            t.patch(*recovery.fix)
+    elif recovery is not None:
+        if b and mode == "shadow":
+            t.patch(*recovery.fix, predict=(recovery.first_outcome, S.REVISE))
+        else:
+            t.test(recovery.first_outcome, predict=b)
+            t.patch(*recovery.fix)
+    t.test("PASS", predict=b)
+    t.messages.append(_say(S.FINAL_TURN))
+    return t.messages
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def sft_row(task: StudyTask, arm: str, recovery: Recovery | DeepRecovery | None, mode: str | None) -> dict:
+    """One SFT row, with the study's audit fields beside the trace (the
+    candidate's and the reference's digests, the pair key both arms share)."""
+    deep = isinstance(recovery, DeepRecovery)
+    candidate = recovery.first_code if recovery else task.code
+    outcome = recovery.first_outcome if recovery else "PASS"
+    pair = {"task_id": task.task_id, "initial_code": candidate, "initial_outcome": outcome,
+            "final_code": task.code, "final_outcome": "PASS"}
+    return {"task_id": task.task_id, "case_id": f"mbpp_{task.task_id}", "arm": arm,
+            "messages": messages(task, arm, recovery, mode),
+            "trace_type": S.RECOVERY if recovery else S.DIRECT, "recovery_mode": mode,
+            "candidate_outcome": outcome, "second_candidate_outcome": recovery.second_outcome if deep else None,
+            "candidate_code_sha256": _sha256(candidate), "final_code_sha256": _sha256(task.code),
+            "final_outcome": "PASS", "matched_key": _sha256(json.dumps(pair, sort_keys=True)),
+            "test_code": task.test_code}
+
+
+def chat_text(msgs: list[dict]) -> str:
+    """The study's chat format (its fit gate's text)."""
+    return "".join(S.CHAT_TURN.format(role=m["role"], content=m["content"].rstrip()) for m in msgs if m["role"])
+
+
+@dataclass
+class Selection:
+    """The recoveries chosen, by task id, with their modes, and what the
+    search cost."""
+
+    recoveries: dict[int, Recovery | DeepRecovery]
+    modes: dict[int, str]
+    visited: int
+    too_long: list[int]
+
+
+def select_recoveries(sft_tasks: list[StudyTask], grader: Grader, tokenizer, seed: int = S.SEED,
+                      progress: bool = False) -> Selection:
+    """The study's recovery assignment over the SFT tasks (module docstring)."""
+    from rich.progress import track
+
+    def fits(task, trace, mode) -> bool:
+        text = chat_text(messages(task, "b", trace, mode))
+        return len(tokenizer.encode(text, add_special_tokens=False)) <= S.SFT_MAX_TOKENS
+
+    deep: dict[int, DeepRecovery] = {}
+    shallow: dict[int, Recovery] = {}
+    too_long: list[int] = []
+    visited = 0
+    ordered = sorted(sft_tasks, key=lambda t: order_key(t, seed))
+    for task in track(ordered, description="grading recovery mutations", disable=not progress):
+        if len(deep) == DEEP_COUNT and len(shallow) == SHALLOW_COUNT:
+            break
+        visited += 1
+        if len(deep) < DEEP_COUNT:
+            d = two_step(task, grader)
+            if d is not None and fits(task, d, "deep_visible"):
+                deep[task.task_id] = d
+                continue
+            if d is not None:
+                too_long.append(task.task_id)
+        if len(shallow) < SHALLOW_COUNT:
+            r = one_step(task, grader)
+            if r is not None and fits(task, r, "visible"):
+                shallow[task.task_id] = r
+            elif r is not None:
+                too_long.append(task.task_id)
+    if len(deep) != DEEP_COUNT or len(shallow) != SHALLOW_COUNT:
+        raise mbpp.DataError(f"found {len(deep)} two-step and {len(shallow)} one-step recoveries among the "
+                             f"{len(sft_tasks)} SFT tasks; the study needs {DEEP_COUNT} and {SHALLOW_COUNT}")
+    modes = {i: S.SHALLOW_MODES[k % 2] for k, i in enumerate(shallow)}
+    modes |= {i: S.DEEP_MODES[k % 2] for k, i in enumerate(deep)}
+    return Selection({**shallow, **deep}, modes, visited, too_long)
+
+
+# ---------------------------------------------------------------- prepare
+
+
+def _write_jsonl(path: Path, rows: list[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as f:
+        for row in rows:
+            f.write(json.dumps(row, sort_keys=True) + "\n")
+
+
+def prepare(out: Path, mbpp_path=None, seed: int = S.SEED, progress: bool = True, grader: Grader | None = None,
+            tokenizer=None) -> dict:
+    """Write the study's layout into ``out`` (``arm_{a,b}_{train,validation,test}.jsonl``,
+    ``sft/arm_{a,b}/train.jsonl``) and glyph's manifest; return the manifest."""
+    from glyph.render import OFFLINE, load_tokenizer
+
+    t0 = time.perf_counter()
+    source = mbpp.load_source(mbpp_path)
+    splits = make_splits([from_mbpp(t) for t in source.tasks], seed)
+    grader = grader or Grader()
+    tokenizer = tokenizer or load_tokenizer(OFFLINE)
+    chosen = select_recoveries(splits["sft"], grader, tokenizer, seed, progress)
+    out.mkdir(parents=True, exist_ok=True)
+    files: list[Path] = []
+    for arm in ARMS:
+        for name, split in (("train", "rl"), ("validation", "validation"), ("test", "test")):
+            path = out / f"arm_{arm}_{name}.jsonl"
+            _write_jsonl(path, [task_row(t, arm, name) for t in splits[split]])
+            files.append(path)
+        rows = [sft_row(t, arm, chosen.recoveries.get(t.task_id), chosen.modes.get(t.task_id))
+                for t in splits["sft"]]
+        path = out / "sft" / f"arm_{arm}" / "train.jsonl"
+        _write_jsonl(path, rows)
+        files.append(path)
+    assignments = [{"task_id": t.task_id, "case_id": f"mbpp_{t.task_id}",
+                    "trace_type": S.RECOVERY if t.task_id in chosen.recoveries else S.DIRECT,
+                    "candidate_outcome": (chosen.recoveries[t.task_id].first_outcome
+                                          if t.task_id in chosen.recoveries else "PASS"),
+                    "recovery_mode": chosen.modes.get(t.task_id)}
+                   for t in sorted(splits["sft"], key=lambda t: t.task_id)]
+    path = out / ASSIGNMENTS
+    path.write_text(json.dumps(assignments, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    files.append(path)
+    outcomes = Counter()
+    for r in chosen.recoveries.values():
+        outcomes[r.first_outcome] += 1
+        if isinstance(r, DeepRecovery):
+            outcomes[r.second_outcome] += 1
+    manifest = {
+        "created_by": "glyph data prepare --profile study",
+        "profile": "study",
+        "seed": seed,
+        "source": {"kind": source.kind, "files": source.files,
+                   "official": {"repo": mbpp.OFFICIAL_REPO, "revision": mbpp.OFFICIAL_REVISION}},
+        "splits": {k: [t.task_id for t in v] for k, v in splits.items()},
+        "counts": {k: len(v) for k, v in splits.items()},
+        "sft": {"composition": {S.DIRECT: len(splits["sft"]) - len(chosen.recoveries),
+                                **Counter(chosen.modes.values())},
+                "recovery_outcomes": dict(sorted(outcomes.items())),
+                "tasks_visited": chosen.visited, "too_long": chosen.too_long,
+                "gradings": grader.gradings, "grading_seconds": round(grader.seconds, 1),
+                "test_limit_s": grader.limit_s, "max_tokens": S.SFT_MAX_TOKENS, "tokenizer": OFFLINE},
+        "artifacts": {str(p.relative_to(out)): {"sha256": mbpp.sha256_file(p), "size": p.stat().st_size}
+                      for p in files},
+        "seconds": round(time.perf_counter() - t0, 1),
+    }
+    (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    return manifest

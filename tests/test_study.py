@@ -1,0 +1,138 @@
+"""glyph's study profile rebuilds the PREDICT study's data exactly: its
+splits, SFT traces and task rows, proven against the facts of its published
+data (``../shared/study/facts.json``, or ``$GLYPH_STUDY_FACTS``).
+
+The whole study prepare runs once per module (about
+10 s: the recovery search grades 124 mutations, one of them a 5 s TIMEOUT),
+so every row is checked in CI, none sampled."""
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from glyph.agent import study as S
+from glyph.data import study, study_check
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def facts_path() -> Path:
+    chosen = os.environ.get(study_check.ENV_VAR) or REPO.parent / "shared" / "study" / "facts.json"
+    p = Path(chosen)
+    if not p.is_file():
+        pytest.skip(f"needs the study facts: {p} is absent (set {study_check.ENV_VAR} to the facts file)")
+    return p
+
+
+@pytest.fixture(scope="module")
+def facts(facts_path) -> dict:
+    return json.loads(facts_path.read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory, mbpp_path, facts_path) -> Path:
+    out = tmp_path_factory.mktemp("study")
+    study.prepare(out, mbpp_path, progress=False)
+    return out
+
+
+@pytest.fixture(scope="module")
+def parts(prepared, facts_path) -> dict:
+    return {p.name: p for p in study_check.check(prepared, facts_path)}
+
+
+def test_splits_equal_the_study(mbpp_tasks, facts):
+    splits = study.make_splits([study.from_mbpp(t) for t in mbpp_tasks.values()])
+    ids = {k: sorted(t.task_id for t in splits[k]) for k in ("sft", "rl", "validation")}
+    assert ids == {"sft": facts["splits"]["sft_task_ids"], "rl": facts["splits"]["rl_train_task_ids"],
+                   "validation": facts["splits"]["validation_task_ids"]}
+    assert [t.task_id for t in splits["rl"]] == facts["task_rows"]["a_train"]["task_ids"]  # key order
+    assert [t.task_id for t in splits["test"]] == list(range(11, 511))
+
+
+def test_the_prepared_folder_equals_the_study_part_by_part(parts):
+    assert study_check.summary_line(list(parts.values())) == \
+        "study: splits 464/464, sft_a 212/212, sft_b 212/212, task_rows 1504/1504"
+    assert {n: (p.equal, p.total) for n, p in parts.items()} == {
+        "splits": (464, 464), "sft_a": (212, 212), "sft_b": (212, 212), "task_rows": (1504, 1504)}
+
+
+def test_sft_rows_carry_the_study_labels_and_composition(prepared, facts, mbpp_tasks):
+    in_key_order = [t.task_id for t in study.make_splits([study.from_mbpp(t) for t in mbpp_tasks.values()])["sft"]]
+    for arm in "ab":
+        rows = [json.loads(line) for line in (prepared / "sft" / f"arm_{arm}" / "train.jsonl").open()]
+        assert [r["task_id"] for r in rows] == in_key_order
+        got = {str(r["task_id"]): (r["trace_type"], r["recovery_mode"], r["candidate_outcome"]) for r in rows}
+        want = {i: (f["trace_type"], f["recovery_mode"], f["candidate_outcome"])
+                for i, f in facts["sft"][arm]["per_task"].items()}
+        assert got == want
+    manifest = json.loads((prepared / "manifest.json").read_text())
+    assert manifest["profile"] == "study"
+    assert manifest["sft"]["composition"] == facts["sft"]["a"]["composition"]
+    assert manifest["sft"]["recovery_outcomes"] == facts["split_other"]["recovery_outcomes"]
+
+
+def test_the_files_are_the_study_files_byte_for_byte(prepared, facts_path):
+    part = study_check.artifacts(prepared, facts_path)
+    assert (part.equal, part.total) == (9, 9), part.line()
+
+
+# ---------------------------------------------------------------- the algorithm, small
+
+
+def test_mutations_in_source_order_with_the_study_rules():
+    code = "def f(a, b):\n    x = a + b\n    x = a + b\n    return x <= 3 and True\n"
+    got = [(m.line, m.changed) for m in study.mutations(code)]
+    # the def line and the repeated line are never mutated
+    assert got == [(3, "    return x < 3 and True\n"), (3, "    return x <= 4 and True\n"),
+                   (3, "    return x <= 3 or True\n"), (3, "    return x <= 3 and False\n")]
+
+
+class _Table(study.Grader):
+    """Outcomes from a table, by the mutated line; everything else passes."""
+
+    def __init__(self, table):
+        super().__init__()
+        self.table = table
+
+    def outcome(self, task, code):
+        return next((o for line, o in self.table.items() if line in code), "PASS")
+
+
+def _task(code):
+    return study.StudyTask(1, "t", code, "", ("assert f(1) == 1",))
+
+
+def test_one_step_takes_the_first_failing_mutation_any_outcome():
+    task = _task("def f(n):\n    while n > 0:\n        n = n - 1\n    return n + 1\n")
+    r = study.one_step(task, _Table({"n = n + 1": "TIMEOUT", "return n - 1": "ASSERTION_FAILURE"}))
+    assert (r.first_outcome, r.fix) == ("TIMEOUT", ("        n = n + 1\n", "        n = n - 1\n"))
+
+
+def test_two_step_chains_two_failing_mutations_back_to_the_reference():
+    code = "def f(n):\n    m = n * 2\n    return m + 1\n"
+    task = _task(code)
+    r = study.two_step(task, _Table({"m = n + 2": "RUNTIME_ERROR", "return m - 1": "ASSERTION_FAILURE"}))
+    assert (r.first_outcome, r.second_outcome) == ("RUNTIME_ERROR", "ASSERTION_FAILURE")
+    assert r.first_code == "def f(n):\n    m = n + 2\n    return m + 1\n"
+    assert r.middle == ("    m = n + 2\n    return m + 1\n", "    m = n * 2\n    return m - 1\n")
+    second = r.first_code.replace(*r.middle)
+    assert second.replace(*r.fix) == code
+
+
+def test_traces_speak_the_study_protocol():
+    task = _task("def f(n):\n    return n\n")
+    msgs = study.messages(task, "b", study.Recovery("def f(n):\n    return n + 1\n", "ASSERTION_FAILURE",
+                                                    ("    return n + 1\n", "    return n\n")), "shadow")
+    assert [m["role"] for m in msgs] == ["system", "user", "assistant", "tool", "assistant", "tool",
+                                         "assistant", "tool", "assistant", "tool", "assistant"]
+    assert msgs[0]["content"] == S.SYSTEM_PROMPT_B
+    assert msgs[2]["content"] == 'CALL read_file {"id":"c1","file_path":"data/blueprints/mbpp_1/solution.py"}'
+    assert msgs[3]["content"] == "RESULT c1:\nstatus: success\nstdout:\n# Write your function here."
+    assert msgs[6]["content"].splitlines()[:2] == ["<PREDICTION>ASSERTION_FAILURE</PREDICTION>",
+                                                   "<DECISION>REVISE</DECISION>"]
+    assert msgs[8]["content"].endswith('CALL python_test {"id":"c4","project_path":"data/blueprints/mbpp_1"}')
+    assert msgs[-1]["content"] == S.FINAL_TURN
