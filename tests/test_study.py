@@ -2,19 +2,23 @@
 splits, SFT traces and task rows, proven against the facts of its published
 data (``../shared/study/facts.json``, or ``$GLYPH_STUDY_FACTS``).
 
-The whole study prepare runs once per module (about
+The whole ``glyph data prepare --profile study`` runs once per module (about
 10 s: the recovery search grades 124 mutations, one of them a 5 s TIMEOUT),
 so every row is checked in CI, none sampled."""
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
 from glyph.agent import study as S
+from glyph.cli.app import app
 from glyph.data import study, study_check
 
+runner = CliRunner()
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -35,7 +39,8 @@ def facts(facts_path) -> dict:
 @pytest.fixture(scope="module")
 def prepared(tmp_path_factory, mbpp_path, facts_path) -> Path:
     out = tmp_path_factory.mktemp("study")
-    study.prepare(out, mbpp_path, progress=False)
+    r = runner.invoke(app, ["data", "prepare", "--profile", "study", "--out", str(out), "--mbpp-path", mbpp_path])
+    assert r.exit_code == 0, r.output
     return out
 
 
@@ -78,6 +83,62 @@ def test_sft_rows_carry_the_study_labels_and_composition(prepared, facts, mbpp_t
 def test_the_files_are_the_study_files_byte_for_byte(prepared, facts_path):
     part = study_check.artifacts(prepared, facts_path)
     assert (part.equal, part.total) == (9, 9), part.line()
+
+
+def test_check_cli_last_line_and_exit_status(prepared, facts_path):
+    r = runner.invoke(app, ["study", "check", str(prepared), "--facts", str(facts_path)])
+    assert r.exit_code == 0, r.output
+    assert r.stdout.strip().splitlines()[-1] == \
+        "study: splits 464/464, sft_a 212/212, sft_b 212/212, task_rows 1504/1504"
+
+
+def test_check_names_the_first_difference_and_exits_1(prepared, facts_path, tmp_path):
+    copy = tmp_path / "copy"
+    shutil.copytree(prepared, copy)
+    path = copy / "sft" / "arm_b" / "train.jsonl"
+    rows = [json.loads(line) for line in path.open()]
+    rows[3]["messages"][2]["content"] += " "  # the first assistant turn of the fourth task
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    task_file = copy / "arm_a_validation.jsonl"
+    task_rows = [json.loads(line) for line in task_file.open()]
+    task_rows[0]["test_code"] = task_rows[0]["test_code"].replace("\n", "\r\n")
+    task_file.write_text("".join(json.dumps(r) + "\n" for r in task_rows))
+    r = runner.invoke(app, ["study", "check", str(copy), "--facts", str(facts_path)])
+    assert r.exit_code == 1, r.output
+    out = r.stdout
+    assert f"sft_b: 211/212 equal; first difference: sft/arm_b/train.jsonl task {rows[3]['task_id']}: " \
+           "messages differ: the assistant turns (messages 2, 4, 6, 8)" in out
+    assert f"task_rows: 1503/1504 equal; first difference: arm_a_validation.jsonl row 1 " \
+           f"(task {task_rows[0]['task_id']}): test_code differs" in out
+    assert out.strip().splitlines()[-1] == "study: splits 464/464, sft_a 212/212, sft_b 211/212, task_rows 1503/1504"
+
+
+def test_check_without_facts_or_folder_is_one_line_error(prepared, facts_path, monkeypatch, tmp_path):
+    monkeypatch.delenv(study_check.ENV_VAR, raising=False)
+    r = runner.invoke(app, ["study", "check", str(prepared)])
+    assert r.exit_code == 2 and "GLYPH_STUDY_FACTS" in r.output
+    monkeypatch.setenv(study_check.ENV_VAR, str(facts_path))
+    r = runner.invoke(app, ["study", "check", str(tmp_path / "nowhere")])
+    assert r.exit_code == 2 and "no such folder" in r.output
+
+
+def test_glyph_stays_the_default_profile(tmp_path, monkeypatch):
+    """--profile defaults to glyph (the env defaults switch in a later step):
+    a plain prepare calls glyph's own prepare, not the study's."""
+    import glyph.data.prepare as glyph_prepare
+    from glyph.data import mbpp
+
+    def stop(name):
+        def prepare(*args, **kwargs):
+            raise mbpp.DataError(f"{name} prepare called")
+        return prepare
+
+    monkeypatch.setattr(glyph_prepare, "prepare", stop("glyph"))
+    monkeypatch.setattr(study, "prepare", stop("study"))
+    r = runner.invoke(app, ["data", "prepare", "--no-plus", "--out", str(tmp_path)])
+    assert r.exit_code == 2 and "glyph prepare called" in r.output
+    r = runner.invoke(app, ["data", "prepare", "--profile", "study", "--out", str(tmp_path)])
+    assert r.exit_code == 2 and "study prepare called" in r.output
 
 
 # ---------------------------------------------------------------- the algorithm, small

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 
-from glyph.cli import conventions, data, flywheel, grade, prime_rl, report, run, sandbox
+from glyph.cli import conventions, data, flywheel, grade, prime_rl, report, run, sandbox, study
 from glyph.cli.common import App
 
 app = App(add_completion=False, no_args_is_help=True,
@@ -19,6 +19,7 @@ app.add_typer(data.app, name="data")
 app.add_typer(prime_rl.app, name="prime-rl")
 app.add_typer(conventions.app, name="conventions")
 app.add_typer(flywheel.app, name="flywheel")
+app.add_typer(study.app, name="study")
 
 
 def main() -> None:  # pragma: no cover

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -58,17 +59,30 @@ def check_gold(
     raise typer.Exit(0 if ok else 1)
 
 
+class Profile(str, Enum):
+    glyph = "glyph"
+    study = "study"
+
+
 @app.command("prepare")
 def data_prepare(out: Out = Path("artifacts"), seed: Annotated[int, typer.Option(help="split and trace seed")] = SEED,
                  mbpp_path: MbppPath = None,
                  plus: Annotated[bool, typer.Option("--plus/--no-plus", help="also generate the plus tests "
-                                                    "(resumable; as `glyph data plus`)")] = True,
-                 jobs: Jobs = 0) -> None:
+                                                    "(resumable; as `glyph data plus`; glyph profile only)")] = True,
+                 jobs: Jobs = 0,
+                 profile: Annotated[Profile, typer.Option(help="glyph: glyph's layout and traces (tasks/, sft/, "
+                                                          "plus/); study: the PREDICT study's files as it "
+                                                          "wrote them (check with `glyph study check`)")]
+                 = Profile.glyph) -> None:
     """Build the splits, task rows, SFT traces, plus tests and manifest
     (official MBPP download, or --mbpp-path / $GLYPH_MBPP_PATH offline)."""
     from rich.table import Table
 
     from glyph.data.prepare import prepare
+
+    if profile is Profile.study:
+        _prepare_study(out, seed, mbpp_path)
+        return
 
     m = prepare(out, mbpp_path, seed, plus_tasks=plus, jobs=jobs or None)
     table = Table(title=f"glyph data prepare → {out} ({m['seconds']} s)")
@@ -88,6 +102,28 @@ def data_prepare(out: Out = Path("artifacts"), seed: Annotated[int, typer.Option
                       f"{longest['tokens']} (task {longest['task_id']})")
     if "plus" in m:
         _plus_rows(table, m["plus"])
+    console.print(table)
+
+
+def _prepare_study(out: Path, seed: int, mbpp_path) -> None:
+    from rich.table import Table
+
+    from glyph.data import study
+
+    m = study.prepare(out, mbpp_path, seed)
+    table = Table(title=f"glyph data prepare --profile study → {out} ({m['seconds']} s)")
+    table.add_column("what")
+    table.add_column("count", justify="right")
+    for split, n in m["counts"].items():
+        table.add_row(f"{split} tasks", str(n))
+    for kind, n in m["sft"]["composition"].items():
+        table.add_row(f"SFT traces per arm: {kind}", str(n))
+    for outcome, n in m["sft"]["recovery_outcomes"].items():
+        table.add_row(f"recovery candidates: {outcome}", str(n))
+    s = m["sft"]
+    table.add_row("SFT tasks visited for recoveries", str(s["tasks_visited"]))
+    table.add_row(f"mutations graded ({s['test_limit_s']} s limit, seconds)", f"{s['gradings']} ({s['grading_seconds']})")
+    table.add_row(f"recoveries passed over (over {s['max_tokens']} tokens)", str(len(s["too_long"])))
     console.print(table)
 
 
