@@ -76,8 +76,6 @@ def data_prepare(out: Out = Path("artifacts"), seed: Annotated[int, typer.Option
                  = Profile.glyph) -> None:
     """Build the splits, task rows, SFT traces, plus tests and manifest
     (official MBPP download, or --mbpp-path / $GLYPH_MBPP_PATH offline)."""
-    from rich.table import Table
-
     from glyph.data.prepare import prepare
 
     if profile is Profile.study:
@@ -85,11 +83,7 @@ def data_prepare(out: Out = Path("artifacts"), seed: Annotated[int, typer.Option
         return
 
     m = prepare(out, mbpp_path, seed, plus_tasks=plus, jobs=jobs or None)
-    table = Table(title=f"glyph data prepare → {out} ({m['seconds']} s)")
-    table.add_column("what")
-    table.add_column("count", justify="right")
-    for split, n in m["counts"].items():
-        table.add_row(f"{split} tasks", str(n))
+    table = _split_table(f"glyph data prepare → {out} ({m['seconds']} s)", m["counts"])
     for arm, kinds in m["sft"]["kinds"].items():
         for kind, n in kinds.items():
             table.add_row(f"arm {arm} {kind} traces", str(n))
@@ -105,17 +99,23 @@ def data_prepare(out: Out = Path("artifacts"), seed: Annotated[int, typer.Option
     console.print(table)
 
 
-def _prepare_study(out: Path, seed: int, mbpp_path) -> None:
+def _split_table(title: str, counts: dict[str, int]):
+    """A what/count table, opening with the tasks of each split."""
     from rich.table import Table
 
+    table = Table(title=title)
+    table.add_column("what")
+    table.add_column("count", justify="right")
+    for split, n in counts.items():
+        table.add_row(f"{split} tasks", str(n))
+    return table
+
+
+def _prepare_study(out: Path, seed: int, mbpp_path) -> None:
     from glyph.data import study
 
     m = study.prepare(out, mbpp_path, seed)
-    table = Table(title=f"glyph data prepare --profile study → {out} ({m['seconds']} s)")
-    table.add_column("what")
-    table.add_column("count", justify="right")
-    for split, n in m["counts"].items():
-        table.add_row(f"{split} tasks", str(n))
+    table = _split_table(f"glyph data prepare --profile study → {out} ({m['seconds']} s)", m["counts"])
     for kind, n in m["sft"]["composition"].items():
         table.add_row(f"SFT traces per arm: {kind}", str(n))
     for outcome, n in m["sft"]["recovery_outcomes"].items():

@@ -55,7 +55,8 @@ def _write_jsonl(path: Path, rows: list[dict]) -> None:
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
 
 
-def _read_jsonl(path: Path) -> list[dict]:
+def read_jsonl(path: Path) -> list[dict]:
+    """The rows of a JSONL file; a line that is not JSON is a ``DataError`` naming it."""
     rows = []
     with path.open(encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
@@ -217,7 +218,7 @@ def validate(out: Path, mbpp_path=None, progress: bool = True, jobs: int = 2) ->
         p = out / "tasks" / f"{name}.jsonl"
         if p.is_file():
             try:
-                rows = _read_jsonl(p)
+                rows = read_jsonl(p)
             except mbpp.DataError as exc:
                 problems.append(str(exc))
                 continue
@@ -242,7 +243,7 @@ def validate(out: Path, mbpp_path=None, progress: bool = True, jobs: int = 2) ->
     for arm in ("a", "b"):
         p = out / "sft" / f"arm_{arm}" / "train.jsonl"
         try:
-            rows = _read_jsonl(p)
+            rows = read_jsonl(p)
         except (OSError, mbpp.DataError) as exc:
             problems.append(str(exc))
             continue
