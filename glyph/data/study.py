@@ -51,7 +51,8 @@ from glyph.agent import study as S
 from glyph.data import mbpp
 
 ARMS = ("a", "b")
-TASK_SPLITS = ("train", "validation", "test")  # the study's file names: train is the RL split
+TASK_FILES = (("train", "rl"), ("validation", "validation"), ("test", "test"))
+"""(the study's file name, glyph's split): its ``train`` files are the RL split."""
 DEEP_COUNT = S.MODE_COUNTS["deep_shadow"] + S.MODE_COUNTS["deep_visible"]
 SHALLOW_COUNT = S.MODE_COUNTS["shadow"] + S.MODE_COUNTS["visible"]
 MANIFEST = "manifest.json"
@@ -415,7 +416,8 @@ def _write_jsonl(path: Path, rows: list[dict]) -> None:
 def prepare(out: Path, mbpp_path=None, seed: int = S.SEED, progress: bool = True, grader: Grader | None = None,
             tokenizer=None) -> dict:
     """Write the study's layout into ``out`` (``arm_{a,b}_{train,validation,test}.jsonl``,
-    ``sft/arm_{a,b}/train.jsonl``) and glyph's manifest; return the manifest."""
+    ``sft/arm_{a,b}/train.jsonl``, ``assignments.json``: the study's files, byte
+    for byte) and glyph's manifest; return the manifest."""
     from glyph.render import OFFLINE, load_tokenizer
 
     t0 = time.perf_counter()
@@ -427,7 +429,7 @@ def prepare(out: Path, mbpp_path=None, seed: int = S.SEED, progress: bool = True
     out.mkdir(parents=True, exist_ok=True)
     files: list[Path] = []
     for arm in ARMS:
-        for name, split in (("train", "rl"), ("validation", "validation"), ("test", "test")):
+        for name, split in TASK_FILES:
             path = out / f"arm_{arm}_{name}.jsonl"
             _write_jsonl(path, [task_row(t, arm, name) for t in splits[split]])
             files.append(path)
