@@ -336,6 +336,11 @@ class Episode:
         self.expect_prediction = self.arm == "b" and new_candidate
         return call, status, body
 
+    def observation(self, step: tuple[protocol.Call, str, str]) -> dict:
+        """The message that answers a step: a user message with the RESULT and the budget left."""
+        call, status, body = step
+        return {"role": "user", "content": protocol.result_message(call, status, body, self.budget)}
+
 
 def _loop(cfg: dict, secret: str, trace: dict, save) -> None:
     tester = Tester(cfg["tester"], secret, limits_of(cfg))
@@ -348,10 +353,28 @@ def _loop(cfg: dict, secret: str, trace: dict, save) -> None:
             tester.close()
 
 
+PROFILES = ("glyph", "study")
+"""The turn semantics a config's ``profile`` picks: ``glyph`` (``Episode``,
+the default where the config names none) or ``study`` (the PREDICT study's,
+``glyph.agent.study_episode.StudyEpisode``)."""
+
+
+def make_episode(cfg: dict, trace: dict):
+    """The episode ``cfg`` asks for, with its budget and rules."""
+    profile = cfg.get("profile", "glyph")
+    if profile == "study":
+        from glyph.agent.study_episode import StudyEpisode
+        return StudyEpisode(cfg["arm"], int(cfg["max_tool_calls"]), trace, project=cfg.get("project", "."),
+                            timeout_s=int(float(limits_of(cfg)["wall_s"])))
+    if profile != "glyph":
+        raise ValueError(f"the program config's profile is {profile!r}, not one of {', '.join(PROFILES)}")
+    return Episode(cfg["arm"], int(cfg["max_tool_calls"]), int(cfg["test_cost"]), trace,
+                   revise_feedback=cfg["revise_feedback"])
+
+
 def _episode(cfg: dict, secret: str, trace: dict, save, tester) -> None:
     # Every key is the harness's (``harness.program_config``): no default of its own here.
-    episode = Episode(cfg["arm"], int(cfg["max_tool_calls"]), int(cfg["test_cost"]), trace,
-                      revise_feedback=cfg["revise_feedback"])
+    episode = make_episode(cfg, trace)
     messages = trace["messages"] = [dict(m) for m in cfg["messages"]]
     t0 = time.monotonic()
     while True:
@@ -378,9 +401,9 @@ def _episode(cfg: dict, secret: str, trace: dict, save, tester) -> None:
             else:
                 trace["error"] = episode.error
             break
-        call, status, body = step
+        call, status, _ = step
         trace["calls"].append({"id": call.id, "tool": call.tool, "status": status})
-        messages.append({"role": "user", "content": protocol.result_message(call, status, body, episode.budget)})
+        messages.append(episode.observation(step))
         trace["budget_left"] = episode.budget
         save(trace)
     trace["budget_left"] = episode.budget

@@ -98,6 +98,32 @@ TIMEOUT_DETAIL_LIVE = "tests timed out after {timeout}s"
 TIMEOUT_DETAIL_SFT = "tests timed out"
 # src/glyph/program.py (execute_tool).
 READ_FILE_MAX_CHARS = 8000
+# src/glyph/program.py (execute_tool, run_hidden_tests): a failed call's stderr.
+UNKNOWN_TOOL = "unknown tool: {tool}"
+PATCH_NEEDS_ARGS = "apply_patch needs file_path, find, replace"
+PATCH_FIND_COUNT = "find must occur exactly once; found {count}"
+NO_SOLUTION = "solution.py not found"
+TOOL_ERROR = "tool error: {error}"
+# src/glyph/program.py (tool defaults: a missing path argument reads so).
+DEFAULT_FILE_PATH, DEFAULT_PROJECT_PATH = "", "."
+
+# src/glyph/program.py (parse_call_line, parse_calls, validate_turn_shape,
+# parse_prediction_decision, main): the protocol errors an episode ends on.
+ERR_MALFORMED_CALL = "malformed CALL"
+ERR_CALL_ID = "CALL requires a string id"
+ERR_CALL_ARGS = "CALL arguments must be strings"
+ERR_DUPLICATE_ID = "duplicate CALL id {id}"
+ERR_ONE_CALL_OR_FINAL = "assistant turn must contain exactly one CALL or one FINAL"
+ERR_ONE_CALL = "assistant turn requires exactly one CALL"
+ERR_PREDICTION_SHAPE = "Arm B prediction turn requires PREDICTION, DECISION, and one CALL"
+ERR_EXTRA_TEXT = "CALL turn cannot contain additional text"
+ERR_ONE_PREDICTION = "Arm B requires exactly one PREDICTION"
+ERR_UNKNOWN_PREDICTION = "unknown prediction outcome: {prediction}"
+ERR_ONE_DECISION = "Arm B requires exactly one DECISION"
+ERR_UNKNOWN_DECISION = "unknown decision: {decision}"
+ERR_DECISION_TOOL = "{decision} requires CALL {expected}, got {tool}"
+ERR_BUDGET = "visible tool-call budget exhausted"
+ERR_TEST_BEFORE_KEEP = "Arm B must predict and choose KEEP before python_test"
 
 # ---------------------------------------------------------------- settings
 

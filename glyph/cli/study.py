@@ -30,3 +30,34 @@ def study_check(
                   highlight=False, soft_wrap=True)
     console.print(check.summary_line(parts), highlight=False, soft_wrap=True)
     raise typer.Exit(0 if all(p.ok for p in parts) else 1)
+
+
+@app.command("replay")
+def study_replay(
+    sft: Annotated[Path, typer.Argument(help="an SFT JSONL file (the study's, or `glyph data prepare --profile "
+                                             "study`'s sft/arm_X/train.jsonl)")],
+    arm: Annotated[Optional[str], typer.Option("--arm", help="a or b (default: each row's own arm)")] = None,
+) -> None:
+    """Replay each trace's assistant turns through the study-profile episode
+    against glyph's sandbox and grader; check every observation equals the
+    recorded one. Exit 1 unless every trace reproduces."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from glyph.cli.common import err, fail
+    from glyph.data import study_replay as replay
+
+    if arm not in (None, "a", "b"):
+        fail(f"--arm is {arm!r}, not a or b")
+    rows = replay.read_rows(sft)
+    results = []
+    with Progress(TextColumn("replaying"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=err, transient=True) as progress:
+        bar = progress.add_task("replay", total=len(rows))
+        for n, row in enumerate(rows):
+            r = replay.replay_row(n, row, arm)
+            if not r.ok:
+                progress.console.print(r.line(), highlight=False, soft_wrap=True, markup=False)
+            results.append(r)
+            progress.advance(bar)
+    console.print(replay.summary_line(results), highlight=False, soft_wrap=True)
+    raise typer.Exit(0 if all(r.ok for r in results) else 1)

@@ -1,0 +1,338 @@
+"""The PREDICT study's episode semantics: its turn grammar, tools, call costs,
+Arm B rules, budget and observations, as one class with ``Episode``'s
+interface (``turn``, ``observation``, ``budget``, ``end``, ``error``).
+
+The program (``glyph.agent.program``) runs it when its config says
+``profile = "study"``; ``glyph study replay`` runs the study's SFT traces
+through it. The rules, as the study's ``src/glyph/program.py`` has them:
+
+- A turn is exactly one ``CALL <tool> <json>`` line or one ``FINAL:`` line;
+  an Arm B turn after a successful ``apply_patch`` (a pending candidate) is
+  exactly three: the PREDICTION line, the DECISION line, the CALL line.
+  Anything else, a malformed CALL line or a reused call id is a protocol
+  error and ends the episode.
+- Every executed call costs 1, a failed one too: an unknown tool or a missing
+  argument answers ``status: failed`` and the episode goes on. The budget
+  (``MAX_TOOL_CALLS``) is never told to the agent; a turn past it ends the
+  episode.
+- Arm B: ``python_test`` with no pending candidate is a protocol error; KEEP
+  must call ``python_test`` (its result is the prediction's target), REVISE
+  must call ``apply_patch`` (the candidate is shadow-tested first); a
+  malformed prediction turn, or one at budget exhaustion, still shadow-tests
+  the candidate and records a prediction target before the episode ends.
+- ``python_test`` answers with the study's fixed strings (``glyph.agent.study``),
+  graded by the ``tester`` the caller gives (glyph's grader).
+
+Where glyph keeps its own rule: a path that leaves the project or enters
+``.glyph`` is refused (the study refuses only the first), and a tool error
+names paths relative to the workspace root, not the machine's absolute path.
+
+Stdlib only: shipped into the runtime with the agent layer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass, field
+
+from glyph.agent import study as S
+from glyph.agent.tools import sha256
+from glyph.outcomes import Outcome
+
+OUTCOMES = tuple(o.value for o in Outcome)
+BUDGET_EXHAUSTED = S.ERR_BUDGET
+_TOOL_NAME = re.compile(r"^[A-Za-z_]\w*$")
+_PREDICTION = re.compile(r"<PREDICTION>\s*([A-Z_]+)\s*</PREDICTION>", re.DOTALL)
+_DECISION = re.compile(r"<DECISION>\s*([A-Z_]+)\s*</DECISION>", re.DOTALL)
+TIMEOUT_TEXTS = ("live", "sft")
+"""How a TIMEOUT reads: ``live`` as the study's program answers it (a
+``timed_out: true`` line, the limit in the detail); ``sft`` as the study's SFT
+traces record it (``data/prepare.py``: no such line, no limit)."""
+
+
+@dataclass(frozen=True)
+class StudyCall:
+    tool: str
+    id: str
+    args: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Result:
+    success: bool
+    stdout: str = ""
+    stderr: str = ""
+    timed_out: bool = False
+    outcome: str | None = None
+
+    def block(self, call_id: str) -> str:
+        """The tool message's content: ``RESULT <id>:`` and its lines."""
+        lines = [S.STATUS_LINE.format(status=S.STATUS_SUCCESS if self.success else S.STATUS_FAILED)]
+        if self.timed_out:
+            lines.append(S.TIMED_OUT_LINE)
+        if self.stdout:
+            lines.append(S.STDOUT_LINE + "\n" + self.stdout.strip())
+        if self.stderr:
+            lines.append(S.STDERR_LINE + "\n" + self.stderr.strip())
+        return S.RESULT_HEAD.format(id=call_id) + "\n" + "\n".join(lines)
+
+
+def _failed(detail: str) -> Result:
+    return Result(False, stderr=detail)
+
+
+def parse_call_line(line: str) -> tuple[StudyCall | None, str | None]:
+    """(call, None), (None, error) for a malformed CALL line, (None, None) for
+    a line that is no CALL."""
+    line = line.strip()
+    if not line.startswith(S.CALL_PREFIX):
+        return None, None
+    try:
+        _, rest = line.split(None, 1)
+        tool, payload = rest.split(None, 1)
+        args = json.loads(payload)
+    except ValueError as exc:  # json.JSONDecodeError is a ValueError
+        return None, f"{S.ERR_MALFORMED_CALL}: {exc}"
+    if not _TOOL_NAME.fullmatch(tool) or not isinstance(args, dict):
+        return None, S.ERR_MALFORMED_CALL
+    args = dict(args)
+    call_id = args.pop(S.ID_KEY, None)
+    if not isinstance(call_id, str) or not call_id:
+        return None, S.ERR_CALL_ID
+    if any(not isinstance(v, str) for v in args.values()):
+        return None, S.ERR_CALL_ARGS
+    return StudyCall(tool, call_id, args), None
+
+
+class StudyEpisode:
+    """One study-profile episode. ``root``: the workspace (the runtime's cwd,
+    against which the agent's paths resolve); ``project``: the task's project
+    folder under it (the study's trace prefix). ``tester(source, shadow)``
+    gives an outcome class; ``timeout_s`` is the limit a TIMEOUT names."""
+
+    def __init__(self, arm: str, budget: int = S.MAX_TOOL_CALLS, trace: dict | None = None, root: str = ".",
+                 project: str = ".", timeout_s: int = S.TOOL_TIMEOUT_S, timeout_text: str = "live") -> None:
+        if timeout_text not in TIMEOUT_TEXTS:
+            raise ValueError(f"timeout_text is {timeout_text!r}, not one of {TIMEOUT_TEXTS}")
+        self.arm, self.max_calls, self.timeout_s, self.timeout_text = arm, budget, timeout_s, timeout_text
+        self.trace = trace if trace is not None else {}
+        for key in ("candidates", "tests", "prediction_targets", "protocol_errors"):
+            self.trace.setdefault(key, [])
+        self.root = os.path.realpath(root)
+        self.project = os.path.realpath(os.path.join(self.root, project))
+        self.executed: list[StudyCall] = []
+        self.pending: str | None = None  # Arm B: the id of the apply_patch whose candidate awaits a prediction
+        self.call: StudyCall | None = None
+        self.end: str | None = None
+        self.error: str | None = None
+
+    @property
+    def budget(self) -> int:
+        """Calls left (the study counts executed calls, failed ones too)."""
+        return self.max_calls - len(self.executed)
+
+    @property
+    def expect_prediction(self) -> bool:
+        return self.arm == "b" and self.pending is not None
+
+    # ------------------------------------------------------------ turns
+
+    def turn(self, reply: str, tester, context: list[dict] | None = None) -> tuple[StudyCall, str, str] | None:
+        """Apply ``reply``; return (call, status, RESULT block), or None when it
+        ended the episode (``end``, ``error`` say how). ``status`` is the
+        outcome class for ``python_test``, else ``success`` or ``failed``."""
+        self.call = None
+        calls, errors = self._parse_calls(reply)
+        if errors:
+            return self._stop(errors)
+        errors = self._shape(reply, calls)
+        if errors:
+            return self._stop(errors)
+        if self.expect_prediction:
+            return self._prediction_turn(reply, calls, tester, context)
+        if not calls:
+            self.end = "final"
+            return None
+        if self.budget <= 0:
+            return self._stop([BUDGET_EXHAUSTED])
+        call = self.call = calls[0]
+        if self.arm == "b" and call.tool == S.PYTHON_TEST:
+            return self._stop([S.ERR_TEST_BEFORE_KEEP])
+        result = self._execute(call, tester)
+        if self.arm == "b" and call.tool == S.APPLY_PATCH and result.success:
+            self.pending = call.id
+        return self._step(call, result)
+
+    def observation(self, step: tuple[StudyCall, str, str]) -> dict:
+        """The message that answers a step: a ``tool`` message."""
+        call, _, block = step
+        return {"role": "tool", "tool_call_id": call.id, "content": block}
+
+    def _parse_calls(self, reply: str) -> tuple[list[StudyCall], list[str]]:
+        calls, errors = [], []
+        seen = {c.id for c in self.executed}
+        for n, line in enumerate(reply.splitlines(), 1):
+            call, error = parse_call_line(line)
+            if error:
+                errors.append(f"line {n}: {error}")
+            if call is None:
+                continue
+            if call.id in seen:
+                errors.append(f"line {n}: " + S.ERR_DUPLICATE_ID.format(id=call.id))
+                continue
+            seen.add(call.id)
+            calls.append(call)
+        return calls, errors
+
+    def _shape(self, reply: str, calls: list[StudyCall]) -> list[str]:
+        lines = [ln.strip() for ln in reply.splitlines() if ln.strip()]
+        if not calls:
+            if len(lines) == 1 and lines[0].startswith(S.FINAL_PREFIX):
+                return []
+            return [S.ERR_ONE_CALL_OR_FINAL]
+        if len(calls) != 1:
+            return [S.ERR_ONE_CALL]
+        call_lines = [ln for ln in lines if ln.startswith(S.CALL_PREFIX)]
+        if self.expect_prediction:
+            if (len(lines) != 3 or len(call_lines) != 1 or not _PREDICTION.fullmatch(lines[0])
+                    or not _DECISION.fullmatch(lines[1]) or lines[2] != call_lines[0]):
+                return [S.ERR_PREDICTION_SHAPE]
+            return []
+        if len(lines) != 1 or len(call_lines) != 1:
+            return [S.ERR_EXTRA_TEXT]
+        return []
+
+    def _prediction_turn(self, reply, calls, tester, context):
+        predictions, decisions = _PREDICTION.findall(reply), _DECISION.findall(reply)
+        prediction = predictions[0] if len(predictions) == 1 else None
+        decision = decisions[0] if len(decisions) == 1 else None
+        errors = []
+        if len(predictions) != 1:
+            errors.append(S.ERR_ONE_PREDICTION)
+        elif prediction not in OUTCOMES:
+            errors.append(S.ERR_UNKNOWN_PREDICTION.format(prediction=prediction))
+        if len(decisions) != 1:
+            errors.append(S.ERR_ONE_DECISION)
+        elif decision not in (S.KEEP, S.REVISE):
+            errors.append(S.ERR_UNKNOWN_DECISION.format(decision=decision))
+        expected = S.PYTHON_TEST if decision == S.KEEP else S.APPLY_PATCH
+        if decision in (S.KEEP, S.REVISE) and calls[0].tool != expected:
+            errors.append(S.ERR_DECISION_TOOL.format(decision=decision, expected=expected, tool=calls[0].tool))
+        if self.budget <= 0:
+            errors.append(BUDGET_EXHAUSTED)
+        if errors:  # the candidate is still shadow-tested: its outcome is a prediction target
+            self._target(self._test(tester, shadow=True), prediction, decision, context, reply, shadow=True)
+            return self._stop(errors)
+        call = self.call = calls[0]
+        if decision == S.REVISE:
+            self._target(self._test(tester, shadow=True), prediction, decision, context, reply, shadow=True)
+            result = self._execute(call, tester)
+            self.pending = call.id if result.success else None
+        else:
+            result = self._execute(call, tester)
+            self._target(result, prediction, decision, context, reply, shadow=False)
+            self.pending = None
+        return self._step(call, result)
+
+    def _stop(self, errors: list[str]) -> None:
+        self.trace["protocol_errors"].extend(errors)
+        self.end = "budget_exhausted" if errors == [BUDGET_EXHAUSTED] else "protocol_error"
+        self.error = "; ".join(errors)
+        return None
+
+    def _step(self, call: StudyCall, result: Result) -> tuple[StudyCall, str, str]:
+        status = result.outcome if call.tool == S.PYTHON_TEST and result.outcome else (
+            S.STATUS_SUCCESS if result.success else S.STATUS_FAILED)
+        return call, status, result.block(call.id)
+
+    def _target(self, result: Result, prediction, decision, context, reply: str, shadow: bool) -> None:
+        if result.outcome not in OUTCOMES:
+            raise RuntimeError("candidate test did not produce an outcome class")
+        source = self._solution()
+        if source is None:
+            raise RuntimeError("candidate test: solution.py is gone")
+        self.trace["prediction_targets"].append({
+            "candidate_call_id": self.pending, "context_messages": context, "sampled_prediction": prediction,
+            "actual": result.outcome, "decision": decision, "shadow": shadow, "candidate_sha256": sha256(source)})
+        cands = self.trace["candidates"]
+        if cands and cands[-1]["call"] == self.pending:
+            cands[-1].update(sampled_label=prediction, decision=decision, context=context, prediction_turn=reply,
+                             verified_label=result.outcome, shadow=shadow)
+
+    # ------------------------------------------------------------ tools
+
+    def _execute(self, call: StudyCall, tester) -> Result:
+        self.executed.append(call)
+        if call.tool not in S.TOOLS:
+            return _failed(S.UNKNOWN_TOOL.format(tool=call.tool))
+        try:
+            if call.tool == S.READ_FILE:
+                path = self._path(call.args.get("file_path", S.DEFAULT_FILE_PATH))
+                with open(path, encoding="utf-8") as f:
+                    return Result(True, stdout=f.read()[:S.READ_FILE_MAX_CHARS])
+            if call.tool == S.APPLY_PATCH:
+                return self._patch(call)
+            project = self._path(call.args.get("project_path", S.DEFAULT_PROJECT_PATH))
+            return self._test(tester, shadow=False, project=project, call_id=call.id)
+        except (OSError, UnicodeError, ValueError) as exc:
+            return _failed(S.TOOL_ERROR.format(error=str(exc).replace(self.root + os.sep, "")))
+
+    def _patch(self, call: StudyCall) -> Result:
+        path = self._path(call.args.get("file_path", S.DEFAULT_FILE_PATH))
+        find, replace = call.args.get("find"), call.args.get("replace")
+        if find is None or replace is None:
+            return _failed(S.PATCH_NEEDS_ARGS)
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        count = text.count(find)
+        if count != 1:
+            return _failed(S.PATCH_FIND_COUNT.format(count=count))
+        new = text.replace(find, replace, 1)
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(new)
+        if path == os.path.join(self.project, S.SOLUTION_FILE):  # each patched solution is a candidate
+            cands = self.trace["candidates"]
+            cands.append({"index": len(cands), "call": call.id, "source": new, "sha256": sha256(new)})
+        return Result(True, stdout=S.PATCH_APPLIED)
+
+    def _path(self, value: str) -> str:
+        """The study's path rule: relative to the workspace root, else to the
+        project; it must exist and stay inside the project (and out of .glyph)."""
+        full = os.path.realpath(os.path.join(self.root, value))
+        if not self._inside(full):
+            full = os.path.realpath(os.path.join(self.project, value))
+        if not self._inside(full) or ".glyph" in os.path.relpath(full, self.root).split(os.sep):
+            raise ValueError(f"{value!r} is outside the project")
+        if not os.path.exists(full):
+            raise FileNotFoundError(full)
+        return full
+
+    def _inside(self, path: str) -> bool:
+        return path == self.project or path.startswith(self.project + os.sep)
+
+    def _solution(self, project: str | None = None) -> str | None:
+        path = os.path.join(project or self.project, S.SOLUTION_FILE)
+        if not os.path.isfile(path):
+            return None
+        with open(path, encoding="utf-8", errors="surrogateescape", newline="") as f:
+            return f.read()
+
+    def _test(self, tester, shadow: bool, project: str | None = None, call_id: str | None = None) -> Result:
+        """The candidate in ``project`` (default: the task's) graded, as a Result
+        in the study's words."""
+        source = self._solution(project)
+        if source is None:
+            return Result(False, stderr=S.NO_SOLUTION, outcome=Outcome.OTHER.value)
+        outcome = tester(source, shadow=shadow)
+        if not shadow:
+            self.trace["tests"].append({"call": call_id, "sha256": sha256(source), "outcome": outcome})
+        if outcome == Outcome.PASS.value:
+            return Result(True, stdout=S.TESTS_PASSED, outcome=outcome)
+        if outcome == Outcome.TIMEOUT.value:
+            if self.timeout_text == "sft":
+                return Result(False, stderr=S.TIMEOUT_DETAIL_SFT, outcome=outcome)
+            return Result(False, stderr=S.TIMEOUT_DETAIL_LIVE.format(timeout=self.timeout_s), timed_out=True,
+                          outcome=outcome)
+        return Result(False, stderr=S.FAILURE_DETAILS[outcome], outcome=outcome)
