@@ -223,3 +223,15 @@ def test_a_malformed_prediction_turn_still_records_a_target(workspace):
     assert ep.error == S.ERR_UNKNOWN_PREDICTION.format(prediction="MAYBE")
     assert [(x["sampled_prediction"], x["actual"]) for x in ep.trace["prediction_targets"]] == [
         ("MAYBE", "ASSERTION_FAILURE")]
+
+
+def test_the_program_config_profile_picks_the_episode():
+    from glyph.agent import program
+
+    cfg = {"arm": "b", "max_tool_calls": 8, "test_cost": 1, "revise_feedback": "none",
+           "limits": {"cpu_s": 30, "wall_s": 30}}
+    assert type(program.make_episode(cfg, {})) is program.Episode  # no profile: glyph's default
+    ep = program.make_episode({**cfg, "profile": "study"}, {})
+    assert isinstance(ep, StudyEpisode) and ep.timeout_s == 30 and ep.budget == 8
+    with pytest.raises(ValueError, match="profile"):
+        program.make_episode({**cfg, "profile": "other"}, {})
