@@ -66,7 +66,11 @@ def test_the_study_published_traces_replay(arm):
     folder = os.environ.get("GLYPH_STUDY_SFT_DIR")
     if not folder:
         pytest.skip("set GLYPH_STUDY_SFT_DIR to a folder with the study's sft/arm_{a,b}/train.jsonl")
-    r = runner.invoke(app, ["study", "replay", str(Path(folder) / f"arm_{arm}" / "train.jsonl")])
+    path = Path(folder) / "sft" / f"arm_{arm}" / "train.jsonl"  # the study's layout; or the arm folders alone
+    path = path if path.is_file() else Path(folder) / f"arm_{arm}" / "train.jsonl"
+    assert path.is_file(), f"GLYPH_STUDY_SFT_DIR has no sft/arm_{arm}/train.jsonl"
+    r = runner.invoke(app, ["study", "replay", str(path), "--arm", arm])
+    assert r.exit_code == 0, r.output
     assert r.output.strip().splitlines()[-1] == "replay: 212/212 traces reproduce every observation"
 
 
