@@ -8,7 +8,9 @@ gives it: the program's report to the service, and the replies the policy
 server served under the rollout's secret (what verifiers' interception server
 records). No verifiers and no interpreter start: tests and benchmarks that need
 an episode use ``Rollouts.play``; ``vf-eval`` runs the same pieces through
-``GlyphHarness``.
+``GlyphHarness``. ``Scripted`` stands in for the policy server where a test
+gives the model's replies itself; the harness config's ``profile`` picks
+glyph's workspace and prompt or the study's.
 """
 
 from __future__ import annotations
@@ -20,11 +22,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from glyph.agent import program, protocol
+from glyph.agent import program
+from glyph.data import study
 from glyph.data.mbpp import MbppTask
 from glyph.envs.mbpp.finalize import ModelReplies, TaskTests, verify
-from glyph.envs.mbpp.harness import LOCAL_SANDBOX, GlyphHarnessConfig, program_config
+from glyph.envs.mbpp.harness import LOCAL_SANDBOX, GlyphHarnessConfig, program_config, workspace_of
 from glyph.envs.mbpp.test_service import SandboxTestService
+from glyph.localhttp import JsonHandler, LocalServer
 from glyph.policies.server import PolicyServer
 from glyph.record import MbppRecord
 
@@ -44,6 +48,45 @@ class Played:
     """The model's replies as the endpoint served them, the record finalize replays."""
 
 
+class Scripted:
+    """A chat endpoint answering turn ``i`` (the number of assistant messages
+    in the request) with ``replies[i]``, keeping what it served under each
+    bearer token as the policy server does (``take_replies``). Use it as a
+    context manager."""
+
+    def __init__(self, replies: list[str]) -> None:
+        served: dict[str, list[str]] = {}
+        self.served = served
+
+        class Handler(JsonHandler):
+            def do_POST(self) -> None:  # noqa: N802
+                messages = self.read_json(64 << 20)["messages"]
+                turn = sum(m["role"] == "assistant" for m in messages)
+                if turn >= len(replies):
+                    return self.send_json(500, {"error": {"message": f"the script has no reply {turn + 1}"}})
+                content = replies[turn]
+                served.setdefault(self.headers.get("Authorization", ""), []).append(content)
+                self.send_json(200, {"id": f"s{turn}", "object": "chat.completion", "created": 0, "model": "script",
+                                     "choices": [{"index": 0, "finish_reason": "stop",
+                                                  "message": {"role": "assistant", "content": content}}]})
+
+        self.httpd = LocalServer(Handler)
+        self.httpd.start("glyph-scripted-model")
+        self.base_url = f"http://127.0.0.1:{self.httpd.port}/v1"
+
+    def take_replies(self, secret: str) -> list[str]:
+        return self.served.pop(f"Bearer {secret}", [])
+
+    def close(self) -> None:
+        self.httpd.close()
+
+    def __enter__(self) -> Scripted:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
 class Rollouts:
     """A policy server and a test service for many rollouts (close it, or use it as a context manager)."""
 
@@ -55,43 +98,51 @@ class Rollouts:
     def play(self, task: MbppTask, arm: str, policy: str, workspace: Path, *, tester: str = "service",
              service_url: str | None = None,
              forge: Callable[[dict], None] | None = None, files: dict[str, str] | None = None,
-             save: Callable[[dict], None] | None = None, **config) -> Played:
+             save: Callable[[dict], None] | None = None, model: Scripted | None = None, **config) -> Played:
         """Run ``policy`` on ``task`` in ``workspace`` (created; ``solution.py``
         the placeholder) and finalize it. ``tester``: ``service`` (the local
         runtime) or ``local`` (the container branch: glyph's grader in the
         program's process); ``service_url`` replaces the service's URL (a proxy
         in front of it); ``forge(trace)`` edits the trace before finalize reads
         it; ``files`` are written into the workspace beside ``solution.py``;
-        ``save`` is the program's per-turn save hook; ``config`` overrides keys
-        of the program config."""
+        ``save`` is the program's per-turn save hook; ``model`` (a ``Scripted``)
+        answers instead of the policy server; ``config`` overrides keys of the
+        program config. Under the harness's ``study`` profile the task is the
+        study's (``glyph.data.study.from_mbpp``: its prompt, its normalised
+        setup and tests, ``solution.py`` in its project folder)."""
         limits = self.harness.limits()
+        profile = self.harness.profile
+        st = study.from_mbpp(task) if profile == "study" else None
+        setup, visible = (st.setup, list(st.tests)) if st else (task.test_setup_code, list(task.test_list))
+        solution, placeholder = workspace_of(profile, st and st.project)
         workspace.mkdir(parents=True, exist_ok=True)
-        (workspace / protocol.SOLUTION_FILE).write_text(protocol.PLACEHOLDER)
+        (workspace / solution).parent.mkdir(parents=True, exist_ok=True)
+        (workspace / solution).write_text(placeholder)
         for name, text in (files or {}).items():
             (workspace / name).write_text(text)
         secret = secrets.token_hex(16)
-        self.service.register(secret, task.test_setup_code, list(task.test_list), limits)
+        self.service.register(secret, setup, visible, limits)
         spec = ({"kind": "service", "url": service_url or self.service.url, "end_url": self.service.end_url}
                 if tester == "service" else
-                {"kind": "local", "sandbox": LOCAL_SANDBOX, "setup": task.test_setup_code,
-                 "tests": list(task.test_list)})
+                {"kind": "local", "sandbox": LOCAL_SANDBOX, "setup": setup, "tests": visible})
+        served = model or self.policies
         cfg = program_config(self.harness, arm, task.text, task.test_list, spec,
-                             {"base_url": self.policies.base_url, "model": policy})
+                             {"base_url": served.base_url, "model": policy}, st)
         cfg.update(config)
         try:
             with contextlib.chdir(workspace):
                 trace = program.run(cfg, secret, save=save)
         finally:
             released = self.service.release(secret)
-            replies = ModelReplies(tuple(self.policies.take_replies(secret)), cfg["arm"], int(cfg["max_tool_calls"]),
-                                   int(cfg["test_cost"]))
+            replies = ModelReplies(tuple(served.take_replies(secret)), cfg["arm"], int(cfg["max_tool_calls"]),
+                                   int(cfg["test_cost"]), profile=profile, project=st and st.project)
         if forge is not None:
             forge(trace)
-        final = (workspace / protocol.SOLUTION_FILE).read_bytes().decode("utf-8", "surrogateescape")
-        tests = TaskTests(task.test_setup_code, tuple(task.test_list), tuple(task.test_list))
+        final = (workspace / solution).read_bytes().decode("utf-8", "surrogateescape")
+        tests = TaskTests(setup, tuple(visible), tuple(visible))
         log = released["log"] if tester == "service" else None
         record = verify(json.loads(json.dumps(trace)), final, tests, limits, log, service_end=released["end"],
-                        replies=replies)
+                        replies=replies, profile=profile)
         return Played(trace, record, workspace, released if tester == "service" else {}, replies)
 
     def close(self) -> None:

@@ -48,6 +48,18 @@ given: it did not; ``check_end``):
 A trace that says FINAL where a record does not is tampered, the reason
 naming the record.
 
+**The study profile** (``profile = "study"``, as the harness recorded it in
+``trace.info["glyph_protocol"]``, never as the trace says): the trace is
+``StudyEpisode``'s (``glyph.agent.study_episode``: beside ``candidates`` and
+``tests`` it records ``prediction_targets`` and ``protocol_errors``),
+``solution.py`` starts as the study's placeholder, and the interception's
+record is replayed through ``StudyEpisode``. The reward is the study's rule
+(its ``taskset.py``): an episode that ended with FINAL and no protocol error,
+a visible test that passed and a final solution that passes its tests, each
+decided by glyph's trusted records and grader as above; a budget-exhausted
+end is no FINAL and scores 0, as in the study. Each prediction target must
+name a recorded candidate and an outcome a trusted grading gives it.
+
 ``verify`` never raises on what the rollout left; a fault of the trusted side
 (the grader, the service log) raises, and the rollout is errored, not scored.
 """
@@ -61,8 +73,10 @@ from typing import NamedTuple
 
 import msgspec
 
+from glyph.agent import study as S
 from glyph.agent.program import REPLY_CAP, Episode
 from glyph.agent.protocol import PLACEHOLDER, SOLUTION_FILE
+from glyph.agent.study_episode import StudyEpisode
 from glyph.agent.tools import sha256
 from glyph.grading import InvalidTests, grade
 from glyph.outcomes import Outcome
@@ -245,15 +259,34 @@ class Trace(msgspec.Struct, frozen=True, kw_only=True):
     final: bool = False
 
 
+class PredictionTarget(msgspec.Struct, frozen=True, kw_only=True):
+    """One of ``StudyEpisode``'s prediction targets (the study profile): the
+    candidate predicted on (by sha256) and the outcome its test gave."""
+
+    candidate_sha256: str
+    actual: str
+    shadow: bool = False
+    sampled_prediction: str | None = None
+    decision: str | None = None
+
+
+class StudyTrace(Trace, frozen=True, kw_only=True):
+    """The study profile's trace: ``Trace`` and what ``StudyEpisode`` records beside it."""
+
+    prediction_targets: tuple[PredictionTarget, ...] = ()
+    protocol_errors: tuple[str, ...] = ()
+
+
 class MalformedTrace(ValueError):
     """The trace does not have the shape the program writes: tampering, never a crash."""
 
 
-def parse_trace(raw: dict) -> Trace:
-    """``raw`` (the trace's JSON object) as a ``Trace``; raises
-    ``MalformedTrace`` naming what is wrong and where (``$.candidates[0].source``)."""
+def parse_trace(raw: dict, shape: type[Trace] = Trace) -> Trace:
+    """``raw`` (the trace's JSON object) as a ``Trace`` (``shape``: ``StudyTrace``
+    for the study profile); raises ``MalformedTrace`` naming what is wrong and
+    where (``$.candidates[0].source``)."""
     try:
-        trace = msgspec.convert(raw, Trace)
+        trace = msgspec.convert(raw, shape)
     except msgspec.ValidationError as exc:
         raise MalformedTrace(f"malformed trace: {exc}") from None
     for c in trace.candidates:
@@ -327,20 +360,20 @@ def verify_candidates(trace: Trace, rg: Regrader) -> tuple[list[VerifiedCandidat
     return verified, tamper
 
 
-def known_sources(trace: Trace) -> dict[str, str]:
+def known_sources(trace: Trace, placeholder: str = PLACEHOLDER) -> dict[str, str]:
     """The sources a visible test may name, by sha256: each candidate whose
     source matches its hash, and the placeholder ``solution.py`` starts as."""
-    known = {sha256(PLACEHOLDER): PLACEHOLDER}
+    known = {sha256(placeholder): placeholder}
     known.update((c.sha256, c.source) for c in trace.candidates if sha256(c.source) == c.sha256)
     return known
 
 
-def verify_tests(trace: Trace, rg: Regrader) -> tuple[list[str], list[str]]:
+def verify_tests(trace: Trace, rg: Regrader, placeholder: str = PLACEHOLDER) -> tuple[list[str], list[str]]:
     """The trusted outcome of each visible test, in order (its recorded one
     where a trusted grading gives it), and the tamper reasons: a test of a
     source that is no recorded candidate, a recorded outcome no trusted
     grading gives."""
-    known = known_sources(trace)
+    known = known_sources(trace, placeholder)
     visible, tamper = [], []
     for t in trace.tests:
         source = known.get(t.sha256)
@@ -355,10 +388,27 @@ def verify_tests(trace: Trace, rg: Regrader) -> tuple[list[str], list[str]]:
     return visible, tamper
 
 
-def check_final_source(trace: Trace, final_source: str | None) -> list[str]:
+def verify_targets(trace: StudyTrace, rg: Regrader) -> list[str]:
+    """The study profile's tamper reasons: a prediction target that names no
+    recorded candidate, or an outcome no trusted grading gives it; a trace
+    that ends with FINAL and lists protocol errors (the episode never does)."""
+    known = {c.sha256: c.source for c in trace.candidates if sha256(c.source) == c.sha256}
+    tamper = []
+    for k, t in enumerate(trace.prediction_targets):
+        source = known.get(t.candidate_sha256)
+        if source is None:
+            tamper.append(f"prediction target {k}: its candidate is no recorded candidate")
+        elif not rg.agrees(source, t.actual):
+            tamper.append(f"prediction target {k}: recorded {t.actual}, re-grade {rg.visible(source)}")
+    if trace.protocol_errors and (trace.final or trace.end == "final"):
+        tamper.append("the trace says the episode ended with FINAL and lists protocol errors")
+    return tamper
+
+
+def check_final_source(trace: Trace, final_source: str | None, placeholder: str = PLACEHOLDER) -> list[str]:
     """The tamper reason, if any, where ``solution.py`` is not the last
     candidate (the placeholder where there is none)."""
-    last = trace.candidates[-1].source if trace.candidates else PLACEHOLDER
+    last = trace.candidates[-1].source if trace.candidates else placeholder
     if final_source is not None and final_source != last:
         return ["solution.py changed after the last recorded patch"]
     return []
@@ -385,6 +435,10 @@ class ModelReplies:
     budget: int
     test_cost: int
     stopped: str | None = None
+    profile: str = "glyph"
+    """The turn semantics the program ran (``glyph.agent.program.PROFILES``), as the harness recorded it."""
+    project: str | None = None
+    """The study profile's project folder (where ``solution.py`` is), as the harness recorded it."""
 
 
 class Account(NamedTuple):
@@ -412,20 +466,32 @@ def _no_outcome(source: str, shadow: bool) -> str:
     return "PASS"  # python_test's outcome changes no protocol state: the replay needs none
 
 
+def _replay_episode(record: ModelReplies, root: str):
+    """The episode of the record's profile, from a fresh scratch workspace ``root``."""
+    study = record.profile == "study"
+    if record.profile not in ("glyph", "study"):
+        raise ValueError(f"the recorded profile is {record.profile!r}")  # the harness's record: glyph's fault
+    folder = os.path.join(root, record.project) if study else root
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, SOLUTION_FILE), "w", encoding="utf-8", newline="") as f:
+        f.write(S.PLACEHOLDER if study else PLACEHOLDER)
+    if study:
+        return StudyEpisode(record.arm, record.budget, {}, root=root, project=record.project)
+    return Episode(record.arm, record.budget, record.test_cost, {"candidates": [], "tests": [], "calls": []}, root)
+
+
 def replies_account(record: ModelReplies) -> Account:
-    """The interception's record, replayed: FINAL only where the last reply
-    ends the episode as FINAL and no earlier one ended it (each reply cut at
-    ``REPLY_CAP``, as the program cuts it)."""
+    """The interception's record, replayed through the episode of its profile
+    (``Episode``, or ``StudyEpisode`` for the study's): FINAL only where the
+    last reply ends the episode as FINAL and no earlier one ended it (each
+    reply cut at ``REPLY_CAP``, as the program cuts it)."""
     n = len(record.replies)
     if record.stopped is not None:
         return Account(REPLIES_RECORD, False, f"ends with verifiers stopping the rollout ({record.stopped})")
     if not n:
         return Account(REPLIES_RECORD, False, "holds no reply")
     with tempfile.TemporaryDirectory(prefix="glyph-replay-") as root:
-        with open(os.path.join(root, SOLUTION_FILE), "w", encoding="utf-8", newline="") as f:
-            f.write(PLACEHOLDER)
-        ep = Episode(record.arm, record.budget, record.test_cost, {"candidates": [], "tests": [], "calls": []},
-                     root)
+        ep = _replay_episode(record, root)
         for k, reply in enumerate(record.replies, 1):
             if reply is None:
                 return Account(REPLIES_RECORD, False, f"has reply {k} of {n} with no text")
@@ -469,11 +535,12 @@ def grade_hidden(rg: Regrader, final_source: str | None) -> Suites:
     return rg.hidden(final_source)
 
 
-def rewardable(visible: list[str], tamper: list[str], final: bool) -> bool:
+def rewardable(visible: list[str], tamper: list[str], final: bool, protocol_errors: tuple = ()) -> bool:
     """The study's conditions on the episode itself: no tampering, an end
-    with ``FINAL:`` (``final``: ``check_end``'s decision), a visible test
+    with ``FINAL:`` (``final``: ``check_end``'s decision) and no protocol
+    error recorded (the study profile's trace lists them), a visible test
     that passed (by its trusted outcome)."""
-    return not tamper and final and Outcome.PASS.value in visible
+    return not tamper and final and not protocol_errors and Outcome.PASS.value in visible
 
 
 def compute_metrics(trace: Trace, candidates: list[VerifiedCandidate], visible: list[str], tamper: list[str],
@@ -496,7 +563,7 @@ def compute_metrics(trace: Trace, candidates: list[VerifiedCandidate], visible: 
     m["had_executed_failure"] = float(any(v != Outcome.PASS.value for v in visible))
     m["budget_exhausted"] = float(trace.end == "budget_exhausted")
     m["protocol_error"] = float(trace.end == "protocol_error")
-    ok = rewardable(visible, tamper, final)
+    ok = rewardable(visible, tamper, final, getattr(trace, "protocol_errors", ()))
     passed = ok and suites[tests.reward][0] == Outcome.PASS.value
     m["passed"] = float(passed)
     m["base_passed"] = float(ok and suites["base"][0] == Outcome.PASS.value)
@@ -515,7 +582,7 @@ def reason(trace: Trace, final_source: str | None, visible: list[str], tamper: l
     final_outcome = suites[tests.reward][0]
     if final_source is None:
         return "solution.py is missing"
-    if rewardable(visible, tamper, final) and final_outcome == Outcome.PASS.value:
+    if rewardable(visible, tamper, final, getattr(trace, "protocol_errors", ())) and final_outcome == Outcome.PASS.value:
         return "passed"
     if tamper:
         return "tampered: " + "; ".join(tamper[:3])
@@ -536,7 +603,8 @@ def reason(trace: Trace, final_source: str | None, visible: list[str], tamper: l
 
 def verify(trace: object, final_source: str | None, tests: TaskTests, limits: Limits,
            service_log: list[dict] | None = None, program: dict | None = None, *,
-           service_end: dict | None = None, replies: ModelReplies | None = None) -> MbppRecord:
+           service_end: dict | None = None, replies: ModelReplies | None = None,
+           profile: str = "glyph") -> MbppRecord:
     """The rollout's record (``info["glyph"]``): reward, metrics, reasons, and the
     verified candidates (``sampled_label`` vs ``verified_label``, with the
     exact context before each prediction turn) that PREDICT trains on.
@@ -545,7 +613,9 @@ def verify(trace: object, final_source: str | None, tests: TaskTests, limits: Li
     program's report of its end (read only with a ``service_log``; None:
     it never reported), and ``replies``, the interception's record of the
     model's replies (any runtime); how the episode ended is decided from
-    them (``check_end``). Never raises on what the rollout left (a
+    them (``check_end``). ``profile``: the protocol the harness ran
+    (``trace.info["glyph_protocol"]``, trusted; the module docstring says
+    what ``study`` changes). Never raises on what the rollout left (a
     malformed trace is tampering); a fault of the trusted side (the grader,
     the service log) raises."""
     out = MbppRecord(reward=0.0, reward_suite=tests.reward, metrics=metric_defaults(tests.plus is not None),
@@ -557,6 +627,10 @@ def verify(trace: object, final_source: str | None, tests: TaskTests, limits: Li
             out.tamper.append("malformed trace")
             out.metrics["tampered"] = 1.0
         return out
+    if profile not in ("glyph", "study"):
+        raise ValueError(f"profile {profile!r}: use glyph or study")
+    study = profile == "study"
+    placeholder = S.PLACEHOLDER if study else PLACEHOLDER
     rg = Regrader(tests, limits)
     logged = None if service_log is None else logged_entries(service_log)
     accounts = ([] if service_log is None else [service_account(service_end)]) + \
@@ -566,7 +640,7 @@ def verify(trace: object, final_source: str | None, tests: TaskTests, limits: Li
     visible: list[str] = []
     final = False
     try:
-        t = parse_trace(trace)
+        t = parse_trace(trace, StudyTrace if study else Trace)
     except MalformedTrace as exc:
         t = Trace()  # nothing it claims is read
         tamper.append(str(exc))
@@ -578,9 +652,11 @@ def verify(trace: object, final_source: str | None, tests: TaskTests, limits: Li
             tamper += check_log(t, logged)
         candidates, found = verify_candidates(t, rg)
         tamper += found
-        visible, found = verify_tests(t, rg)
+        visible, found = verify_tests(t, rg, placeholder)
         tamper += found
-        tamper += check_final_source(t, final_source)
+        if study:
+            tamper += verify_targets(t, rg)
+        tamper += check_final_source(t, final_source, placeholder)
     out.candidates = candidates
     suites = grade_hidden(rg, final_source)
     out.final_outcome, detail = suites[tests.reward]

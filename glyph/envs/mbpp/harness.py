@@ -41,11 +41,15 @@ import json
 from typing import Literal
 
 import verifiers.v1 as vf
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from glyph import record
 from glyph.agent import program, protocol
+from glyph.agent import study as S
 from glyph.agent.program import ENDPOINT_FAILED, TESTER_FAILED
+from glyph.data import study
+from glyph.data.mbpp import MbppTask
+from glyph.data.study import StudyTask
 from glyph.envs.mbpp.finalize import ModelReplies
 from glyph.layers import shipped_files
 from glyph.sandbox import Limits
@@ -60,9 +64,23 @@ LOCAL_SANDBOX = "auto-or-bare"
 
 # The program's fault exits (``glyph.agent.program``) the harness turns into errored rollouts.
 FAULTS = {ENDPOINT_FAILED: "endpoint_error", TESTER_FAILED: "tester_error"}
+PROFILES = program.PROFILES
+STUDY_SETTINGS = {"max_tool_calls": S.MAX_TOOL_CALLS, "tool_timeout": float(S.TOOL_TIMEOUT_S),
+                  "model_timeout": float(S.MODEL_TIMEOUT_S)}
+"""What the ``study`` profile's unset settings take: the study's (``glyph.agent.study``)."""
 
 
 class GlyphHarnessConfig(vf.HarnessConfig):
+    profile: Literal["glyph", "study"] = "glyph"
+    """The protocol the agent speaks. ``glyph`` (the default): glyph's (``glyph.agent.protocol``,
+    ``program.Episode``): its prompts with the budget named in the system prompt and after every
+    RESULT, free text around a call, class-name feedback, ``test_cost`` and ``revise_feedback``.
+    ``study``: the PREDICT study's (``glyph.agent.study``, ``study_episode.StudyEpisode``): its
+    prompts (no budget told), one-line turns, its fixed observation strings, ``solution.py`` in the
+    task's project folder with the study's placeholder; ``test_cost`` and ``revise_feedback`` do not
+    apply, and ``max_tool_calls``, ``tool_timeout`` (wall clock, as the study's) and
+    ``model_timeout`` default to the study's (8, 30 s, 1800 s). The task must come from a taskset
+    of the same profile. glyph's trusted grader, tamper checks and sandbox are on in both."""
     max_tool_calls: int = Field(protocol.DEFAULT_BUDGET, ge=1)
     """Tool calls an episode may make: the system prompt names it (``protocol.messages``)."""
     tool_timeout: float = Field(10.0, gt=0)
@@ -74,25 +92,65 @@ class GlyphHarnessConfig(vf.HarnessConfig):
     """Whether a REVISE shows the agent the shadow test's outcome (the study: none)."""
     model_timeout: float = Field(300.0, gt=0)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _study_settings(cls, data):
+        """Under the ``study`` profile a setting not given is the study's (``STUDY_SETTINGS``)."""
+        if isinstance(data, dict) and data.get("profile") == "study":
+            data = {**STUDY_SETTINGS, **data}
+        return data
+
     def limits(self) -> Limits:
         """The grading limits of every python_test and of finalize's grading:
-        ``tool_timeout`` seconds of CPU, twice that of wall clock."""
+        ``tool_timeout`` seconds of CPU, twice that of wall clock (the ``study``
+        profile: ``tool_timeout`` of each, the study's limit being wall clock)."""
+        if self.profile == "study":
+            return Limits(cpu_s=float(self.tool_timeout), wall_s=float(self.tool_timeout))
         return limits_for(self.tool_timeout)
 
 
 def program_config(cfg: GlyphHarnessConfig, arm: str, task_text: str, visible_tests: list[str],
-                   tester: dict, endpoint: dict) -> dict:
+                   tester: dict, endpoint: dict, study_task: StudyTask | None = None) -> dict:
     """The agent program's configuration (``.glyph/config.json``), built in
     this one place from the harness config: the budget, the costs, the
     grading limits (``cfg.limits()``) and the prompt at the harness's budget
     (``protocol.messages``). ``tester``: how python_test is graded
     (``{"kind": "service", "url"}`` or ``{"kind": "local", ...}``);
-    ``endpoint``: ``{"base_url", "model"}``."""
-    return {"arm": arm, "max_tool_calls": cfg.max_tool_calls, "test_cost": cfg.test_cost,
-            "revise_feedback": cfg.revise_feedback, "tool_timeout": cfg.tool_timeout,
-            "limits": limits_record(cfg.limits()), "model_timeout": cfg.model_timeout,
-            "messages": protocol.messages(arm, task_text, list(visible_tests), cfg.max_tool_calls),
-            "tester": tester, "endpoint": endpoint}
+    ``endpoint``: ``{"base_url", "model"}``. Under the ``study`` profile
+    (``study_task``: the task as the study reads it, required there) the
+    config adds ``profile`` and ``project`` and the prompt is the study's
+    (``glyph.data.study.prompt``, the task rows' builder)."""
+    out = {"arm": arm, "max_tool_calls": cfg.max_tool_calls, "test_cost": cfg.test_cost,
+           "revise_feedback": cfg.revise_feedback, "tool_timeout": cfg.tool_timeout,
+           "limits": limits_record(cfg.limits()), "model_timeout": cfg.model_timeout,
+           "messages": protocol.messages(arm, task_text, list(visible_tests), cfg.max_tool_calls),
+           "tester": tester, "endpoint": endpoint}
+    if cfg.profile == "study":
+        if study_task is None:
+            raise ValueError("the study profile's program config needs the study task (study_task)")
+        out.update(profile="study", project=study_task.project, messages=study.prompt(study_task, arm))
+    return out
+
+
+def workspace_of(profile: str, project: str | None) -> tuple[str, str]:
+    """(the path of ``solution.py`` in the runtime, its placeholder) under ``profile``:
+    glyph's at the workspace root, the study's in the task's project folder."""
+    if profile == "study":
+        return f"{project}/{S.SOLUTION_FILE}", S.PLACEHOLDER
+    return protocol.SOLUTION_FILE, protocol.PLACEHOLDER
+
+
+def recorded_profile(info: dict) -> tuple[str, str | None]:
+    """(profile, project) as the harness recorded them in ``trace.info["glyph_protocol"]``
+    (trusted: the harness writes it before the program starts); glyph's where absent."""
+    proto = info.get("glyph_protocol") or {}
+    return proto.get("profile", "glyph"), proto.get("project")
+
+
+def study_task_of(data) -> StudyTask:
+    """A task's data (``taskset.GlyphData``) as the study reads it (``glyph.data.study.from_mbpp``)."""
+    return study.from_mbpp(MbppTask(data.task_id, data.task_text, data.reference, data.hidden_setup,
+                                    tuple(data.visible_tests), ()))
 
 
 def limits_for(tool_timeout: float) -> Limits:
@@ -121,11 +179,18 @@ class GlyphHarness(vf.Harness[GlyphHarnessConfig]):
 
     async def launch(self, ctx, trace, runtime, endpoint, secret, mcp_urls, data) -> vf.ProgramResult:
         cfg = self.config
+        if getattr(data, "profile", "glyph") != cfg.profile:
+            raise ValueError(f"the harness's profile is {cfg.profile!r}, the task's "
+                             f"{getattr(data, 'profile', 'glyph')!r}: set --env.taskset.profile to match")
         local = isinstance(runtime, _subprocess_runtime())
         limits = cfg.limits()
         trace.info["glyph_limits"] = limits_record(limits)
         trace.info["glyph_protocol"] = {"arm": data.arm, "max_tool_calls": cfg.max_tool_calls,
                                         "test_cost": cfg.test_cost}
+        study_task = study_task_of(data) if cfg.profile == "study" else None
+        if study_task is not None:
+            trace.info["glyph_protocol"].update(profile="study", project=study_task.project)
+        solution, placeholder = workspace_of(cfg.profile, study_task and study_task.project)
         if local:
             from glyph.envs.mbpp.test_service import get_service
             service = get_service()
@@ -135,10 +200,10 @@ class GlyphHarness(vf.Harness[GlyphHarnessConfig]):
             tester = {"kind": "local", "sandbox": LOCAL_SANDBOX, "setup": data.hidden_setup,
                       "tests": data.visible_tests}
         config = program_config(cfg, data.arm, data.task_text, data.visible_tests, tester,
-                                {"base_url": endpoint, "model": ctx.model})
+                                {"base_url": endpoint, "model": ctx.model}, study_task)
         for target, source in SHIPPED.items():
             await runtime.write(f"{PROGRAM_DIR}/{target}", source.read_bytes())
-        await runtime.write(protocol.SOLUTION_FILE, protocol.PLACEHOLDER.encode())
+        await runtime.write(solution, placeholder.encode())
         await runtime.write(program.CONFIG, json.dumps(config).encode())
         try:
             res = await runtime.run_program(["python3", "-I", PROGRAM],
@@ -218,7 +283,8 @@ def interception_record(trace):
         content = trace.nodes[call.node].message.content
         replies.append(content if isinstance(content, str) else None)
     return ModelReplies(tuple(replies), proto["arm"], int(proto["max_tool_calls"]), int(proto["test_cost"]),
-                        at_exit.get("stop_condition"))
+                        at_exit.get("stop_condition"), profile=proto.get("profile", "glyph"),
+                        project=proto.get("project"))
 
 
 def _subprocess_runtime() -> type:

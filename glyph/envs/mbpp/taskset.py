@@ -5,7 +5,12 @@ finalize (``glyph.envs.mbpp.finalize``) and the study's reward and metrics.
 hidden tests) or ``plus`` (those, then the plus tests ``glyph data plus``
 generated from the reference solution). Wherever a task's plus tests are
 found (``plus_path``) finalize grades both and records each as a metric, so
-one run gives pass@1 on both."""
+one run gives pass@1 on both.
+
+``profile`` (``glyph`` or ``study``, the harness's ``profile`` too) picks the
+task rows: glyph's (``glyph.data.mbpp``: its splits, ``protocol.messages``)
+or the study's (``glyph.data.study``: its splits, its normalised text and
+tests, the prompt its task rows carry)."""
 
 from __future__ import annotations
 
@@ -18,11 +23,10 @@ from pydantic import field_validator
 
 from glyph import record
 from glyph.agent import program
-from glyph.agent.protocol import SOLUTION_FILE
-from glyph.data import mbpp, plus
+from glyph.data import mbpp, plus, study
 from glyph.envs.local import read_text
 from glyph.envs.mbpp.finalize import TaskTests, metric_defaults, verify
-from glyph.envs.mbpp.harness import interception_record, limits_from_record
+from glyph.envs.mbpp.harness import interception_record, limits_from_record, recorded_profile, workspace_of
 from glyph.envs.mbpp.validate import validate_task
 from glyph.sandbox import get_sandbox
 from glyph.vfcompat import timed_out
@@ -44,6 +48,10 @@ class GlyphData(vf.TaskData):
     """Generated plus tests (graded after ``hidden_tests``); None: not available."""
     hidden: Literal["base", "plus"] = "base"
     reference: str = ""
+    task_id: int = 0
+    """The MBPP task id (the study profile's project folder is named by it)."""
+    profile: Literal["glyph", "study"] = "glyph"
+    """The taskset's profile; the harness runs only a task of its own."""
 
 
 class GlyphTask(vf.Task[GlyphData]):
@@ -62,8 +70,9 @@ class GlyphTask(vf.Task[GlyphData]):
         errored, never scored. ``info.glyph.sandbox`` records the sandbox
         mode and protections that graded it."""
         try:
+            profile, project = recorded_profile(trace.info)
             raw = await read_text(runtime, program.TRACE, MAX_TRACE_BYTES)
-            final = await read_text(runtime, SOLUTION_FILE, MAX_TRACE_BYTES)
+            final = await read_text(runtime, workspace_of(profile, project)[0], MAX_TRACE_BYTES)
             try:
                 data = json.loads(raw) if raw is not None else None
             except (ValueError, RecursionError):  # a deeply nested trace is as malformed as a broken one
@@ -76,7 +85,7 @@ class GlyphTask(vf.Task[GlyphData]):
             info = await asyncio.to_thread(verify, data, final, tests, limits, service_log,
                                            trace.info.get("glyph_program"),
                                            service_end=trace.info.get("glyph_service_end"),
-                                           replies=interception_record(trace))
+                                           replies=interception_record(trace), profile=profile)
             info.sandbox = get_sandbox().protections().record()
         except Exception as exc:
             # A fault of the trusted side: recorded, then raised: verifiers fails the rollout,
@@ -110,6 +119,12 @@ class GlyphTasksetConfig(vf.TasksetConfig):
     plus_path: str | None = None
     """The folder of plus tests (`glyph data plus`); default $GLYPH_PLUS_PATH, else artifacts/plus
     when it exists. Where a task's tests are found they are graded and recorded as a metric."""
+    profile: Literal["glyph", "study"] = "glyph"
+    """The task rows, matching the harness's ``profile``. ``glyph`` (the default): glyph's splits
+    (``mbpp.make_splits``) and prompts (``protocol.messages``), MBPP's text as it is. ``study``: the
+    PREDICT study's (``glyph.data.study``): its splits (``study.make_splits``; its ``train`` files are
+    the ``rl`` split), its text, setup and tests normalised (CRLF to LF, stripped), the prompt its
+    task rows carry (``study.prompt``)."""
 
     @field_validator("data_path")
     @classmethod
@@ -143,14 +158,26 @@ class GlyphTaskset(vf.Taskset[GlyphTask, GlyphTasksetConfig]):
         if cfg.hidden == "plus" and not folder.is_dir():
             raise mbpp.DataError(f"--env.taskset.hidden plus: no plus tests at {folder}; run "
                                  f"`glyph data plus --out {folder.parent}` or set --env.taskset.plus-path")
-        for task_id in mbpp.make_splits(by_id, cfg.seed)[cfg.split]:
+        if cfg.profile == "study":
+            ids = [s.task_id for s in study.make_splits([study.from_mbpp(t) for t in source.tasks],
+                                                        cfg.seed)[cfg.split]]
+        else:
+            ids = mbpp.make_splits(by_id, cfg.seed)[cfg.split]
+        for task_id in ids:
             t = by_id[task_id]
-            row = mbpp.task_row(t, cfg.split)
-            hidden = list(t.test_list) + (list(t.challenge_test_list) if cfg.challenge_tests else [])
             plus_tests = plus.load_tests(folder, t) if cfg.hidden == "plus" else \
                 plus.current(folder, t) if folder.is_dir() else None
-            yield GlyphTask(GlyphData(id=t.id, name=t.id, prompt=row["prompt"][cfg.arm], arm=cfg.arm,
-                                      task_text=t.text, visible_tests=list(t.test_list),
-                                      hidden_setup=t.test_setup_code, hidden_tests=hidden,
-                                      plus_tests=plus_tests, hidden=cfg.hidden, reference=t.code),
+            challenge = list(t.challenge_test_list) if cfg.challenge_tests else []
+            if cfg.profile == "study":
+                st = study.from_mbpp(t)
+                prompt, text, tests, setup, code = (study.prompt(st, cfg.arm), st.text, list(st.tests), st.setup,
+                                                    st.code)
+                challenge = [study.normalize(c) for c in challenge if c.strip()]
+            else:
+                prompt = mbpp.task_row(t, cfg.split)["prompt"][cfg.arm]
+                text, tests, setup, code = t.text, list(t.test_list), t.test_setup_code, t.code
+            yield GlyphTask(GlyphData(id=t.id, name=t.id, prompt=prompt, arm=cfg.arm, task_text=text,
+                                      visible_tests=tests, hidden_setup=setup, hidden_tests=tests + challenge,
+                                      plus_tests=plus_tests, hidden=cfg.hidden, reference=code,
+                                      task_id=t.task_id, profile=cfg.profile),
                             cfg.task)

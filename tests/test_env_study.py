@@ -1,0 +1,187 @@
+"""glyph-mbpp under ``profile = "study"``: the study's prompt, workspace and
+episode (``StudyEpisode``) end to end on the local runtime's wiring
+(``Rollouts.play``: the trusted test service, the program, finalize), the
+model's replies the assistant turns of study-profile SFT traces
+(``glyph.data.study``); the study's reward rule with glyph's trusted records."""
+
+import asyncio
+import json
+import types
+
+import pytest
+from test_env import FakeRuntime
+
+from glyph.agent import program
+from glyph.agent import study as S
+from glyph.data import study
+from glyph.envs.mbpp.finalize import ModelReplies, replies_account
+from glyph.envs.mbpp.harness import GlyphHarness, GlyphHarnessConfig
+from glyph.testing.rollout import Rollouts, Scripted
+
+HARNESS = GlyphHarnessConfig(profile="study", tool_timeout=5, model_timeout=30)
+TASK = "mbpp_11"
+
+
+@pytest.fixture(scope="module")
+def rollouts(mbpp_tasks):
+    with Rollouts(mbpp_tasks, HARNESS) as r:
+        yield r
+
+
+def turns(messages: list[dict]) -> list[str]:
+    return [m["content"] for m in messages if m["role"] == "assistant"]
+
+
+def view(messages: list[dict]) -> list[tuple[str, str]]:
+    return [(m["role"], m["content"]) for m in messages]
+
+
+def play(rollouts, tmp_path, task, arm, replies, **kw):
+    with Scripted(replies) as model:
+        return rollouts.play(task, arm, "script", tmp_path / f"ws-{arm}", model=model, **kw)
+
+
+def test_the_study_profile_takes_the_study_settings_unless_given():
+    cfg = GlyphHarnessConfig(profile="study")
+    assert (cfg.max_tool_calls, cfg.tool_timeout, cfg.model_timeout) == (8, 30.0, 1800.0)
+    assert (cfg.limits().cpu_s, cfg.limits().wall_s) == (30.0, 30.0)  # the study's limit is wall clock
+    assert GlyphHarnessConfig(profile="study", tool_timeout=5).tool_timeout == 5
+    glyph = GlyphHarnessConfig()
+    assert (glyph.profile, glyph.tool_timeout, glyph.model_timeout) == ("glyph", 10.0, 300.0)
+
+
+@pytest.mark.verifiers_free
+@pytest.mark.parametrize("arm", ["a", "b"])
+def test_a_direct_sft_trace_passes(rollouts, tmp_path, mbpp_tasks, arm):
+    task = mbpp_tasks[TASK]
+    st = study.from_mbpp(task)
+    row = study.sft_row(st, arm, None, None)
+    played = play(rollouts, tmp_path, task, arm, turns(row["messages"]))
+    assert played.trace["messages"][:2] == study.prompt(st, arm) == row["messages"][:2]
+    assert view(played.trace["messages"]) == view(row["messages"])  # every observation is the trace's own
+    assert played.trace["end"] == "final" and played.trace["protocol_errors"] == []
+    rec = played.record
+    assert rec.reward == 1.0 and rec.tamper == [] and rec.reason == "passed", rec.reason
+    assert (played.workspace / st.solution_path).read_text() == st.code
+    if arm == "b":
+        [target] = played.trace["prediction_targets"]
+        assert (target["actual"], target["shadow"]) == ("PASS", False)
+        assert [(c.sampled_label, c.verified_label) for c in rec.candidates] == [("PASS", "PASS")]
+
+
+@pytest.mark.verifiers_free
+@pytest.mark.parametrize("arm,mode", [("a", "visible"), ("b", "visible"), ("b", "shadow")])
+def test_a_recovery_sft_trace_passes(rollouts, tmp_path, mbpp_tasks, arm, mode):
+    task = mbpp_tasks[TASK]
+    st = study.from_mbpp(task)
+    recovery = study.one_step(st, study.Grader())
+    row = study.sft_row(st, arm, recovery, mode)
+    played = play(rollouts, tmp_path, task, arm, turns(row["messages"]))
+    assert view(played.trace["messages"]) == view(row["messages"])
+    rec = played.record
+    assert rec.reward == 1.0 and rec.tamper == [], rec.reason
+    if mode == "shadow":
+        [shadow] = [c for c in rec.candidates if c.shadow]
+        assert shadow.verified_label == shadow.sampled_label == recovery.first_outcome
+        assert rec.metrics["visible_test_calls"] == 1.0
+    else:
+        assert rec.metrics["had_executed_failure"] == 1.0 and rec.metrics["recovered_after_executed_failure"] == 1.0
+
+
+@pytest.mark.verifiers_free
+@pytest.mark.parametrize("arm", ["a", "b"])
+def test_a_trace_ending_in_a_protocol_error_scores_zero(rollouts, tmp_path, mbpp_tasks, arm):
+    task = mbpp_tasks[TASK]
+    replies = turns(study.sft_row(study.from_mbpp(task), arm, None, None)["messages"])
+    replies[-1] = replies[-1] + "\nthanks"  # FINAL is one line in the study
+    played = play(rollouts, tmp_path, task, arm, replies)
+    assert played.trace["end"] == "protocol_error" and played.trace["protocol_errors"] == [S.ERR_ONE_CALL_OR_FINAL]
+    rec = played.record
+    assert rec.reward == 0.0 and rec.tamper == [] and rec.final_outcome == "PASS"
+    assert rec.reason.startswith("ended by protocol_error") and rec.metrics["protocol_error"] == 1.0
+
+
+@pytest.mark.verifiers_free
+def test_arm_b_testing_without_a_prediction_scores_zero(rollouts, tmp_path, mbpp_tasks):
+    task = mbpp_tasks[TASK]
+    replies = turns(study.sft_row(study.from_mbpp(task), "a", None, None)["messages"])  # Arm A's turns
+    played = play(rollouts, tmp_path, task, "b", replies)
+    assert played.trace["end"] == "protocol_error" and played.record.reward == 0.0
+    assert played.trace["protocol_errors"] == [S.ERR_PREDICTION_SHAPE] and played.record.tamper == []
+
+
+@pytest.mark.verifiers_free
+def test_a_budget_exhausted_end_scores_zero(rollouts, tmp_path, mbpp_tasks):
+    """The solution is right and its visible test passed, but a ninth call ends the episode."""
+    task = mbpp_tasks[TASK]
+    st = study.from_mbpp(task)
+    replies = turns(study.sft_row(st, "a", None, None)["messages"])[:-1]
+    replies += [study._call(S.READ_FILE, f"r{k}", file_path=st.solution_path) for k in range(6)]
+    played = play(rollouts, tmp_path, task, "a", replies)
+    assert played.trace["end"] == "budget_exhausted" and played.trace["protocol_errors"] == [S.ERR_BUDGET]
+    rec = played.record
+    assert rec.reward == 0.0 and rec.tamper == [] and rec.final_outcome == "PASS"
+    assert rec.metrics["budget_exhausted"] == 1.0
+
+
+@pytest.mark.verifiers_free
+def test_a_trace_forged_to_final_is_caught(rollouts, tmp_path, mbpp_tasks):
+    task = mbpp_tasks[TASK]
+    replies = turns(study.sft_row(study.from_mbpp(task), "a", None, None)["messages"])
+    replies[-1] = "FINAL: done\nthanks"
+
+    def forge(trace):
+        trace.update(end="final", final=True, error=None, protocol_errors=[])
+
+    rec = play(rollouts, tmp_path, task, "a", replies, forge=forge).record
+    assert rec.reward == 0.0 and rec.metrics["tampered"] == 1.0
+    assert any("the test service's record" in t for t in rec.tamper), rec.tamper
+    assert any("the interception's record of the model replies ends with protocol error" in t
+               for t in rec.tamper), rec.tamper
+
+
+@pytest.mark.verifiers_free
+def test_a_forged_prediction_target_is_caught(rollouts, tmp_path, mbpp_tasks):
+    task = mbpp_tasks[TASK]
+    replies = turns(study.sft_row(study.from_mbpp(task), "b", None, None)["messages"])
+
+    def forge(trace):
+        trace["prediction_targets"][0]["actual"] = "TIMEOUT"
+
+    rec = play(rollouts, tmp_path, task, "b", replies, forge=forge).record
+    assert rec.reward == 0.0 and rec.tamper == ["prediction target 0: recorded TIMEOUT, re-grade PASS"]
+
+
+@pytest.mark.verifiers_free
+def test_the_replies_replay_uses_the_recorded_profile(mbpp_tasks):
+    """The SFT turns are FINAL under the study's episode; glyph's reads its one-line CALLs otherwise."""
+    st = study.from_mbpp(mbpp_tasks[TASK])
+    replies = tuple(turns(study.sft_row(st, "b", None, None)["messages"]))
+    got = replies_account(ModelReplies(replies, "b", 8, 1, profile="study", project=st.project))
+    assert got.final and got.says == f"ends with FINAL (reply {len(replies)})"
+    assert not replies_account(ModelReplies(replies, "b", 8, 1)).final
+
+
+@pytest.mark.parametrize("arm", ["a", "b"])
+def test_the_harness_writes_the_study_workspace_and_config(mbpp_tasks, mbpp_path, arm):
+    """The study-profile taskset's task through the harness: the study's prompt
+    (the task row's), its placeholder in the project folder, the profile recorded."""
+    from glyph.envs.mbpp.taskset import GlyphTaskset, GlyphTasksetConfig
+
+    ts = GlyphTaskset(GlyphTasksetConfig(arm=arm, split="test", data_path=mbpp_path, profile="study"))
+    task = next(iter(ts))
+    st = study.from_mbpp(mbpp_tasks[task.data.name])
+    row = study.task_row(st, arm, "test")
+    assert [dict(m) if isinstance(m, dict) else m.model_dump(exclude_none=True) for m in task.data.prompt] == \
+        row["prompt"]
+    runtime, trace = FakeRuntime(), types.SimpleNamespace(info={})
+    asyncio.run(GlyphHarness(GlyphHarnessConfig(id="glyph-mbpp", profile="study")).launch(
+        types.SimpleNamespace(model="m"), trace, runtime, "http://127.0.0.1:9/v1", "s", {}, task.data))
+    cfg = json.loads(runtime.written[program.CONFIG])
+    assert cfg["profile"] == "study" and cfg["project"] == st.project and cfg["messages"] == row["prompt"]
+    assert runtime.written[st.solution_path] == S.PLACEHOLDER.encode()
+    assert trace.info["glyph_protocol"]["profile"] == "study" and trace.info["glyph_limits"]["wall_s"] == 30.0
+    with pytest.raises(ValueError, match="profile"):
+        asyncio.run(GlyphHarness(GlyphHarnessConfig(id="glyph-mbpp")).launch(
+            types.SimpleNamespace(model="m"), types.SimpleNamespace(info={}), FakeRuntime(),
+            "http://127.0.0.1:9/v1", "s", {}, task.data))
