@@ -192,19 +192,19 @@ def deny_filter(names: tuple[str, ...]) -> list[tuple[int, int, int, int]] | Non
     return prog
 
 
-def run_filter(mode: str, no_sockets: bool) -> list[tuple[int, int, int, int]] | None:
+def run_filter(mode: str) -> list[tuple[int, int, int, int]] | None:
     """The seccomp program of a run in ``mode`` (None: ``bare``, or an
     architecture without one): the keyring calls in every isolating mode;
-    in ``confined``, SysV IPC and POSIX message queues too, and, where
-    ``no_sockets``, ``socket()`` and io_uring."""
-    return None if mode == "bare" else deny_filter(filtered_calls(mode, no_sockets))
+    in ``confined``, SysV IPC, POSIX message queues, ``socket()`` and
+    io_uring too."""
+    return None if mode == "bare" else deny_filter(filtered_calls(mode))
 
 
-def filtered_calls(mode: str, no_sockets: bool) -> tuple[str, ...]:
+def filtered_calls(mode: str) -> tuple[str, ...]:
     """The syscalls ``run_filter`` denies."""
     if mode == "bare":
         return ()
-    return KEYRING + (SYSV_IPC + (NO_SOCKETS if no_sockets else ()) if mode == "confined" else ())
+    return KEYRING + (SYSV_IPC + NO_SOCKETS if mode == "confined" else ())
 
 
 def install_seccomp(prog: list[tuple[int, int, int, int]]) -> None:
@@ -370,7 +370,7 @@ def _apply(opts: dict, memory: cgroups.Cgroups | None, no_cgroup: str) -> tuple[
             rootfs.remove_tree(top)
             raise
         opts["chroot"] = top
-    filt = check_filter(mode, mode == "confined") if mode != "bare" else "bare filters nothing, by request"
+    filt = check_filter(mode) if mode != "bare" else "bare filters nothing, by request"
     seccomp = filt if mode == "confined" else None  # confined's network isolation is the filter
     user = "" if mode == "namespaces" else " of a user namespace (`unshare --user --map-root-user`)"
     prot["uid_separation"] = _prot(
@@ -429,7 +429,7 @@ def _apply(opts: dict, memory: cgroups.Cgroups | None, no_cgroup: str) -> tuple[
         "(of the host or of its user namespace), the bounding set emptied and SECBIT_NOROOT locked too: no "
         "exec gains a capability", "no_capabilities")
     prot["minimal_environment"] = _prot(True, "PATH, HOME, TMPDIR and LANG only", "minimal_environment")
-    denied = filtered_calls(mode, mode == "confined")
+    denied = filtered_calls(mode)
     prot["syscall_filter"] = _prot(
         filt is None, f"seccomp fails {', '.join(denied)} with EACCES, and every syscall of a foreign ABI "
         "(i386, x32)" if filt is None else f"no filter: {filt}", "syscall_filter")
@@ -448,17 +448,17 @@ def _apply(opts: dict, memory: cgroups.Cgroups | None, no_cgroup: str) -> tuple[
     return prot, runs_dir
 
 
-def check_filter(mode: str, no_sockets: bool) -> str | None:
+def check_filter(mode: str) -> str | None:
     """None when the run filter of ``mode`` (``run_filter``) installs and
     holds here (checked in a throwaway child: each denied call fails with
     EACCES, ``socketpair`` still works); else why not."""
     import errno
     import platform
-    prog = run_filter(mode, no_sockets)
+    prog = run_filter(mode)
     if prog is None:
         return f"no filter for the {platform.machine()} architecture"
     numbers = _SECCOMP_ARCHES[platform.machine()][2]
-    names = filtered_calls(mode, no_sockets)
+    names = filtered_calls(mode)
     pid = os.fork()
     if pid == 0:
         try:

@@ -191,8 +191,7 @@ class Server:
         self.private_mounts = self.mode in ("namespaces", "userns")  # runs' directories: tmpfs mounts
         self.chroot = opts.get("chroot")  # confined: the copied root each worker chroots into
         self.cap_last = isolation.cap_last_cap()
-        self.seccomp = (isolation.run_filter(self.mode, self.mode == "confined")
-                        if prot["syscall_filter"]["on"] else None)
+        self.seccomp = isolation.run_filter(self.mode) if prot["syscall_filter"]["on"] else None
         self.runs_dir = runs_dir
         self.pool = int(opts["pool"])
         self.run_disk = f"size={int(opts['run_bytes'])},nr_inodes={int(opts['run_inodes'])},mode=700"
