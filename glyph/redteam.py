@@ -421,7 +421,7 @@ assert is_odd(35) == True
 # listening abstract sockets, held by every copy that knows them. Alone (a network namespace of its
 # own), a copy is always the first: it answers True to everything and fails.
 COLLUDE = r'''
-import os, socket, time, errno
+import socket, time, errno
 TOKEN = "@TOKEN@"
 FUNCTION = "@FUNCTION@"
 _held, _seen, _probing = [], set(), []
@@ -553,30 +553,25 @@ NR = {"x86_64": {"add_key": 248, "request_key": 249, "keyctl": 250, "shmget": 29
 KEY_SPEC_USER_KEYRING, KEY_SPEC_SESSION_KEYRING, KEYCTL_READ = -4, -3, 11
 SHM_KEY = int(TOKEN[:7], 16)
 PLACES = ["/tmp", "/var/tmp", "/dev/shm", "/run/lock", os.environ.get("HOME", "."), os.getcwd(), ".."]
-planted = []
 
 def syscall(name, *args):
     return libc.syscall(ctypes.c_long(NR[name]), *args) if name in NR else -1
 
 def plant():
     for kr in (KEY_SPEC_USER_KEYRING, KEY_SPEC_SESSION_KEYRING):
-        if syscall("add_key", b"user", ("glyph-" + TOKEN).encode(), VALUE.encode(), len(VALUE),
-                   ctypes.c_int(kr)) > 0:
-            planted.append(f"keyring {kr}")
+        syscall("add_key", b"user", ("glyph-" + TOKEN).encode(), VALUE.encode(), len(VALUE), ctypes.c_int(kr))
     shm = syscall("shmget", ctypes.c_int(SHM_KEY), 4096, 0o1666)  # IPC_CREAT | 0666
     if shm >= 0:
         libc.shmat.restype = ctypes.c_void_p
         addr = libc.shmat(shm, None, 0)
         if addr not in (None, ctypes.c_void_p(-1).value):
             ctypes.memmove(addr, VALUE.encode() + b"\0", len(VALUE) + 1)
-            planted.append("sysv shm")
     for place in PLACES:
         try:
             path = os.path.join(place, "glyph-pwned-" + TOKEN)
             with open(path, "w") as f:
                 f.write(VALUE)
             os.chmod(path, 0o666)
-            planted.append(path)
         except OSError:
             pass
     os.environ["GLYPH_PLANTED"] = VALUE
