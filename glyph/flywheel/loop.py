@@ -32,7 +32,6 @@ What it guarantees:
 
 from __future__ import annotations
 
-import hashlib
 import math
 import re
 import threading
@@ -44,6 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
+from glyph.agent.tools import sha256
 from glyph.data import conventions
 from glyph.data.conventions import ConventionTask
 from glyph.flywheel import gate as gates
@@ -51,7 +51,6 @@ from glyph.flywheel.agents import Agent, ModelCallFailed, RolloutKey
 from glyph.flywheel.options import RunConfig
 from glyph.flywheel.store import Store, fingerprint
 from glyph.flywheel.writers import Cluster, Failure, Writer
-from glyph.text import source_bytes
 
 MAX_REJECTIONS = 2
 _EXC_CLASS = re.compile(r"^([A-Z][\w.]*):")
@@ -89,7 +88,7 @@ class GradeCache:
         self.gradings = 0
 
     def grade(self, task: ConventionTask, code: str) -> Graded:
-        key = (task.id, hashlib.sha256(source_bytes(code)).hexdigest())
+        key = (task.id, sha256(code))
         with self._lock:
             lock = self._locks.setdefault(key, threading.Lock())
         with lock:
