@@ -83,6 +83,20 @@ def _failed(detail: str) -> Result:
     return Result(False, stderr=detail)
 
 
+def result_for(outcome: str, timeout_text: str = "live", timeout_s: int = S.TOOL_TIMEOUT_S) -> Result:
+    """A graded ``python_test``'s Result in the study's words: the outcome
+    class's text (a TIMEOUT reads as ``timeout_text`` says, see
+    ``TIMEOUT_TEXTS``; ``timeout_s`` is the limit a live one names)."""
+    if outcome == Outcome.PASS.value:
+        return Result(True, stdout=S.TESTS_PASSED, outcome=outcome)
+    if outcome == Outcome.TIMEOUT.value:
+        if timeout_text == "sft":
+            return Result(False, stderr=S.TIMEOUT_DETAIL_SFT, outcome=outcome)
+        return Result(False, stderr=S.TIMEOUT_DETAIL_LIVE.format(timeout=timeout_s), timed_out=True,
+                      outcome=outcome)
+    return Result(False, stderr=S.FAILURE_DETAILS[outcome], outcome=outcome)
+
+
 def parse_call_line(line: str) -> tuple[StudyCall | None, str | None]:
     """(call, None), (None, error) for a malformed CALL line, (None, None) for
     a line that is no CALL."""
@@ -328,11 +342,4 @@ class StudyEpisode:
         outcome = tester(source, shadow=shadow)
         if not shadow:
             self.trace["tests"].append({"call": call_id, "sha256": sha256(source), "outcome": outcome})
-        if outcome == Outcome.PASS.value:
-            return Result(True, stdout=S.TESTS_PASSED, outcome=outcome)
-        if outcome == Outcome.TIMEOUT.value:
-            if self.timeout_text == "sft":
-                return Result(False, stderr=S.TIMEOUT_DETAIL_SFT, outcome=outcome)
-            return Result(False, stderr=S.TIMEOUT_DETAIL_LIVE.format(timeout=self.timeout_s), timed_out=True,
-                          outcome=outcome)
-        return Result(False, stderr=S.FAILURE_DETAILS[outcome], outcome=outcome)
+        return result_for(outcome, self.timeout_text, self.timeout_s)

@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from glyph.agent import study as S
+from glyph.agent.study_episode import Result, result_for
 from glyph.data import mbpp
 
 ARMS = ("a", "b")
@@ -257,17 +258,12 @@ def _call(tool: str, call_id: str, **args: str) -> str:
     return S.CALL_PREFIX + tool + " " + json.dumps({S.ID_KEY: call_id, **args}, separators=S.JSON_SEPARATORS)
 
 
+def _tool(call_id: str, result: Result) -> dict:
+    return {"role": "tool", "content": result.block(call_id)}
+
+
 def _ok(call_id: str, body: str) -> dict:
-    head = S.RESULT_HEAD.format(id=call_id)
-    return {"role": "tool", "content": "\n".join(
-        [head, S.STATUS_LINE.format(status=S.STATUS_SUCCESS), S.STDOUT_LINE, body])}
-
-
-def _failed(call_id: str, outcome: str) -> dict:
-    detail = S.TIMEOUT_DETAIL_SFT if outcome == "TIMEOUT" else S.FAILURE_DETAILS[outcome]
-    head = S.RESULT_HEAD.format(id=call_id)
-    return {"role": "tool", "content": "\n".join(
-        [head, S.STATUS_LINE.format(status=S.STATUS_FAILED), S.STDERR_LINE, detail])}
+    return _tool(call_id, Result(True, stdout=body))
 
 
 def _say(content: str) -> dict:
@@ -297,7 +293,7 @@ class _Turns:
     def test(self, outcome: str, predict: bool = False) -> None:
         cid = self.next_id()
         call = _call(S.PYTHON_TEST, cid, project_path=self.task.project)
-        result = _ok(cid, S.TESTS_PASSED) if outcome == "PASS" else _failed(cid, outcome)
+        result = _tool(cid, result_for(outcome, timeout_text="sft"))
         self.messages += [_predict("PASS", S.KEEP, call) if predict else _say(call), result]
 
 
