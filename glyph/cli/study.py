@@ -23,10 +23,11 @@ def study_check(
     test_code digests. Exit 1 unless all four parts are equal."""
     from glyph.data import study_check as check
 
-    parts = check.check(folder, facts)
+    loaded = check.load_facts(facts)
+    parts = check.check(folder, loaded)
     for p in parts:
         console.print(p.line(), highlight=False, soft_wrap=True)
-    console.print(check.artifacts(folder, facts).line() + " (byte-identical files; reported, not required)",
+    console.print(check.artifacts(folder, loaded).line() + " (byte-identical files; reported, not required)",
                   highlight=False, soft_wrap=True)
     console.print(check.summary_line(parts), highlight=False, soft_wrap=True)
     raise typer.Exit(0 if all(p.ok for p in parts) else 1)

@@ -88,6 +88,16 @@ def resolve_facts(path: str | os.PathLike | None = None) -> Path:
     return p
 
 
+def load_facts(path: str | os.PathLike | None = None) -> dict:
+    """The facts file (``resolve_facts``), parsed."""
+    return json.loads(resolve_facts(path).read_text(encoding="utf-8"))
+
+
+def _facts(facts: dict | str | os.PathLike | None) -> dict:
+    """``facts`` as loaded (``load_facts``), or the path to load them from."""
+    return facts if isinstance(facts, dict) else load_facts(facts)
+
+
 def _rows(path: Path) -> list[dict]:
     """The rows of ``path``; none where it is absent (the check counts them missing)."""
     from glyph.data.prepare import read_jsonl
@@ -113,21 +123,29 @@ def _trace_difference(messages: list, fact: dict) -> str:
     return "messages differ: " + (", ".join(parts) or "in a key other than role and content")
 
 
-def check(folder: Path, facts_path: str | os.PathLike | None = None) -> list[Part]:
-    """The four parts compared; each ``Part`` counts its equal rows."""
-    facts = json.loads(resolve_facts(facts_path).read_text(encoding="utf-8"))
+def check(folder: Path, facts: dict | str | os.PathLike | None = None) -> list[Part]:
+    """The four parts compared; each ``Part`` counts its equal rows.
+    ``facts``: the loaded facts (``load_facts``) or the facts file's path."""
+    facts = _facts(facts)
     if not folder.is_dir():
         raise mbpp.DataError(f"{folder}: no such folder (write one with `glyph data prepare --profile study --out`)")
+    read: dict[str, list[dict]] = {}
+
+    def rows_of(rel: str) -> list[dict]:  # each file parsed once
+        if rel not in read:
+            read[rel] = _rows(folder / rel)
+        return read[rel]
+
     splits = Part("splits")
     for key, rel in SPLIT_FILES.items():
-        mine = {r.get("task_id") for r in _rows(folder / rel)}
+        mine = {r.get("task_id") for r in rows_of(rel)}
         for task_id in facts["splits"][key]:
             splits.count(task_id in mine, f"{key} task {task_id}", f"not in {rel}")
     parts = [splits]
     for arm in "ab":
         part = Part(f"sft_{arm}")
         rel = f"sft/arm_{arm}/train.jsonl"
-        by_id = {r.get("task_id"): r for r in _rows(folder / rel)}
+        by_id = {r.get("task_id"): r for r in rows_of(rel)}
         for task_id, fact in facts["sft"][arm]["per_task"].items():
             where = f"{rel} task {task_id}"
             row = by_id.get(int(task_id))
@@ -145,7 +163,7 @@ def check(folder: Path, facts_path: str | os.PathLike | None = None) -> list[Par
     rows_part = Part("task_rows")
     for key, rel in TASK_FILES.items():
         fact = facts["task_rows"][key]
-        rows = _rows(folder / rel)
+        rows = rows_of(rel)
         for index, task_id in enumerate(fact["task_ids"]):
             where = f"{rel} row {index + 1} (task {task_id})"
             row = rows[index] if index < len(rows) else None
@@ -162,9 +180,10 @@ def check(folder: Path, facts_path: str | os.PathLike | None = None) -> list[Par
     return parts
 
 
-def artifacts(folder: Path, facts_path: str | os.PathLike | None = None) -> Part:
-    """The files of ``folder`` byte-identical to the study's (by SHA-256)."""
-    facts = json.loads(resolve_facts(facts_path).read_text(encoding="utf-8"))
+def artifacts(folder: Path, facts: dict | str | os.PathLike | None = None) -> Part:
+    """The files of ``folder`` byte-identical to the study's (by SHA-256).
+    ``facts``: the loaded facts (``load_facts``) or the facts file's path."""
+    facts = _facts(facts)
     part = Part("artifacts")
     for rel, digest in sorted(facts["artifact_sha256"].items()):
         p = folder / rel
