@@ -64,7 +64,6 @@ LOCAL_SANDBOX = "auto-or-bare"
 
 # The program's fault exits (``glyph.agent.program``) the harness turns into errored rollouts.
 FAULTS = {ENDPOINT_FAILED: "endpoint_error", TESTER_FAILED: "tester_error"}
-PROFILES = program.PROFILES
 STUDY_SETTINGS = {"max_tool_calls": S.MAX_TOOL_CALLS, "tool_timeout": float(S.TOOL_TIMEOUT_S),
                   "model_timeout": float(S.MODEL_TIMEOUT_S)}
 """What the ``study`` profile's unset settings take: the study's (``glyph.agent.study``)."""
@@ -123,12 +122,13 @@ def program_config(cfg: GlyphHarnessConfig, arm: str, task_text: str, visible_te
     out = {"arm": arm, "max_tool_calls": cfg.max_tool_calls, "test_cost": cfg.test_cost,
            "revise_feedback": cfg.revise_feedback, "tool_timeout": cfg.tool_timeout,
            "limits": limits_record(cfg.limits()), "model_timeout": cfg.model_timeout,
-           "messages": protocol.messages(arm, task_text, list(visible_tests), cfg.max_tool_calls),
            "tester": tester, "endpoint": endpoint}
-    if cfg.profile == "study":
-        if study_task is None:
-            raise ValueError("the study profile's program config needs the study task (study_task)")
-        out.update(profile="study", project=study_task.project, messages=study.prompt(study_task, arm))
+    if cfg.profile != "study":
+        out["messages"] = protocol.messages(arm, task_text, list(visible_tests), cfg.max_tool_calls)
+        return out
+    if study_task is None:
+        raise ValueError("the study profile's program config needs the study task (study_task)")
+    out.update(profile="study", project=study_task.project, messages=study.prompt(study_task, arm))
     return out
 
 

@@ -159,8 +159,8 @@ class GlyphTaskset(vf.Taskset[GlyphTask, GlyphTasksetConfig]):
             raise mbpp.DataError(f"--env.taskset.hidden plus: no plus tests at {folder}; run "
                                  f"`glyph data plus --out {folder.parent}` or set --env.taskset.plus-path")
         if cfg.profile == "study":
-            ids = [s.task_id for s in study.make_splits([study.from_mbpp(t) for t in source.tasks],
-                                                        cfg.seed)[cfg.split]]
+            as_study = {t.task_id: study.from_mbpp(t) for t in source.tasks}  # each task converted once
+            ids = [s.task_id for s in study.make_splits(list(as_study.values()), cfg.seed)[cfg.split]]
         else:
             ids = mbpp.make_splits(by_id, cfg.seed)[cfg.split]
         for task_id in ids:
@@ -169,7 +169,7 @@ class GlyphTaskset(vf.Taskset[GlyphTask, GlyphTasksetConfig]):
                 plus.current(folder, t) if folder.is_dir() else None
             challenge = list(t.challenge_test_list) if cfg.challenge_tests else []
             if cfg.profile == "study":
-                st = study.from_mbpp(t)
+                st = as_study[task_id]
                 prompt, text, tests, setup, code = (study.prompt(st, cfg.arm), st.text, list(st.tests), st.setup,
                                                     st.code)
                 challenge = [study.normalize(c) for c in challenge if c.strip()]
