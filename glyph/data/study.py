@@ -424,22 +424,19 @@ def prepare(out: Path, mbpp_path=None, seed: int = S.SEED, progress: bool = True
     chosen = select_recoveries(splits["sft"], grader, tokenizer, seed, progress)
     out.mkdir(parents=True, exist_ok=True)
     files: list[Path] = []
+    sft_rows: dict[str, list[dict]] = {}
     for arm in ARMS:
         for name, split in TASK_FILES:
             path = out / f"arm_{arm}_{name}.jsonl"
             _write_jsonl(path, [task_row(t, arm, name) for t in splits[split]])
             files.append(path)
-        rows = [sft_row(t, arm, chosen.recoveries.get(t.task_id), chosen.modes.get(t.task_id))
-                for t in splits["sft"]]
+        rows = sft_rows[arm] = [sft_row(t, arm, chosen.recoveries.get(t.task_id), chosen.modes.get(t.task_id))
+                                for t in splits["sft"]]
         path = out / "sft" / f"arm_{arm}" / "train.jsonl"
         _write_jsonl(path, rows)
         files.append(path)
-    assignments = [{"task_id": t.task_id, "case_id": f"mbpp_{t.task_id}",
-                    "trace_type": S.RECOVERY if t.task_id in chosen.recoveries else S.DIRECT,
-                    "candidate_outcome": (chosen.recoveries[t.task_id].first_outcome
-                                          if t.task_id in chosen.recoveries else "PASS"),
-                    "recovery_mode": chosen.modes.get(t.task_id)}
-                   for t in sorted(splits["sft"], key=lambda t: t.task_id)]
+    assignments = [{k: r[k] for k in ("task_id", "case_id", "trace_type", "candidate_outcome", "recovery_mode")}
+                   for r in sorted(sft_rows["a"], key=lambda r: r["task_id"])]
     path = out / ASSIGNMENTS
     path.write_text(json.dumps(assignments, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     files.append(path)
