@@ -237,15 +237,16 @@ def two_step(task: StudyTask, grader: Grader) -> DeepRecovery | None:
     for m, outcome in _failing(task, grader):
         if first is None:
             first = (m, outcome)
+            a_code = m.apply(task.code)
+            a_lines = a_code.splitlines(keepends=True)
             continue
         a, a_outcome = first
         lo, hi = sorted((a.line, m.line))
-        a_code = a.apply(task.code)
-        a_lines = a_code.splitlines(keepends=True)
         b_lines = list(lines)
         b_lines[m.line] = m.changed
         a_block, b_block = "".join(a_lines[lo:hi + 1]), "".join(b_lines[lo:hi + 1])
-        if a_block == b_block or a_code.count(a_block) != 1 or "".join(b_lines).count(m.changed) != 1:
+        # B's code holds m.changed once: mutations() yields only such m.
+        if a_block == b_block or a_code.count(a_block) != 1:
             continue
         return DeepRecovery(a_code, a_outcome, (a_block, b_block), outcome, (m.changed, m.original))
     return None
