@@ -50,6 +50,7 @@ from pathlib import Path
 from glyph.agent import study as S
 from glyph.agent.study_episode import Result, result_for
 from glyph.data import mbpp
+from glyph.data.study_check import text_sha256
 
 ARMS = ("a", "b")
 TASK_FILES = (("train", "rl"), ("validation", "validation"), ("test", "test"))
@@ -324,10 +325,6 @@ def messages(task: StudyTask, arm: str, recovery: Recovery | DeepRecovery | None
     return t.messages
 
 
-def _sha256(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
 def sft_row(task: StudyTask, arm: str, recovery: Recovery | DeepRecovery | None, mode: str | None) -> dict:
     """One SFT row, with the study's audit fields beside the trace (the
     candidate's and the reference's digests, the pair key both arms share)."""
@@ -340,8 +337,8 @@ def sft_row(task: StudyTask, arm: str, recovery: Recovery | DeepRecovery | None,
             "messages": messages(task, arm, recovery, mode),
             "trace_type": S.RECOVERY if recovery else S.DIRECT, "recovery_mode": mode,
             "candidate_outcome": outcome, "second_candidate_outcome": recovery.second_outcome if deep else None,
-            "candidate_code_sha256": _sha256(candidate), "final_code_sha256": _sha256(task.code),
-            "final_outcome": "PASS", "matched_key": _sha256(json.dumps(pair, sort_keys=True)),
+            "candidate_code_sha256": text_sha256(candidate), "final_code_sha256": text_sha256(task.code),
+            "final_outcome": "PASS", "matched_key": text_sha256(json.dumps(pair, sort_keys=True)),
             "test_code": task.test_code}
 
 
