@@ -144,13 +144,11 @@ CHAT_TURN = "<|im_start|>{role}\n{content}\n<|im_end|>\n\n"
 # data/prepare.py (SEED, split and composition counts).
 SEED = 42
 VALIDATION_TO_TRAIN = 50
-VALIDATION_COUNT = 40
 SFT_COUNT = 212
 RL_COUNT = 212
 SHALLOW_MODES = ("shadow", "visible")  # data/prepare.py (recovery_modes), alternating in selection order
 DEEP_MODES = ("deep_shadow", "deep_visible")  # data/prepare.py (DEEP_RECOVERY_MODES)
 MODE_COUNTS = {"shadow": 25, "visible": 25, "deep_shadow": 10, "deep_visible": 10}
-DIRECT_COUNT = 142
 # data/prepare.py (sft_row): trace_type values.
 DIRECT, RECOVERY = "direct", "recovery"
 

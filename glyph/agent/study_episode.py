@@ -283,19 +283,22 @@ class StudyEpisode:
             return _failed(S.UNKNOWN_TOOL.format(tool=call.tool))
         try:
             if call.tool == S.READ_FILE:
-                path = self._path(call.args.get("file_path", S.DEFAULT_FILE_PATH))
+                (path_key,) = S.TOOL_ARGS[S.READ_FILE]
+                path = self._path(call.args.get(path_key, S.DEFAULT_FILE_PATH))
                 with open(path, encoding="utf-8") as f:
                     return Result(True, stdout=f.read()[:S.READ_FILE_MAX_CHARS])
             if call.tool == S.APPLY_PATCH:
                 return self._patch(call)
-            project = self._path(call.args.get("project_path", S.DEFAULT_PROJECT_PATH))
+            (project_key,) = S.TOOL_ARGS[S.PYTHON_TEST]
+            project = self._path(call.args.get(project_key, S.DEFAULT_PROJECT_PATH))
             return self._test(tester, shadow=False, project=project, call_id=call.id)
         except (OSError, UnicodeError, ValueError) as exc:
             return _failed(S.TOOL_ERROR.format(error=str(exc).replace(self.root + os.sep, "")))
 
     def _patch(self, call: StudyCall) -> Result:
-        path = self._path(call.args.get("file_path", S.DEFAULT_FILE_PATH))
-        find, replace = call.args.get("find"), call.args.get("replace")
+        path_key, find_key, replace_key = S.TOOL_ARGS[S.APPLY_PATCH]
+        path = self._path(call.args.get(path_key, S.DEFAULT_FILE_PATH))
+        find, replace = call.args.get(find_key), call.args.get(replace_key)
         if find is None or replace is None:
             return _failed(S.PATCH_NEEDS_ARGS)
         with open(path, encoding="utf-8") as f:
