@@ -33,7 +33,7 @@ from glyph.policies.policies import Planner
 from glyph.sandbox import get_sandbox
 from glyph.testing.rollout import Rollouts
 
-HARNESS = GlyphHarnessConfig()  # the default harness: budget 8, tool_timeout 10
+HARNESS = GlyphHarnessConfig(profile="glyph")  # glyph's harness: budget 8, tool_timeout 10
 
 
 def one_episode(root: Path, rollouts: Rollouts, task, arm: str, policy: str) -> float:

@@ -171,7 +171,7 @@ def finalize(tasks, lines, n_tasks: int, reps: int) -> None:
     from glyph.envs.mbpp.harness import GlyphHarnessConfig
     from glyph.testing.rollout import Rollouts
 
-    harness = GlyphHarnessConfig()  # the default harness: budget 8, tool_timeout 10
+    harness = GlyphHarnessConfig(profile="glyph")  # glyph's harness: budget 8, tool_timeout 10
     limits = harness.limits()
     chosen = [t for t in tasks if lines[t.id]][:n_tasks]
     episodes = []

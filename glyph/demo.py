@@ -31,11 +31,12 @@ SHOWN_ATTACKS = ("always_equal", "str_subclass_equal", "caller_frames", "read_te
 
 
 def vf_eval_command(base_url: str, model: str, arm: str, n: int, out: Path, data_path: str | None,
-                    extra: list[str] = ()) -> list[str]:
+                    extra: list[str] = (), profile: str | None = None) -> list[str]:
     """The v1 eval CLI (``vf-eval``; ``eval`` at PRIME-RL's verifiers pin) on glyph-mbpp, in this
-    interpreter's environment."""
+    interpreter's environment; ``profile`` sets the taskset's and the harness's (None: the default)."""
+    chosen = ["--env.taskset.profile", profile, "--env.agent.harness.profile", profile] if profile else []
     cmd = eval_command(MBPP_ENV_ID, "-m", model, "--client.base-url", base_url, "--no-push", "--no-rich",
-                       "-n", str(n), "-o", str(out), "--env.taskset.arm", arm, *extra)
+                       "-n", str(n), "-o", str(out), "--env.taskset.arm", arm, *chosen, *extra)
     if data_path:
         cmd += ["--env.taskset.data-path", data_path]
     return cmd

@@ -22,7 +22,7 @@ from glyph.policies.policies import HACKS, Planner
 from glyph.testing.forge import forging_solution
 from glyph.testing.rollout import Rollouts
 
-HARNESS = GlyphHarnessConfig(tool_timeout=3, model_timeout=10)
+HARNESS = GlyphHarnessConfig(profile="glyph", tool_timeout=3, model_timeout=10)
 LIMITS = limits_for(3)  # what --env.agent.harness.tool-timeout 3 grades under
 
 
@@ -304,7 +304,7 @@ def test_vf_eval_end_to_end_both_arms(tmp_path, server, mbpp_tasks, mbpp_path):
     for arm in ("a", "b"):
         out = tmp_path / arm
         cmd = vf_eval_command(server.base_url, "mix", arm, 8, out, mbpp_path,
-                              ["--env.agent.harness.tool-timeout", "3"])
+                              ["--env.agent.harness.tool-timeout", "3"], profile="glyph")
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
         assert proc.returncode == 0, proc.stderr[-3000:]
         rows = read_rollouts(out)
@@ -325,7 +325,7 @@ def test_vf_eval_records_a_timed_out_rollout(tmp_path, server, mbpp_path):
     from glyph.demo import read_rollouts, vf_eval_command
     from glyph.vfcompat import AGENT_TIMEOUT_PREFIX, failures_are_scored, timed_out
     cmd = vf_eval_command(server.base_url, "fault-hang", "b", 1, tmp_path, mbpp_path,
-                          ["--env.agent.timeout.rollout", "3"])
+                          ["--env.agent.timeout.rollout", "3"], profile="glyph")
     proc = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, PRIME_RUNS_MODE="disabled"),
                           timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -438,8 +438,8 @@ def container_rollout(tmp_path, task, reply, arm: str = "a"):
     row = mbpp.task_row(task, "test")
     ws = tmp_path / "ws"
     ws.mkdir()
-    h = GlyphHarness(GlyphHarnessConfig(id="glyph-mbpp", tool_timeout=3))
-    data = GlyphData(name=task.id, arm=arm, task_text=row["text"], visible_tests=row["visible_tests"],
+    h = GlyphHarness(GlyphHarnessConfig(id="glyph-mbpp", profile="glyph", tool_timeout=3))
+    data = GlyphData(name=task.id, arm=arm, task_text=row["text"], visible_tests=row["visible_tests"], profile="glyph",
                      hidden_setup=task.test_setup_code, hidden_tests=list(task.test_list))
     trace = FakeTrace(info={}, is_timeout=False, errors=[], ok=True)
     runtime = DirRuntime(ws)
@@ -468,7 +468,8 @@ def test_the_container_path_grades_with_the_shipped_grader(tmp_path, server, mbp
     cfg = json.loads((ws / ".glyph" / "config.json").read_text())
     assert cfg["tester"]["kind"] == "local" and cfg["tester"]["sandbox"] == LOCAL_SANDBOX == "auto-or-bare"
     assert cfg["limits"] == trace.info["glyph_limits"] == limits_record(LIMITS)
-    assert trace.info["glyph_protocol"] == {"arm": "a", "max_tool_calls": protocol.DEFAULT_BUDGET, "test_cost": 1}
+    assert trace.info["glyph_protocol"] == {"arm": "a", "max_tool_calls": protocol.DEFAULT_BUDGET, "test_cost": 1,
+                                            "profile": "glyph"}
     saved = json.loads((ws / ".glyph" / "trace.json").read_text())
     assert [t["outcome"] for t in saved["tests"]] == ["ASSERTION_FAILURE", "PASS"], saved["tests"]
     here = get_sandbox().protections().record()["mode"]  # auto's mode here: no fall back to bare
@@ -567,10 +568,11 @@ def test_the_harness_prompt_names_its_own_budget(mbpp_tasks, budget):
 
     task = mbpp_tasks["mbpp_11"]
     row = mbpp.task_row(task, "test")
-    h = GlyphHarness(GlyphHarnessConfig(id="glyph-mbpp", max_tool_calls=budget))
+    h = GlyphHarness(GlyphHarnessConfig(id="glyph-mbpp", profile="glyph", max_tool_calls=budget))
     for arm in ("a", "b"):
         runtime = FakeRuntime()
-        data = GlyphData(name=task.id, arm=arm, task_text=row["text"], visible_tests=row["visible_tests"])
+        data = GlyphData(name=task.id, arm=arm, task_text=row["text"], visible_tests=row["visible_tests"],
+                         profile="glyph")
         asyncio.run(h.launch(types.SimpleNamespace(model="m"), types.SimpleNamespace(info={}), runtime,
                              "http://127.0.0.1:9/v1", "s", {}, data))
         cfg = json.loads(runtime.written[program.CONFIG])

@@ -46,8 +46,9 @@ def test_the_study_profile_takes_the_study_settings_unless_given():
     assert (cfg.max_tool_calls, cfg.tool_timeout, cfg.model_timeout) == (8, 30.0, 1800.0)
     assert (cfg.limits().cpu_s, cfg.limits().wall_s) == (30.0, 30.0)  # the study's limit is wall clock
     assert GlyphHarnessConfig(profile="study", tool_timeout=5).tool_timeout == 5
-    glyph = GlyphHarnessConfig()
-    assert (glyph.profile, glyph.tool_timeout, glyph.model_timeout) == ("glyph", 10.0, 300.0)
+    assert GlyphHarnessConfig().profile == "study" and GlyphHarnessConfig() == cfg  # the default
+    glyph = GlyphHarnessConfig(profile="glyph")
+    assert (glyph.tool_timeout, glyph.model_timeout, glyph.limits().wall_s) == (10.0, 300.0, 20.0)
 
 
 @pytest.mark.verifiers_free
@@ -182,6 +183,62 @@ def test_the_harness_writes_the_study_workspace_and_config(mbpp_tasks, mbpp_path
     assert runtime.written[st.solution_path] == S.PLACEHOLDER.encode()
     assert trace.info["glyph_protocol"]["profile"] == "study" and trace.info["glyph_limits"]["wall_s"] == 30.0
     with pytest.raises(ValueError, match="profile"):
-        asyncio.run(GlyphHarness(GlyphHarnessConfig(id="glyph-mbpp")).launch(
+        asyncio.run(GlyphHarness(GlyphHarnessConfig(id="glyph-mbpp", profile="glyph")).launch(
             types.SimpleNamespace(model="m"), types.SimpleNamespace(info={}), FakeRuntime(),
             "http://127.0.0.1:9/v1", "s", {}, task.data))
+
+
+@pytest.mark.verifiers_free
+def test_the_study_metrics_are_the_studys_definitions():
+    """``finalize.study_metrics``: the first target's outcome (else the first visible test's), every
+    target counted with an invalid label wrong, recovery a visible PASS after the first failure."""
+    from glyph.envs.mbpp.finalize import PredictionTarget, study_metrics
+
+    def target(actual, sampled, decision):
+        return PredictionTarget(candidate_sha256="x", actual=actual, sampled_prediction=sampled, decision=decision)
+
+    m = study_metrics([target("ASSERTION_FAILURE", "Pass", "REVISE"), target("PASS", "PASS", "KEEP")],
+                      ["PASS"])
+    assert (m["first_patch_correct"], m["predictions"], m["prediction_accuracy"], m["invalid_predictions"]) == (
+        0.0, 2.0, 0.5, 1.0)
+    assert (m["bad_patch_rejection_rate"], m["unnecessary_rejection_rate"], m["revise_count"]) == (1.0, 0.0, 1.0)
+    assert m["recovered_after_executed_failure"] == 0.0  # no visible failure: a shadow one does not count
+    arm_a = study_metrics([], ["ASSERTION_FAILURE", "RUNTIME_ERROR", "PASS"])
+    assert (arm_a["first_patch_correct"], arm_a["recovered_after_executed_failure"]) == (0.0, 1.0)
+    assert study_metrics([], ["PASS", "ASSERTION_FAILURE"])["first_patch_correct"] == 1.0
+    assert study_metrics([], ["PASS", "ASSERTION_FAILURE"])["recovered_after_executed_failure"] == 0.0
+    assert study_metrics([], [])["first_patch_correct"] == 0.0
+    assert study_metrics([target("PASS", None, None)], [])["invalid_predictions"] == 1.0
+
+
+@pytest.mark.verifiers_free
+@pytest.mark.parametrize("arm", ["a", "b"])
+def test_the_container_branch_plays_the_study_profile(rollouts, tmp_path, mbpp_tasks, arm):
+    """On a container runtime python_test is graded by the shipped grader in the program's process
+    (``tester.kind = "local"``); the study's trace and reward are the same as on the local runtime."""
+    task = mbpp_tasks[TASK]
+    row = study.sft_row(study.from_mbpp(task), arm, None, None)
+    played = play(rollouts, tmp_path, task, arm, turns(row["messages"]), tester="local")
+    assert view(played.trace["messages"]) == view(row["messages"])
+    assert played.record.reward == 1.0 and played.record.reason == "passed", played.record.reason
+    assert played.record.metrics["first_patch_correct"] == 1.0
+
+
+@pytest.mark.verifiers_free
+def test_switches_reach_a_rollout_and_its_replay(rollouts, mbpp_tasks, tmp_path):
+    """A harness with free_text and budget_line: a reply with prose around its CALL line is played
+    (the study's rules would end the episode), each RESULT names the calls left, the interception's
+    replay accepts the same replies, and the rollout is rewarded."""
+    task = mbpp_tasks[TASK]
+    st = study.from_mbpp(task)
+    row = study.sft_row(st, "a", None, None)
+    chatty = [f"Next step.\n{t}" for t in turns(row["messages"])]
+    harness = GlyphHarnessConfig(tool_timeout=5, model_timeout=30, free_text=True, budget_line=True)
+    with Rollouts(mbpp_tasks, harness) as r:
+        played = play(r, tmp_path, task, "a", chatty)
+    observations = [m["content"] for m in played.trace["messages"] if m["role"] == "tool"]
+    assert observations and all(o.splitlines()[-1].endswith("tool calls left") for o in observations)
+    assert played.trace["messages"][0]["content"].endswith("each RESULT says how many are left.")
+    assert played.record.reward == 1.0, played.record.reason
+    strict = play(rollouts, tmp_path / "strict", task, "a", chatty)
+    assert strict.record.reward == 0.0 and strict.trace["end"] == "protocol_error"

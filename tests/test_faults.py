@@ -35,6 +35,7 @@ from glyph.localhttp import JsonHandler, LocalServer
 from glyph.policies.policies import Step
 from glyph.policies.server import PolicyServer
 from glyph.record import encode, fault_record
+from glyph.sandbox import Limits
 from glyph.testing.rollout import Rollouts
 
 SPIN = "import time as _t\n_s = _t.process_time()\nwhile _t.process_time() - _s < {s}:\n    pass\n"
@@ -42,7 +43,7 @@ SPIN = "import time as _t\n_s = _t.process_time()\nwhile _t.process_time() - _s 
 
 @pytest.fixture(scope="module")
 def rollouts(mbpp_tasks):
-    with Rollouts(mbpp_tasks, GlyphHarnessConfig(tool_timeout=3)) as r:
+    with Rollouts(mbpp_tasks, GlyphHarnessConfig(profile="glyph", tool_timeout=3)) as r:
         yield r
 
 
@@ -64,10 +65,10 @@ def _post(url: str, body: dict) -> tuple[int, dict]:
 
 
 def test_one_limits_source():
-    cfg = GlyphHarnessConfig(id="glyph-mbpp", tool_timeout=3)
+    cfg = GlyphHarnessConfig(id="glyph-mbpp", profile="glyph", tool_timeout=3)
     assert (cfg.limits().cpu_s, cfg.limits().wall_s) == (3.0, 6.0)
     assert limits_from_record(limits_record(cfg.limits())) == cfg.limits()
-    assert limits_from_record(None) == GlyphHarnessConfig(id="glyph-mbpp").limits() == limits_for(10)
+    assert limits_from_record(None) == GlyphHarnessConfig(id="glyph-mbpp").limits() == Limits(cpu_s=30, wall_s=30)
     with pytest.raises(ValueError, match="glyph_limits"):
         limits_from_record({"cpu_s": 1})
 
@@ -203,7 +204,7 @@ class ScriptedEndpoint:
 
 def _eval(tmp_path, base_url: str, model: str, mbpp_path: str, extra: list[str]) -> list[dict]:
     from glyph.demo import read_rollouts, vf_eval_command
-    cmd = vf_eval_command(base_url, model, "a", 1, tmp_path, mbpp_path, extra)
+    cmd = vf_eval_command(base_url, model, "a", 1, tmp_path, mbpp_path, extra, profile="glyph")
     proc = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, PRIME_RUNS_MODE="disabled"),
                           timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -397,7 +398,7 @@ def test_the_program_reports_its_end_before_it_saves_it(tmp_path, policy_server,
     fake = LocalServer(Service)
     fake.start("fake-service")
     url = f"http://127.0.0.1:{fake.port}"
-    cfg = program_config(GlyphHarnessConfig(tool_timeout=3), "a", task.text, task.test_list,
+    cfg = program_config(GlyphHarnessConfig(profile="glyph", tool_timeout=3), "a", task.text, task.test_list,
                          {"kind": "service", "url": url + "/test", "end_url": url + "/end"},
                          {"base_url": policy_server.base_url, "model": "oracle"})
     (ws / program.CONFIG).write_text(json.dumps(cfg))
@@ -452,9 +453,9 @@ def _launch(monkeypatch, local: bool, code: int, line: str, calls=(), stop=None)
     from glyph.envs.mbpp import harness
     monkeypatch.setattr(harness, "_subprocess_runtime", lambda: FakeRuntime if local else type(None))
     trace = types.SimpleNamespace(info={}, calls=list(calls), stop_condition=stop)
-    h = GlyphHarness(GlyphHarnessConfig(id="glyph-mbpp", tool_timeout=2))
+    h = GlyphHarness(GlyphHarnessConfig(id="glyph-mbpp", profile="glyph", tool_timeout=2))
     res = asyncio.run(h.launch(types.SimpleNamespace(model="m"), trace, FakeRuntime(code, f"noise\n{line}\n"),
-                               "http://x/v1", "s", {}, GlyphData(name="t")))
+                               "http://x/v1", "s", {}, GlyphData(name="t", profile="glyph")))
     assert trace.info["glyph_limits"] == {"cpu_s": 2.0, "wall_s": 4.0}
     return res, trace
 
@@ -541,7 +542,7 @@ def test_vf_eval_a_container_endpoint_fault_is_errored_when_the_interception_con
     from glyph.demo import read_rollouts, vf_eval_command
     from glyph.vfcompat import in_process_args
     cmd = vf_eval_command(policy_server.base_url, policy, "a", 1, tmp_path, mbpp_path,
-                          [*extra, *in_process_args()])  # the patch below applies in this process only
+                          [*extra, *in_process_args()], profile="glyph")  # the patch below: this process only
     assert cmd[1] == "-c"
     cmd[2] = "import glyph.envs.mbpp.harness as h; h._subprocess_runtime = lambda: type(None); " + cmd[2]
     proc = subprocess.run(cmd, capture_output=True, text=True,
@@ -588,7 +589,8 @@ def test_vf_eval_on_a_container_final_is_read_from_the_interceptions_record(
         return [Step(patch).text(), *tests, malformed] if forge else [Step(patch).text(), tests[0], "FINAL: done"]
 
     endpoint = ScriptedEndpoint(mbpp_tasks, turns=turns)
-    cmd = vf_eval_command(endpoint.base_url, "scripted", "a", 1, tmp_path / "out", mbpp_path, in_process_args())
+    cmd = vf_eval_command(endpoint.base_url, "scripted", "a", 1, tmp_path / "out", mbpp_path, in_process_args(),
+                          profile="glyph")
     assert cmd[1] == "-c"
     cmd[2] = f"""import asyncio, os, time
 import glyph.envs.mbpp.harness as h, glyph.envs.mbpp.taskset as ts

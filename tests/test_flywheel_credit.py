@@ -66,7 +66,7 @@ def run_program(tmp_path, monkeypatch, task, replies: list[str], arm: str = "a",
     ws = tmp_path / "ws"
     ws.mkdir(parents=True)
     (ws / "solution.py").write_text(protocol.PLACEHOLDER)
-    cfg = program_config(GlyphHarnessConfig(max_tool_calls=budget), arm, task.text, task.test_list,
+    cfg = program_config(GlyphHarnessConfig(profile="glyph", max_tool_calls=budget), arm, task.text, task.test_list,
                          {"kind": "local"}, {})
     with contextlib.chdir(ws):
         program.save_trace(program.run(cfg, ""))

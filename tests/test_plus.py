@@ -284,7 +284,7 @@ def test_taskset_option_hidden(generated, mbpp_path):
     from glyph.envs.mbpp.taskset import GlyphTaskset, GlyphTasksetConfig
 
     folder, _ = generated
-    cfg = GlyphTasksetConfig(split="test", data_path=mbpp_path, plus_path=str(folder))
+    cfg = GlyphTasksetConfig(split="test", data_path=mbpp_path, plus_path=str(folder), profile="glyph")
     tasks = {t.data.id: t.data for t in GlyphTaskset(cfg).load()}
     assert tasks["mbpp_11"].hidden == "base" and tasks["mbpp_11"].plus_tests == lines_of(folder, _task(tasks, 11))
     assert tasks["mbpp_12"].plus_tests is None  # not generated here: finalize records no plus metric for it
@@ -369,7 +369,8 @@ def test_vf_eval_rewards_with_plus_and_records_both(generated, mbpp_path, mbpp_t
     generate([mbpp_tasks["mbpp_12"]], folder, progress=False)  # the test split starts 11, 12
     with PolicyServer(mbpp_tasks) as server:
         cmd = vf_eval_command(server.base_url, "oracle", "b", 2, tmp_path / "out", mbpp_path,
-                              ["--env.taskset.hidden", "plus", "--env.taskset.plus-path", str(folder)])
+                              ["--env.taskset.hidden", "plus", "--env.taskset.plus-path", str(folder)],
+                              profile="glyph")
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
                               env=dict(os.environ, PRIME_RUNS_MODE="disabled"))
     assert proc.returncode == 0, proc.stderr[-3000:]

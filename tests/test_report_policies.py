@@ -23,7 +23,7 @@ from glyph.record import encode
 from glyph.report import report
 from glyph.testing.rollout import Rollouts
 
-HARNESS = GlyphHarnessConfig(tool_timeout=3, model_timeout=10)
+HARNESS = GlyphHarnessConfig(profile="glyph", tool_timeout=3, model_timeout=10)
 LIMITS = HARNESS.limits()
 # task -> policy, per arm; the planner's mutants: mbpp_11 and mbpp_19 ASSERTION_FAILURE, mbpp_12 and mbpp_18
 # RUNTIME_ERROR; mbpp_17's hack is always_equal. mbpp_19 is played honestly, then its trace is forged.

@@ -39,9 +39,14 @@ def facts(facts_path) -> dict:
 @pytest.fixture(scope="module")
 def prepared(tmp_path_factory, mbpp_path, facts_path) -> Path:
     out = tmp_path_factory.mktemp("study")
-    r = runner.invoke(app, ["data", "prepare", "--profile", "study", "--out", str(out), "--mbpp-path", mbpp_path])
+    r = runner.invoke(app, ["data", "prepare", "--out", str(out), "--mbpp-path", mbpp_path])  # the default profile
     assert r.exit_code == 0, r.output
     return out
+
+
+def test_glyph_data_validate_points_a_study_folder_to_study_check(prepared, mbpp_path):
+    r = runner.invoke(app, ["data", "validate", "--out", str(prepared), "--mbpp-path", mbpp_path])
+    assert r.exit_code == 2 and "glyph study check" in r.output and "--profile glyph" in r.output
 
 
 @pytest.fixture(scope="module")
@@ -122,23 +127,57 @@ def test_check_without_facts_or_folder_is_one_line_error(prepared, facts_path, m
     assert r.exit_code == 2 and "no such folder" in r.output
 
 
-def test_glyph_stays_the_default_profile(tmp_path, monkeypatch):
-    """--profile defaults to glyph (the env defaults switch in a later step):
-    a plain prepare calls glyph's own prepare, not the study's."""
+def test_study_is_the_default_profile_and_switches_are_the_study_profiles(tmp_path, monkeypatch):
+    """--profile defaults to study; --plus belongs to the glyph profile, --split-key and
+    --recovery to the study profile, each refused on the other in one line, before any work."""
     import glyph.data.prepare as glyph_prepare
     from glyph.data import mbpp
 
+    calls = []
+
     def stop(name):
         def prepare(*args, **kwargs):
+            calls.append((name, kwargs))
             raise mbpp.DataError(f"{name} prepare called")
         return prepare
 
     monkeypatch.setattr(glyph_prepare, "prepare", stop("glyph"))
     monkeypatch.setattr(study, "prepare", stop("study"))
-    r = runner.invoke(app, ["data", "prepare", "--no-plus", "--out", str(tmp_path)])
-    assert r.exit_code == 2 and "glyph prepare called" in r.output
-    r = runner.invoke(app, ["data", "prepare", "--profile", "study", "--out", str(tmp_path)])
+    r = runner.invoke(app, ["data", "prepare", "--out", str(tmp_path)])
     assert r.exit_code == 2 and "study prepare called" in r.output
+    assert calls[-1][1] == {"split_key": "study", "recovery": "study"}
+    r = runner.invoke(app, ["data", "prepare", "--split-key", "glyph", "--recovery", "glyph", "--out", str(tmp_path)])
+    assert calls[-1][1] == {"split_key": "glyph", "recovery": "glyph"}
+    r = runner.invoke(app, ["data", "prepare", "--profile", "glyph", "--no-plus", "--out", str(tmp_path)])
+    assert r.exit_code == 2 and "glyph prepare called" in r.output
+    n = len(calls)
+    r = runner.invoke(app, ["data", "prepare", "--no-plus", "--out", str(tmp_path)])
+    assert r.exit_code == 2 and "the study profile writes no plus tests" in r.output
+    r = runner.invoke(app, ["data", "prepare", "--profile", "glyph", "--split-key", "glyph", "--out", str(tmp_path)])
+    assert r.exit_code == 2 and "switches of the study profile" in r.output
+    assert len(calls) == n  # refused before any prepare
+
+
+def test_switched_splits_and_recoveries(mbpp_path, tmp_path):
+    """--split-key glyph: glyph's draw of the study's rows; --recovery glyph: the same composition
+    from glyph's swaps, with no TIMEOUT or OTHER candidate."""
+    from glyph.data import mbpp
+
+    source = mbpp.load_source(mbpp_path)
+    tasks = [study.from_mbpp(t) for t in source.tasks]
+    drawn = study.make_splits(tasks, 42, "glyph")
+    assert {k: [t.task_id for t in v] for k, v in drawn.items()} == mbpp.make_splits(
+        {t.task_id: t for t in source.tasks}, 42)
+    with pytest.raises(ValueError, match="split_key"):
+        study.make_splits(tasks, 42, "random")
+    grader = study.Grader()
+    sft = study.make_splits(tasks, 42)["sft"]
+    ours = [r for t in sft[:40] if (r := study.one_step(t, grader, "glyph", 42)) is not None]
+    theirs = [r for t in sft[:40] if (r := study.one_step(t, grader, "study", 42)) is not None]
+    assert ours and theirs and {r.first_outcome for r in ours} <= {"ASSERTION_FAILURE", "RUNTIME_ERROR",
+                                                                   "SYNTAX_ERROR"}
+    assert [r.first_code for r in ours] != [r.first_code for r in theirs]
+    assert ours == [r for t in sft[:40] if (r := study.one_step(t, grader, "glyph", 42)) is not None]  # seeded
 
 
 # ---------------------------------------------------------------- the algorithm, small

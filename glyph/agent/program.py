@@ -363,9 +363,10 @@ def make_episode(cfg: dict, trace: dict):
     """The episode ``cfg`` asks for, with its budget and rules."""
     profile = cfg.get("profile", "glyph")
     if profile == "study":
-        from glyph.agent.study_episode import StudyEpisode
+        from glyph.agent.study_episode import StudyEpisode, Switches
         return StudyEpisode(cfg["arm"], int(cfg["max_tool_calls"]), trace, project=cfg.get("project", "."),
-                            timeout_s=int(float(limits_of(cfg)["wall_s"])))
+                            timeout_s=int(float(limits_of(cfg)["wall_s"])),
+                            switches=Switches.from_dict(cfg.get("switches")))
     if profile != "glyph":
         raise ValueError(f"the program config's profile is {profile!r}, not one of {', '.join(PROFILES)}")
     return Episode(cfg["arm"], int(cfg["max_tool_calls"]), int(cfg["test_cost"]), trace,

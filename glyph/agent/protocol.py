@@ -160,11 +160,15 @@ def result_message(call: Call, status: str, body: str = "", budget_left: int | N
     if body:
         lines.append(body.rstrip("\n"))
     if budget_left is not None:
-        lines.append(f"budget: {budget_left} tool calls left")
+        lines.append(BUDGET_LINE.format(left=budget_left))
     return encodable("\n".join(lines))
 
 
-_BUDGET_LINE = re.compile(r"^budget: (-?\d+) tool calls left$", re.M)
+BUDGET_LINE = "budget: {left} tool calls left"
+"""The line that ends each RESULT: the calls left (also the study profile's ``budget_line`` switch)."""
+BUDGET_SENTENCE = "You have a budget of {budget} tool calls; each RESULT says how many are left."
+"""The system prompt's budget sentence (also the study profile's ``budget_line`` switch)."""
+_BUDGET_LINE = re.compile("^" + re.escape(BUDGET_LINE).replace(r"\{left\}", r"(-?\d+)") + "$", re.M)
 
 
 def budget_left(message: str) -> int | None:
@@ -196,7 +200,7 @@ Tools:
 of find (it must occur exactly once).
 - python_test {{}}: runs the task's tests; the result is only the outcome: {outcomes}.
 
-You have a budget of {budget} tool calls; each RESULT says how many are left."""
+""" + BUDGET_SENTENCE
 
 _ARM_B = """
 

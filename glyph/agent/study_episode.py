@@ -27,6 +27,9 @@ Where glyph keeps its own rule: a path that leaves the project or enters
 ``.glyph`` is refused (the study refuses only the first), and a tool error
 names paths relative to the workspace root, not the machine's absolute path.
 
+``Switches`` turn on glyph's departures from these rules one at a time (all
+off: the study's); the harness's config names them (``GlyphHarnessConfig``).
+
 Stdlib only: shipped into the runtime with the agent layer.
 """
 
@@ -37,6 +40,7 @@ import os
 import re
 from dataclasses import dataclass, field
 
+from glyph.agent import protocol
 from glyph.agent import study as S
 from glyph.agent.tools import sha256
 from glyph.outcomes import Outcome
@@ -50,6 +54,62 @@ TIMEOUT_TEXTS = ("live", "sft")
 """How a TIMEOUT reads: ``live`` as the study's program answers it (a
 ``timed_out: true`` line, the limit in the detail); ``sft`` as the study's SFT
 traces record it (``data/prepare.py``: no such line, no limit)."""
+
+
+FEEDBACKS = ("study", "outcome")
+OUTCOME_LINE = "outcome: {outcome}"
+"""The line ``feedback = "outcome"`` adds to a python_test RESULT (glyph's wording, not the study's)."""
+BAD_CALLS = ("costs_one", "ends")
+
+
+@dataclass(frozen=True)
+class Switches:
+    """glyph's departures from the study's protocol, each on its own (the
+    defaults: the study's rules). The harness's config documents each
+    (``glyph.envs.mbpp.harness.GlyphHarnessConfig``); the program config
+    carries them as a dict (``as_dict``/``from_dict``)."""
+
+    budget_line: bool = False
+    """Tell the agent its budget: the system prompt says it, each RESULT ends with the calls left."""
+    free_text: bool = False
+    """Accept text around the protocol lines: a turn needs one CALL line (or one FINAL line), an
+    Arm B prediction turn one PREDICTION, one DECISION and one CALL, anywhere among other lines."""
+    feedback: str = "study"
+    """``outcome``: python_test's RESULT also names the outcome class (``outcome: <CLASS>``)."""
+    bad_call: str = "costs_one"
+    """``ends``: an unknown tool or an apply_patch without its arguments ends the episode (a
+    protocol error), where the study answers ``status: failed`` and goes on."""
+
+    def __post_init__(self) -> None:
+        if self.feedback not in FEEDBACKS:
+            raise ValueError(f"feedback is {self.feedback!r}, not one of {FEEDBACKS}")
+        if self.bad_call not in BAD_CALLS:
+            raise ValueError(f"bad_call is {self.bad_call!r}, not one of {BAD_CALLS}")
+
+    def as_dict(self) -> dict:
+        return {"budget_line": self.budget_line, "free_text": self.free_text, "feedback": self.feedback,
+                "bad_call": self.bad_call}
+
+    @classmethod
+    def from_dict(cls, data: dict | None) -> Switches:
+        data = dict(data or {})
+        unknown = set(data) - set(cls().as_dict())
+        if unknown:
+            raise ValueError(f"unknown switches: {', '.join(sorted(unknown))}")
+        return cls(**data)
+
+
+STUDY_RULES = Switches()
+"""Every switch off: the study's protocol."""
+
+
+def system_messages(messages: list[dict], switches: Switches, budget: int) -> list[dict]:
+    """The opening messages under ``switches``: with ``budget_line``, the system
+    prompt ends with glyph's budget sentence (``protocol.BUDGET_SENTENCE``)."""
+    out = [dict(m) for m in messages]
+    if switches.budget_line and out and out[0].get("role") == "system":
+        out[0]["content"] = out[0]["content"].rstrip() + " " + protocol.BUDGET_SENTENCE.format(budget=budget)
+    return out
 
 
 @dataclass(frozen=True)
@@ -127,10 +187,12 @@ class StudyEpisode:
     gives an outcome class; ``timeout_s`` is the limit a TIMEOUT names."""
 
     def __init__(self, arm: str, budget: int = S.MAX_TOOL_CALLS, trace: dict | None = None, root: str = ".",
-                 project: str = ".", timeout_s: int = S.TOOL_TIMEOUT_S, timeout_text: str = "live") -> None:
+                 project: str = ".", timeout_s: int = S.TOOL_TIMEOUT_S, timeout_text: str = "live",
+                 switches: Switches = STUDY_RULES) -> None:
         if timeout_text not in TIMEOUT_TEXTS:
             raise ValueError(f"timeout_text is {timeout_text!r}, not one of {TIMEOUT_TEXTS}")
         self.arm, self.max_calls, self.timeout_s, self.timeout_text = arm, budget, timeout_s, timeout_text
+        self.switches = switches
         self.trace = trace if trace is not None else {}
         for key in ("candidates", "tests", "prediction_targets", "protocol_errors"):
             self.trace.setdefault(key, [])
@@ -174,6 +236,9 @@ class StudyEpisode:
         call = self.call = calls[0]
         if self.arm == "b" and call.tool == S.PYTHON_TEST:
             return self._stop([S.ERR_TEST_BEFORE_KEEP])
+        bad = self._bad(call)
+        if bad:
+            return self._stop([bad])
         result = self._execute(call, tester)
         if self.arm == "b" and call.tool == S.APPLY_PATCH and result.success:
             self.pending = call.id
@@ -200,8 +265,21 @@ class StudyEpisode:
             calls.append(call)
         return calls, errors
 
+    def _bad(self, call: StudyCall) -> str | None:
+        """Under ``bad_call = "ends"``: the error that ends the episode for an
+        unknown tool or an apply_patch without its arguments; else None."""
+        if self.switches.bad_call != "ends":
+            return None
+        if call.tool not in S.TOOLS:
+            return S.UNKNOWN_TOOL.format(tool=call.tool)
+        if call.tool == S.APPLY_PATCH and any(call.args.get(k) is None for k in S.TOOL_ARGS[S.APPLY_PATCH][1:]):
+            return S.PATCH_NEEDS_ARGS
+        return None
+
     def _shape(self, reply: str, calls: list[StudyCall]) -> list[str]:
         lines = [ln.strip() for ln in reply.splitlines() if ln.strip()]
+        if self.switches.free_text:
+            return self._free_shape(lines, calls)
         if not calls:
             if len(lines) == 1 and lines[0].startswith(S.FINAL_PREFIX):
                 return []
@@ -217,6 +295,13 @@ class StudyEpisode:
         if len(lines) != 1 or len(call_lines) != 1:
             return [S.ERR_EXTRA_TEXT]
         return []
+
+    def _free_shape(self, lines: list[str], calls: list[StudyCall]) -> list[str]:
+        """``free_text``: the protocol lines anywhere among other text."""
+        if not calls:
+            finals = [ln for ln in lines if ln.startswith(S.FINAL_PREFIX)]
+            return [] if len(finals) == 1 else [S.ERR_ONE_CALL_OR_FINAL]
+        return [] if len(calls) == 1 else [S.ERR_ONE_CALL]
 
     def _prediction_turn(self, reply, calls, tester, context):
         predictions, decisions = _PREDICTION.findall(reply), _DECISION.findall(reply)
@@ -236,6 +321,8 @@ class StudyEpisode:
             errors.append(S.ERR_DECISION_TOOL.format(decision=decision, expected=expected, tool=calls[0].tool))
         if self.budget <= 0:
             errors.append(BUDGET_EXHAUSTED)
+        if not errors and self._bad(calls[0]):
+            errors.append(self._bad(calls[0]))
         if errors:  # the candidate is still shadow-tested: its outcome is a prediction target
             self._target(self._test(tester, shadow=True), prediction, decision, context, reply, shadow=True)
             return self._stop(errors)
@@ -259,7 +346,12 @@ class StudyEpisode:
     def _step(self, call: StudyCall, result: Result) -> tuple[StudyCall, str, str]:
         status = result.outcome if call.tool == S.PYTHON_TEST and result.outcome else (
             S.STATUS_SUCCESS if result.success else S.STATUS_FAILED)
-        return call, status, result.block(call.id)
+        block = result.block(call.id)
+        if self.switches.feedback == "outcome" and call.tool == S.PYTHON_TEST and result.outcome:
+            block += "\n" + OUTCOME_LINE.format(outcome=result.outcome)
+        if self.switches.budget_line:
+            block += "\n" + protocol.BUDGET_LINE.format(left=self.budget)
+        return call, status, block
 
     def _target(self, result: Result, prediction, decision, context, reply: str, shadow: bool) -> None:
         if result.outcome not in OUTCOMES:

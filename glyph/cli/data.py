@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from glyph.cli.common import App, MbppPath, console, err
+from glyph.cli.common import App, MbppPath, console, err, fail
 from glyph.data import SEED
 
 app = App(no_args_is_help=True, help="Task data.")
@@ -64,23 +64,40 @@ class Profile(str, Enum):
     study = "study"
 
 
+class Key(str, Enum):
+    study = "study"
+    glyph = "glyph"
+
+
 @app.command("prepare")
 def data_prepare(out: Out = Path("artifacts"), seed: Annotated[int, typer.Option(help="split and trace seed")] = SEED,
                  mbpp_path: MbppPath = None,
-                 plus: Annotated[bool, typer.Option("--plus/--no-plus", help="also generate the plus tests "
-                                                    "(resumable; as `glyph data plus`; glyph profile only)")] = True,
+                 plus: Annotated[Optional[bool], typer.Option(
+                     "--plus/--no-plus", help="also generate the plus tests (resumable; as `glyph data plus`); "
+                     "glyph profile only, where it defaults to on")] = None,
                  jobs: Jobs = 0,
-                 profile: Annotated[Profile, typer.Option(help="glyph: glyph's layout and traces (tasks/, sft/, "
-                                                          "plus/); study: the PREDICT study's files as it "
-                                                          "wrote them (check with `glyph study check`)")]
-                 = Profile.glyph) -> None:
-    """Build the splits, task rows, SFT traces, plus tests and manifest
+                 profile: Annotated[Profile, typer.Option(help="study: the PREDICT study's files as it wrote "
+                                                          "them (check with `glyph study check`); glyph: "
+                                                          "glyph's layout and traces (tasks/, sft/, plus/)")]
+                 = Profile.study,
+                 split_key: Annotated[Key, typer.Option(help="study profile: the split draw, the study's SHA-256 "
+                                                        "order or glyph's random.Random(seed)")] = Key.study,
+                 recovery: Annotated[Key, typer.Option(help="study profile: the recovery mutations, the study's "
+                                                       "(first failing in source order, any non-PASS) or glyph's "
+                                                       "(seeded swaps, TIMEOUT/OTHER passed over)")] = Key.study,
+                 ) -> None:
+    """Build the splits, task rows, SFT traces (and, glyph profile, plus tests) and manifest
     (official MBPP download, or --mbpp-path / $GLYPH_MBPP_PATH offline)."""
     from glyph.data.prepare import prepare
 
     if profile is Profile.study:
-        _prepare_study(out, seed, mbpp_path)
+        if plus is not None:
+            fail("--plus/--no-plus: the study profile writes no plus tests (`glyph data plus` makes them)")
+        _prepare_study(out, seed, mbpp_path, split_key.value, recovery.value)
         return
+    if split_key is not Key.study or recovery is not Key.study:
+        fail("--split-key/--recovery: switches of the study profile (the glyph profile has glyph's)")
+    plus = True if plus is None else plus
 
     m = prepare(out, mbpp_path, seed, plus_tasks=plus, jobs=jobs or None)
     table = _split_table(f"glyph data prepare → {out} ({m['seconds']} s)", m["counts"])
@@ -111,11 +128,13 @@ def _split_table(title: str, counts: dict[str, int]):
     return table
 
 
-def _prepare_study(out: Path, seed: int, mbpp_path) -> None:
+def _prepare_study(out: Path, seed: int, mbpp_path, split_key: str, recovery: str) -> None:
     from glyph.data import study
 
-    m = study.prepare(out, mbpp_path, seed)
-    table = _split_table(f"glyph data prepare --profile study → {out} ({m['seconds']} s)", m["counts"])
+    m = study.prepare(out, mbpp_path, seed, split_key=split_key, recovery=recovery)
+    switched = ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in m["switches"].items() if v != "study")
+    title = f"glyph data prepare --profile study{' (' + switched + ')' if switched else ''} → {out}"
+    table = _split_table(f"{title} ({m['seconds']} s)", m["counts"])
     for kind, n in m["sft"]["composition"].items():
         table.add_row(f"SFT traces per arm: {kind}", str(n))
     for outcome, n in m["sft"]["recovery_outcomes"].items():
@@ -160,6 +179,7 @@ def data_validate(out: Out = Path("artifacts"), mbpp_path: MbppPath = None) -> N
     """Re-check everything prepare wrote: hashes, splits, gold solutions, trace replays."""
     from glyph.data.prepare import ValidationFailed, validate
 
+    _refuse_study_folder(out, "validate")
     try:
         summary = validate(out, mbpp_path)
     except ValidationFailed as exc:  # a list of problems, exit 1: not a one-line error
@@ -173,3 +193,16 @@ def data_validate(out: Out = Path("artifacts"), mbpp_path: MbppPath = None) -> N
     console.print(f"[green]valid:[/] {summary['tasks']} tasks, {summary['traces']} traces replayed and "
                   f"measured; longest trace in tokens: {longest}; {plus['tests']} plus tests of "
                   f"{plus['tasks']} tasks, every reference passing them", highlight=False)
+
+
+def _refuse_study_folder(out: Path, command: str) -> None:
+    """A folder written by ``glyph data prepare`` under the study profile has the study's layout,
+    which ``glyph data {command}`` does not read: one line saying what does."""
+    try:
+        manifest = json.loads((out / "manifest.json").read_text())
+    except (OSError, ValueError):
+        return
+    if isinstance(manifest, dict) and manifest.get("profile") == "study":
+        fail(f"{out} holds the study profile's data (`glyph data prepare`'s default); `glyph data {command}` "
+             f"reads the glyph profile's: check it with `glyph study check {out}` and "
+             f"`glyph study replay {out}/sft/arm_a/train.jsonl`, or prepare with --profile glyph")

@@ -282,7 +282,8 @@ SPLIT_NAMES = ("sft", "rl", "validation", "test")
 
 
 def make_splits(task_ids, seed: int = SEED) -> dict[str, list[int]]:
-    """The study's splits, deterministic from ``seed``: test = official test
+    """glyph's splits (of the study's sizes; not the study's draw, which is
+    ``glyph.data.study.make_splits``), deterministic from ``seed``: test = official test
     (11-510); ``random.Random(seed).sample`` picks 50 of the 90 official
     validation ids for the training pool, the other 40 stay validation; the
     same generator shuffles the 424-task pool (official train + those 50),

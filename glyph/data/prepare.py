@@ -134,10 +134,14 @@ def add_plus(out: Path, mbpp_path=None, seed: int | None = None, tasks: list[str
              jobs: int | None = None, progress: bool = True) -> dict:
     """``glyph data plus``: generate (resumably) the plus tests into
     ``out/plus``; on a prepared folder, also put them in the task rows and
-    the manifest (hashes, counts). Returns the plus summary."""
+    the manifest (hashes, counts); a folder of the study profile keeps the
+    study's files as they are (the plus tests go into ``out/plus`` only, where
+    ``--env.taskset.plus-path`` reads them). Returns the plus summary."""
     source = mbpp.load_source(mbpp_path)
     mpath = out / MANIFEST
     manifest = json.loads(mpath.read_text()) if mpath.is_file() else None
+    if manifest is not None and manifest.get("profile") == "study":
+        manifest = None
     if seed is None:
         seed = manifest["seed"] if manifest else mbpp.SEED
     if manifest is not None and manifest["seed"] != seed:

@@ -41,6 +41,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import random
 import time
 import tokenize
 from collections import Counter
@@ -103,12 +104,28 @@ def order_key(task: StudyTask, seed: int = S.SEED) -> tuple[str, int]:
     return digest, task.task_id
 
 
-def make_splits(tasks: list[StudyTask], seed: int = S.SEED) -> dict[str, list[StudyTask]]:
-    """``sft``, ``rl``, ``validation`` (each in key order) and ``test`` (task-id order)."""
+SPLIT_KEYS = ("study", "glyph")
+"""``study``: the study's SHA-256 order (``order_key``); ``glyph``: glyph's ``random.Random(seed)``
+draw (``mbpp.make_splits``), a switch (``--split-key``, ``--env.taskset.split-key``)."""
+RECOVERIES = ("study", "glyph")
+"""Which mutations a recovery is built from: ``study``: the first failing one in source order over
+the study's table, any non-PASS outcome; ``glyph``: glyph's swaps (``glyph.data.sft``), up to
+``GLYPH_ATTEMPTS`` of them in a seeded order per task, TIMEOUT and OTHER passed over. Either way
+graded at the study's 5 s limit into the study's composition (a switch: ``--recovery``)."""
+GLYPH_ATTEMPTS = 40
+
+
+def make_splits(tasks: list[StudyTask], seed: int = S.SEED, split_key: str = "study") -> dict[str, list[StudyTask]]:
+    """``sft``, ``rl``, ``validation`` (each in key order) and ``test`` (task-id order); under
+    ``split_key = "glyph"`` glyph's draw, each split in task-id order."""
     by_id = {t.task_id: t for t in tasks}
     missing = [i for r in (mbpp.TEST_IDS, mbpp.VALIDATION_IDS, mbpp.TRAIN_IDS) for i in r if i not in by_id]
     if missing:
         raise mbpp.DataError(f"the data lacks {len(missing)} task ids the splits need (first: {missing[:5]})")
+    if split_key not in SPLIT_KEYS:
+        raise ValueError(f"split_key is {split_key!r}, not one of {SPLIT_KEYS}")
+    if split_key == "glyph":
+        return {k: [by_id[i] for i in ids] for k, ids in mbpp.make_splits(by_id, seed).items()}
 
     def ranked(ids) -> list[StudyTask]:
         return sorted((by_id[i] for i in ids), key=lambda t: order_key(t, seed))
@@ -217,25 +234,41 @@ class Grader:
         return self.cache[key]
 
 
-def _failing(task: StudyTask, grader: Grader):
-    for m in mutations(task.code):
+def glyph_mutations(code: str, rng: random.Random):
+    """glyph's swaps of ``code`` (``glyph.data.sft``) as ``Mutation``s, in ``rng``'s order, at most
+    ``GLYPH_ATTEMPTS``, each changed line new and once in the mutated code."""
+    from glyph.data.sft import _mutations
+
+    options = list(_mutations(code))
+    rng.shuffle(options)
+    for row, line, changed, source in options[:GLYPH_ATTEMPTS]:
+        if changed.strip() and source.count(changed) == 1:
+            yield Mutation(row - 1, line, changed)
+
+
+def _failing(task: StudyTask, grader: Grader, recovery: str = "study", seed: int = S.SEED):
+    if recovery not in RECOVERIES:
+        raise ValueError(f"recovery is {recovery!r}, not one of {RECOVERIES}")
+    candidates = mutations(task.code) if recovery == "study" else \
+        glyph_mutations(task.code, random.Random(f"{seed}\0{task.task_id}"))
+    for m in candidates:
         outcome = grader.outcome(task, m.apply(task.code))
-        if outcome != "PASS":
+        if outcome != "PASS" and (recovery == "study" or outcome not in ("TIMEOUT", "OTHER")):
             yield m, outcome
 
 
-def one_step(task: StudyTask, grader: Grader) -> Recovery | None:
-    for m, outcome in _failing(task, grader):
+def one_step(task: StudyTask, grader: Grader, recovery: str = "study", seed: int = S.SEED) -> Recovery | None:
+    for m, outcome in _failing(task, grader, recovery, seed):
         return Recovery(m.apply(task.code), outcome, (m.changed, m.original))
     return None
 
 
-def two_step(task: StudyTask, grader: Grader) -> DeepRecovery | None:
+def two_step(task: StudyTask, grader: Grader, recovery: str = "study", seed: int = S.SEED) -> DeepRecovery | None:
     """The first failing mutation A with the first later failing B that makes
     a well-formed middle patch (see the module docstring)."""
     lines = task.code.splitlines(keepends=True)
     first = None
-    for m, outcome in _failing(task, grader):
+    for m, outcome in _failing(task, grader, recovery, seed):
         if first is None:
             first = (m, outcome)
             a_code = m.apply(task.code)
@@ -359,7 +392,7 @@ class Selection:
 
 
 def select_recoveries(sft_tasks: list[StudyTask], grader: Grader, tokenizer, seed: int = S.SEED,
-                      progress: bool = False) -> Selection:
+                      progress: bool = False, recovery: str = "study") -> Selection:
     """The study's recovery assignment over the SFT tasks (module docstring)."""
     from rich.progress import track
 
@@ -377,14 +410,14 @@ def select_recoveries(sft_tasks: list[StudyTask], grader: Grader, tokenizer, see
             break
         visited += 1
         if len(deep) < DEEP_COUNT:
-            d = two_step(task, grader)
+            d = two_step(task, grader, recovery, seed)
             if d is not None and fits(task, d, "deep_visible"):
                 deep[task.task_id] = d
                 continue
             if d is not None:
                 too_long.append(task.task_id)
         if len(shallow) < SHALLOW_COUNT:
-            r = one_step(task, grader)
+            r = one_step(task, grader, recovery, seed)
             if r is not None and fits(task, r, "visible"):
                 shallow[task.task_id] = r
             elif r is not None:
@@ -408,18 +441,20 @@ def _write_jsonl(path: Path, rows: list[dict]) -> None:
 
 
 def prepare(out: Path, mbpp_path=None, seed: int = S.SEED, progress: bool = True, grader: Grader | None = None,
-            tokenizer=None) -> dict:
+            tokenizer=None, split_key: str = "study", recovery: str = "study") -> dict:
     """Write the study's layout into ``out`` (``arm_{a,b}_{train,validation,test}.jsonl``,
     ``sft/arm_{a,b}/train.jsonl``, ``assignments.json``: the study's files, byte
-    for byte) and glyph's manifest; return the manifest."""
+    for byte, with both switches at ``study``) and glyph's manifest; return the
+    manifest. ``split_key`` (``SPLIT_KEYS``) and ``recovery`` (``RECOVERIES``):
+    glyph's departures, one at a time."""
     from glyph.render import OFFLINE, load_tokenizer
 
     t0 = time.perf_counter()
     source = mbpp.load_source(mbpp_path)
-    splits = make_splits([from_mbpp(t) for t in source.tasks], seed)
+    splits = make_splits([from_mbpp(t) for t in source.tasks], seed, split_key)
     grader = grader or Grader()
     tokenizer = tokenizer or load_tokenizer(OFFLINE)
-    chosen = select_recoveries(splits["sft"], grader, tokenizer, seed, progress)
+    chosen = select_recoveries(splits["sft"], grader, tokenizer, seed, progress, recovery)
     out.mkdir(parents=True, exist_ok=True)
     files: list[Path] = []
     sft_rows: dict[str, list[dict]] = {}
@@ -446,6 +481,7 @@ def prepare(out: Path, mbpp_path=None, seed: int = S.SEED, progress: bool = True
     manifest = {
         "created_by": "glyph data prepare --profile study",
         "profile": "study",
+        "switches": {"split_key": split_key, "recovery": recovery},
         "seed": seed,
         "source": {"kind": source.kind, "files": source.files,
                    "official": {"repo": mbpp.OFFICIAL_REPO, "revision": mbpp.OFFICIAL_REVISION}},

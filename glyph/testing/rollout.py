@@ -91,7 +91,7 @@ class Rollouts:
     """A policy server and a test service for many rollouts (close it, or use it as a context manager)."""
 
     def __init__(self, tasks: dict[str, MbppTask], harness: GlyphHarnessConfig | None = None) -> None:
-        self.harness = harness or GlyphHarnessConfig(tool_timeout=3, model_timeout=10)
+        self.harness = harness or GlyphHarnessConfig(profile="glyph", tool_timeout=3, model_timeout=10)
         self.policies = PolicyServer(tasks, record_replies=True).start()
         self.service = SandboxTestService()
 
@@ -135,7 +135,8 @@ class Rollouts:
         finally:
             released = self.service.release(secret)
             replies = ModelReplies(tuple(served.take_replies(secret)), cfg["arm"], int(cfg["max_tool_calls"]),
-                                   int(cfg["test_cost"]), profile=profile, project=st and st.project)
+                                   int(cfg["test_cost"]), profile=profile, project=st and st.project,
+                                   switches=cfg.get("switches"))
         if forge is not None:
             forge(trace)
         final = (workspace / solution).read_bytes().decode("utf-8", "surrogateescape")

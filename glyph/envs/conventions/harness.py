@@ -11,6 +11,7 @@ failure verifiers' interception recorded)."""
 from __future__ import annotations
 
 import json
+from typing import Literal
 
 import verifiers.v1 as vf
 
@@ -31,6 +32,9 @@ class ConventionsHarnessConfig(GlyphHarnessConfig):
     """``model_timeout`` bounds the model call in both protocols; the other
     fields (``max_tool_calls``, ``tool_timeout``, ...) apply to the agent protocol."""
 
+    profile: Literal["glyph"] = "glyph"  # type: ignore[assignment]
+    """The conventions tasks speak glyph's agent protocol (their prompts are glyph's): the only profile."""
+
 
 def runtime_files(data: ConventionsData, endpoint: str, model: str, model_timeout: float) -> dict[str, bytes]:
     """Everything the single protocol writes into the runtime: the program,
@@ -47,7 +51,7 @@ def runtime_files(data: ConventionsData, endpoint: str, model: str, model_timeou
 def agent_view(data: ConventionsData) -> GlyphData:
     """The task as glyph-mbpp's agent harness takes it: the conventions user
     prompt as the task text, and the import check as the only visible test."""
-    return GlyphData(name=data.name, arm="a", task_text=data.task_text, visible_tests=[IMPORT_CHECK])
+    return GlyphData(name=data.name, arm="a", task_text=data.task_text, visible_tests=[IMPORT_CHECK], profile="glyph")
 
 
 class ConventionsHarness(vf.Harness[ConventionsHarnessConfig]):

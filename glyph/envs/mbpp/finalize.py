@@ -76,7 +76,7 @@ import msgspec
 from glyph.agent import study as S
 from glyph.agent.program import REPLY_CAP, Episode
 from glyph.agent.protocol import PLACEHOLDER, SOLUTION_FILE
-from glyph.agent.study_episode import StudyEpisode
+from glyph.agent.study_episode import StudyEpisode, Switches
 from glyph.agent.tools import sha256
 from glyph.grading import InvalidTests, grade
 from glyph.outcomes import Outcome
@@ -190,8 +190,9 @@ class Regrader:
 METRICS = ("passed", "first_patch_correct", "prediction_accuracy", "predictions", "bad_patch_rejection_rate",
            "unnecessary_rejection_rate", "recovered_after_executed_failure", "had_executed_failure",
            "visible_test_calls", "visible_tool_calls", "tampered", "budget_exhausted", "revise_count",
-           "protocol_error", "no_trace", "base_passed", "grade_disagreements")
+           "protocol_error", "no_trace", "base_passed", "grade_disagreements", "invalid_predictions")
 PLUS_METRICS = ("plus_passed",)  # recorded only where the task has plus tests
+OUTCOME_NAMES = frozenset(o.value for o in Outcome)
 
 
 def metric_defaults(plus: bool) -> dict[str, float]:
@@ -439,6 +440,8 @@ class ModelReplies:
     """The turn semantics the program ran (``glyph.agent.program.PROFILES``), as the harness recorded it."""
     project: str | None = None
     """The study profile's project folder (where ``solution.py`` is), as the harness recorded it."""
+    switches: dict | None = None
+    """The study profile's switches (``study_episode.Switches``), as the harness recorded them."""
 
 
 class Account(NamedTuple):
@@ -476,7 +479,8 @@ def _replay_episode(record: ModelReplies, root: str):
     with open(os.path.join(folder, SOLUTION_FILE), "w", encoding="utf-8", newline="") as f:
         f.write(S.PLACEHOLDER if study else PLACEHOLDER)
     if study:
-        return StudyEpisode(record.arm, record.budget, {}, root=root, project=record.project)
+        return StudyEpisode(record.arm, record.budget, {}, root=root, project=record.project,
+                            switches=Switches.from_dict(record.switches))
     return Episode(record.arm, record.budget, record.test_cost, {"candidates": [], "tests": [], "calls": []}, root)
 
 
@@ -570,7 +574,36 @@ def compute_metrics(trace: Trace, candidates: list[VerifiedCandidate], visible: 
     if suites["plus"] is not None:
         m["plus_passed"] = float(ok and suites["plus"][0] == Outcome.PASS.value)
     m["recovered_after_executed_failure"] = float(passed and m["had_executed_failure"] == 1.0)
+    if isinstance(trace, StudyTrace):
+        m.update(study_metrics(trace.prediction_targets, visible))
     return m
+
+
+def study_metrics(targets, visible: list[str]) -> dict[str, float]:
+    """The study profile's metrics as the study defines them (its ``src/glyph/taskset.py``
+    metrics and ``src/glyph/passk.py``), over its prediction targets (each checked against a
+    trusted grading by ``verify_targets``) and the trusted visible outcomes:
+    ``first_patch_correct`` is the first target's outcome where there is one, else the first
+    visible test's; a prediction's accuracy and rejection rates count every target, a label
+    that is no outcome class (``invalid_predictions``, the study's INVALID) as wrong;
+    ``recovered_after_executed_failure`` is a visible PASS after the first visible failure,
+    whatever the reward."""
+    passes = [t.actual == Outcome.PASS.value for t in targets]
+    first_fail = next((i for i, v in enumerate(visible) if v != Outcome.PASS.value), None)
+    bad = [t for t, ok in zip(targets, passes) if not ok]
+    good = [t for t, ok in zip(targets, passes) if ok]
+    first = passes[0] if targets else bool(visible) and visible[0] == Outcome.PASS.value
+    return {
+        "first_patch_correct": float(first),
+        "predictions": float(len(targets)),
+        "prediction_accuracy": _rate(sum(t.sampled_prediction == t.actual for t in targets), len(targets)),
+        "invalid_predictions": float(sum(t.sampled_prediction not in OUTCOME_NAMES for t in targets)),
+        "bad_patch_rejection_rate": _rate(sum(t.decision == "REVISE" for t in bad), len(bad)),
+        "unnecessary_rejection_rate": _rate(sum(t.decision == "REVISE" for t in good), len(good)),
+        "revise_count": float(sum(t.decision == "REVISE" for t in targets)),
+        "recovered_after_executed_failure": float(first_fail is not None and Outcome.PASS.value in
+                                                  visible[first_fail + 1:]),
+    }
 
 
 def reason(trace: Trace, final_source: str | None, visible: list[str], tamper: list[str], suites: Suites,

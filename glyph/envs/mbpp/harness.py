@@ -47,6 +47,7 @@ from glyph import record
 from glyph.agent import program, protocol
 from glyph.agent import study as S
 from glyph.agent.program import ENDPOINT_FAILED, TESTER_FAILED
+from glyph.agent.study_episode import Switches, system_messages
 from glyph.data import study
 from glyph.data.mbpp import MbppTask
 from glyph.data.study import StudyTask
@@ -67,19 +68,42 @@ FAULTS = {ENDPOINT_FAILED: "endpoint_error", TESTER_FAILED: "tester_error"}
 STUDY_SETTINGS = {"max_tool_calls": S.MAX_TOOL_CALLS, "tool_timeout": float(S.TOOL_TIMEOUT_S),
                   "model_timeout": float(S.MODEL_TIMEOUT_S)}
 """What the ``study`` profile's unset settings take: the study's (``glyph.agent.study``)."""
+SWITCHES = ("budget_line", "free_text", "feedback", "bad_call")
+"""The study profile's switches, each one of glyph's departures (``study_episode.Switches``)."""
 
 
 class GlyphHarnessConfig(vf.HarnessConfig):
-    profile: Literal["glyph", "study"] = "glyph"
-    """The protocol the agent speaks. ``glyph`` (the default): glyph's (``glyph.agent.protocol``,
-    ``program.Episode``): its prompts with the budget named in the system prompt and after every
-    RESULT, free text around a call, class-name feedback, ``test_cost`` and ``revise_feedback``.
-    ``study``: the PREDICT study's (``glyph.agent.study``, ``study_episode.StudyEpisode``): its
-    prompts (no budget told), one-line turns, its fixed observation strings, ``solution.py`` in the
-    task's project folder with the study's placeholder; ``test_cost`` and ``revise_feedback`` do not
-    apply, and ``max_tool_calls``, ``tool_timeout`` (wall clock, as the study's) and
-    ``model_timeout`` default to the study's (8, 30 s, 1800 s). The task must come from a taskset
-    of the same profile. glyph's trusted grader, tamper checks and sandbox are on in both."""
+    profile: Literal["glyph", "study"] = "study"
+    """The protocol the agent speaks. ``study`` (the default): the PREDICT study's
+    (``glyph.agent.study``, ``study_episode.StudyEpisode``): its prompts (no budget told), one-line
+    turns, its fixed observation strings, a failed call that costs 1, ``solution.py`` in the task's
+    project folder with the study's placeholder; ``max_tool_calls``, ``tool_timeout`` (wall clock,
+    as the study's) and ``model_timeout`` default to the study's (8, 30 s, 1800 s); the four
+    switches below turn on one of glyph's departures at a time. ``glyph``: the bundle of glyph's
+    recommended protocol (``glyph.agent.protocol``, ``program.Episode``): its prompts with a tool
+    manual, the budget named in the system prompt and after every RESULT, free text around a call,
+    class-name feedback, a bad call ending the episode, ``test_cost`` and ``revise_feedback``
+    (the switches do not apply: it has them all). The task must come from a taskset of the same
+    profile. glyph's trusted grader, tamper checks and sandbox are on in both: they change no
+    honest rollout's outcome (where the study's own classifier would take a forged result for a
+    PASS, glyph's grader decides)."""
+    budget_line: bool | None = None
+    """Study profile: tell the agent its budget, as glyph does (the system prompt ends with
+    ``protocol.BUDGET_SENTENCE``, each RESULT with the calls left). Off (the study): the agent is
+    never told; the study's finding that REVISE trajectories hit the 8-call cap 95-99% of the
+    time may depend on it."""
+    free_text: bool | None = None
+    """Study profile: accept text around the protocol lines (one CALL or FINAL line, and on an
+    Arm B prediction turn one PREDICTION and one DECISION, anywhere). Off (the study): a turn is
+    exactly one line (a prediction turn exactly three), anything else a protocol error."""
+    feedback: Literal["study", "outcome"] | None = None
+    """Study profile: ``outcome`` adds the outcome class to each python_test RESULT (as glyph names
+    it). ``study`` (the default): the study's fixed strings, which say "tests failed" for
+    ASSERTION_FAILURE and OTHER alike."""
+    bad_call: Literal["costs_one", "ends"] | None = None
+    """Study profile: ``ends``: an unknown tool or an apply_patch without its arguments ends the
+    episode as a protocol error (glyph's rule). ``costs_one`` (the default, the study's): the call
+    answers ``status: failed``, costs 1, and the episode goes on."""
     max_tool_calls: int = Field(protocol.DEFAULT_BUDGET, ge=1)
     """Tool calls an episode may make: the system prompt names it (``protocol.messages``)."""
     tool_timeout: float = Field(10.0, gt=0)
@@ -94,10 +118,23 @@ class GlyphHarnessConfig(vf.HarnessConfig):
     @model_validator(mode="before")
     @classmethod
     def _study_settings(cls, data):
-        """Under the ``study`` profile a setting not given is the study's (``STUDY_SETTINGS``)."""
-        if isinstance(data, dict) and data.get("profile") == "study":
+        """Under the ``study`` profile (the default) a setting not given is the study's (``STUDY_SETTINGS``)."""
+        if isinstance(data, dict) and data.get("profile", cls.model_fields["profile"].default) == "study":
             data = {**STUDY_SETTINGS, **data}
         return data
+
+    @model_validator(mode="after")
+    def _switches_need_study(self):
+        """A switch changes the study profile; the glyph profile is the bundle that has them all."""
+        given = [k for k in SWITCHES if getattr(self, k) is not None]
+        if self.profile == "glyph" and given:
+            raise ValueError(f"{', '.join(given)}: a switch of the study profile; the glyph profile has "
+                             "glyph's rules already (drop it, or set profile = \"study\")")
+        return self
+
+    def switches(self) -> Switches:
+        """The study profile's switches (unset ones off: the study's rules)."""
+        return Switches(**{k: getattr(self, k) for k in SWITCHES if getattr(self, k) is not None})
 
     def limits(self) -> Limits:
         """The grading limits of every python_test and of finalize's grading:
@@ -128,7 +165,9 @@ def program_config(cfg: GlyphHarnessConfig, arm: str, task_text: str, visible_te
         return out
     if study_task is None:
         raise ValueError("the study profile's program config needs the study task (study_task)")
-    out.update(profile="study", project=study_task.project, messages=study.prompt(study_task, arm))
+    switches = cfg.switches()
+    out.update(profile="study", project=study_task.project, switches=switches.as_dict(),
+               messages=system_messages(study.prompt(study_task, arm), switches, cfg.max_tool_calls))
     return out
 
 
@@ -168,7 +207,7 @@ def limits_from_record(stored: object) -> Limits:
     """The ``Limits`` a trace was graded under (``trace.info["glyph_limits"]``);
     the default harness's when absent. A malformed one raises ValueError."""
     if stored is None:
-        return limits_for(GlyphHarnessConfig.model_fields["tool_timeout"].default)
+        return GlyphHarnessConfig().limits()
     if not isinstance(stored, dict) or set(stored) != {"cpu_s", "wall_s"}:
         raise ValueError(f"trace.info['glyph_limits'] is {stored!r}, not {{'cpu_s', 'wall_s'}}")
     return Limits(cpu_s=float(stored["cpu_s"]), wall_s=float(stored["wall_s"]))
@@ -179,17 +218,18 @@ class GlyphHarness(vf.Harness[GlyphHarnessConfig]):
 
     async def launch(self, ctx, trace, runtime, endpoint, secret, mcp_urls, data) -> vf.ProgramResult:
         cfg = self.config
-        if getattr(data, "profile", "glyph") != cfg.profile:
-            raise ValueError(f"the harness's profile is {cfg.profile!r}, the task's "
-                             f"{getattr(data, 'profile', 'glyph')!r}: set --env.taskset.profile to match")
+        if data.profile != cfg.profile:
+            raise ValueError(f"the harness's profile is {cfg.profile!r}, the task's {data.profile!r}: set "
+                             f"--env.taskset.profile and --env.agent.harness.profile to the same")
         local = isinstance(runtime, _subprocess_runtime())
         limits = cfg.limits()
         trace.info["glyph_limits"] = limits_record(limits)
         trace.info["glyph_protocol"] = {"arm": data.arm, "max_tool_calls": cfg.max_tool_calls,
-                                        "test_cost": cfg.test_cost}
+                                        "test_cost": cfg.test_cost, "profile": cfg.profile}
         study_task = study_task_of(data) if cfg.profile == "study" else None
         if study_task is not None:
-            trace.info["glyph_protocol"].update(profile="study", project=study_task.project)
+            trace.info["glyph_protocol"].update(project=study_task.project,
+                                                switches=cfg.switches().as_dict())
         solution, placeholder = workspace_of(cfg.profile, study_task and study_task.project)
         if local:
             from glyph.envs.mbpp.test_service import get_service
@@ -284,7 +324,7 @@ def interception_record(trace):
         replies.append(content if isinstance(content, str) else None)
     return ModelReplies(tuple(replies), proto["arm"], int(proto["max_tool_calls"]), int(proto["test_cost"]),
                         at_exit.get("stop_condition"), profile=proto.get("profile", "glyph"),
-                        project=proto.get("project"))
+                        project=proto.get("project"), switches=proto.get("switches"))
 
 
 def _subprocess_runtime() -> type:

@@ -19,7 +19,7 @@ import json
 from typing import Literal
 
 import verifiers.v1 as vf
-from pydantic import field_validator
+from pydantic import field_validator, model_validator
 
 from glyph import record
 from glyph.agent import program
@@ -50,7 +50,7 @@ class GlyphData(vf.TaskData):
     reference: str = ""
     task_id: int = 0
     """The MBPP task id (the study profile's project folder is named by it)."""
-    profile: Literal["glyph", "study"] = "glyph"
+    profile: Literal["glyph", "study"] = "study"
     """The taskset's profile; the harness runs only a task of its own."""
 
 
@@ -119,12 +119,24 @@ class GlyphTasksetConfig(vf.TasksetConfig):
     plus_path: str | None = None
     """The folder of plus tests (`glyph data plus`); default $GLYPH_PLUS_PATH, else artifacts/plus
     when it exists. Where a task's tests are found they are graded and recorded as a metric."""
-    profile: Literal["glyph", "study"] = "glyph"
-    """The task rows, matching the harness's ``profile``. ``glyph`` (the default): glyph's splits
-    (``mbpp.make_splits``) and prompts (``protocol.messages``), MBPP's text as it is. ``study``: the
-    PREDICT study's (``glyph.data.study``): its splits (``study.make_splits``; its ``train`` files are
-    the ``rl`` split), its text, setup and tests normalised (CRLF to LF, stripped), the prompt its
-    task rows carry (``study.prompt``)."""
+    profile: Literal["glyph", "study"] = "study"
+    """The task rows, matching the harness's ``profile``. ``study`` (the default): the PREDICT
+    study's (``glyph.data.study``): its splits (``study.make_splits``: tasks ordered by a SHA-256
+    key; its ``train`` files are the ``rl`` split), its text, setup and tests normalised (CRLF to
+    LF, stripped), the prompt its task rows carry (``study.prompt``). ``glyph``: glyph's splits
+    (``mbpp.make_splits``) and prompts (``protocol.messages``), MBPP's text as it is."""
+    split_key: Literal["study", "glyph"] | None = None
+    """Study profile: which draw makes the splits. ``study`` (the default): the study's SHA-256
+    order. ``glyph``: glyph's ``random.Random(seed)`` draw (``mbpp.make_splits``), the tasks still
+    as the study writes them. The two share the official test split (ids 11-510); of the study's
+    other ids glyph's draw keeps about half in the same split. The glyph profile always uses
+    glyph's draw."""
+
+    @model_validator(mode="after")
+    def _split_key_needs_study(self):
+        if self.profile == "glyph" and self.split_key is not None:
+            raise ValueError("split_key: a switch of the study profile; the glyph profile uses glyph's draw")
+        return self
 
     @field_validator("data_path")
     @classmethod
@@ -160,7 +172,9 @@ class GlyphTaskset(vf.Taskset[GlyphTask, GlyphTasksetConfig]):
                                  f"`glyph data plus --out {folder.parent}` or set --env.taskset.plus-path")
         if cfg.profile == "study":
             as_study = {t.task_id: study.from_mbpp(t) for t in source.tasks}  # each task converted once
-            ids = [s.task_id for s in study.make_splits(list(as_study.values()), cfg.seed)[cfg.split]]
+        if cfg.profile == "study":
+            ids = [s.task_id for s in study.make_splits(list(as_study.values()), cfg.seed,
+                                                        cfg.split_key or "study")[cfg.split]]
         else:
             ids = mbpp.make_splits(by_id, cfg.seed)[cfg.split]
         for task_id in ids:
