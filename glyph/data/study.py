@@ -289,8 +289,13 @@ def two_step(task: StudyTask, grader: Grader, recovery: str = "study", seed: int
 # ---------------------------------------------------------------- traces
 
 
-def _call(tool: str, call_id: str, **args: str) -> str:
-    return S.CALL_PREFIX + tool + " " + json.dumps({S.ID_KEY: call_id, **args}, separators=S.JSON_SEPARATORS)
+def _call(tool: str, call_id: str, *values: str) -> str:
+    """A CALL line: ``values`` in the order of the tool's argument keys (``S.TOOL_ARGS``)."""
+    keys = S.TOOL_ARGS[tool]
+    if len(values) != len(keys):
+        raise ValueError(f"{tool} takes {len(keys)} arguments ({', '.join(keys)}), not {len(values)}")
+    return S.CALL_PREFIX + tool + " " + json.dumps({S.ID_KEY: call_id, **dict(zip(keys, values))},
+                                                   separators=S.JSON_SEPARATORS)
 
 
 def _tool(call_id: str, result: Result) -> dict:
@@ -322,12 +327,12 @@ class _Turns:
 
     def patch(self, find: str, replace: str, predict: tuple[str, str] | None = None) -> None:
         cid = self.next_id()
-        call = _call(S.APPLY_PATCH, cid, file_path=self.task.solution_path, find=find, replace=replace)
+        call = _call(S.APPLY_PATCH, cid, self.task.solution_path, find, replace)
         self.messages += [_predict(*predict, call) if predict else _say(call), _ok(cid, S.PATCH_APPLIED)]
 
     def test(self, outcome: str, predict: bool = False) -> None:
         cid = self.next_id()
-        call = _call(S.PYTHON_TEST, cid, project_path=self.task.project)
+        call = _call(S.PYTHON_TEST, cid, self.task.project)
         result = _tool(cid, result_for(outcome, timeout_text="sft"))
         self.messages += [_predict("PASS", S.KEEP, call) if predict else _say(call), result]
 
@@ -335,7 +340,7 @@ class _Turns:
 def messages(task: StudyTask, arm: str, recovery: Recovery | DeepRecovery | None, mode: str | None) -> list[dict]:
     t = _Turns(task, arm)
     cid = t.next_id()
-    t.messages += [_say(_call(S.READ_FILE, cid, file_path=task.solution_path)), _ok(cid, S.PLACEHOLDER.rstrip())]
+    t.messages += [_say(_call(S.READ_FILE, cid, task.solution_path)), _ok(cid, S.PLACEHOLDER.rstrip())]
     t.patch(S.PLACEHOLDER, recovery.first_code if recovery else task.code)
     b = arm == "b"
     if isinstance(recovery, DeepRecovery):
