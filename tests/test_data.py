@@ -103,7 +103,7 @@ def test_trace_lengths_are_the_renderers_sft_samples(prepared):
     for arm in "ab":
         for row in (json.loads(l) for l in open(out / "sft" / f"arm_{arm}" / "train.jsonl")):
             msgs = row["messages"]
-            ids, mask = sft_sample(msgs, tok)
+            ids, mask = sft_sample(msgs, tok, profile="glyph")
             chatml = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in msgs)
             turns = sum(m["role"] == "assistant" for m in msgs)
             assert row["tokens"] == len(ids) == len(tok(chatml, add_special_tokens=False)["input_ids"]) + 4 * turns

@@ -1,23 +1,33 @@
-"""glyph's one renderer (the `renderers` Qwen3 renderer, thinking off, as PRIME-RL
-runs it), the chat template that must agree with it, and the Qwen3 vocabulary,
-all on the real Qwen3 ids (the offline build of the vocabulary)."""
+"""glyph's profile renderer (the `renderers` Qwen3 renderer, thinking off, as
+PRIME-RL runs it), the chat template that must agree with it, and the Qwen3
+vocabulary, all on the real Qwen3 ids (the offline build of the vocabulary).
+The study's renderer: tests/test_render_study.py."""
 
 import json
 import random
+from functools import partial
 
 import pytest
 
+from glyph import render as R
 from glyph.agent import protocol
 from glyph.outcomes import Outcome
-from glyph.render import (OFFLINE, QWEN3_ADDED_TOKENS, RENDERER, chat_template, check_parity, load_tokenizer,
-    offline_tokenizer_dir, qwen3_ranks_path, render_ids, render_text, renderer, sft_sample)
+from glyph.render import OFFLINE, QWEN3_ADDED_TOKENS, RENDERER, load_tokenizer, qwen3_ranks_path
 
 EMPTY_THINK = "<think>\n\n</think>\n\n"
+# Everything below is glyph's profile.
+chat_template = partial(R.chat_template, "glyph")
+check_parity = partial(R.check_parity, profile="glyph")
+offline_tokenizer_dir = partial(R.offline_tokenizer_dir, "glyph")
+render_ids = partial(R.render_ids, profile="glyph")
+render_text = partial(R.render_text, profile="glyph")
+renderer = partial(R.renderer, profile="glyph")
+sft_sample = partial(R.sft_sample, profile="glyph")
 
 
 @pytest.fixture(scope="module")
 def tok():
-    return load_tokenizer(OFFLINE)
+    return load_tokenizer(OFFLINE, profile="glyph")
 
 
 @pytest.fixture(scope="module")
@@ -227,24 +237,24 @@ def test_template_agrees_on_every_sft_trace_and_every_generation_prompt(tok, tra
 def test_parity_check_can_fail(tok):
     msgs = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "CALL x"},
             {"role": "user", "content": "RESULT"}]
-    chatml = load_tokenizer(OFFLINE)  # assistant turns as the old ChatML template had them: no think block
-    chatml.chat_template = chatml.chat_template.replace(
+    # assistant turns as the old ChatML template had them: no think block
+    chatml = chat_template().replace(
         "<think>\\n\" + reasoning.strip(\"\\n\") + \"\\n</think>\\n\\n\" + content.lstrip(\"\\n\")",
         "\" + content")
-    assert chatml.chat_template != chat_template()
+    assert chatml != chat_template()
     with pytest.raises(AssertionError, match="disagree on text"):
-        check_parity(msgs, chatml)
-    check_parity(msgs[:1], chatml)  # no assistant turn: nothing to disagree on
-    qwen3 = load_tokenizer(OFFLINE)  # Qwen3's own template strips the block from turns before the last query
-    qwen3.chat_template = qwen3.chat_template.replace("not reasoning or loop.index0", "loop.index0")
-    assert qwen3.chat_template != chat_template()
+        check_parity(msgs, tok, template=chatml)
+    check_parity(msgs[:1], tok, template=chatml)  # no assistant turn: nothing to disagree on
+    # Qwen3's own template strips the block from turns before the last query
+    qwen3 = chat_template().replace("not reasoning or loop.index0", "loop.index0")
+    assert qwen3 != chat_template()
     with pytest.raises(AssertionError, match="disagree on text"):
-        check_parity(msgs, qwen3)
-    check_parity(msgs[:2], qwen3)
-    other = load_tokenizer(OFFLINE)
-    other.chat_template = other.chat_template.replace("<|im_end|>", "<|endoftext|>")
+        check_parity(msgs, tok, template=qwen3)
+    check_parity(msgs[:2], tok, template=qwen3)
     with pytest.raises(AssertionError, match="disagree"):
-        check_parity(msgs[:1], other)
+        check_parity(msgs[:1], tok, template=chat_template().replace("<|im_end|>", "<|endoftext|>"))
+    with pytest.raises(AssertionError, match="disagree"):  # the study's template is not glyph's
+        check_parity(msgs[:1], tok, template=R.chat_template("study"))
 
 
 def test_template_refuses_what_it_does_not_render(tok):

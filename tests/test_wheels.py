@@ -109,6 +109,7 @@ def test_each_wheel_requires_our_distribution_not_the_index_glyph(wheels, tmp_pa
         assert DISTRIBUTION in names and "glyph" not in names, (env, requires)
     # The packaged data the CLI and renderer read (force-include in pyproject.toml).
     assert "glyph/_data/chat_template.jinja" in got["files"]
+    assert "glyph/_data/chat_template_study.jinja" in got["files"]
     assert "glyph/_data/versions.toml" in got["files"]
 
 

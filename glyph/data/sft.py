@@ -164,9 +164,9 @@ def build_traces(task: MbppTask, mutant: Mutant | None, variant: str,
 
 
 def count_tokens(messages: list[dict], tokenizer) -> int:
-    """Tokens of the trace's SFT sample (``glyph.render.sft_sample``)."""
+    """Tokens of the trace's SFT sample (``glyph.render.sft_sample``, glyph's renderer)."""
     from glyph.render import sft_sample
-    return len(sft_sample(messages, tokenizer)[0])
+    return len(sft_sample(messages, tokenizer, profile="glyph")[0])
 
 
 def build_sft(tasks: list[MbppTask], seed: int = SEED, tokenizer=None, max_tokens: int = MAX_TOKENS,

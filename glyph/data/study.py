@@ -381,7 +381,8 @@ def sft_row(task: StudyTask, arm: str, recovery: Recovery | DeepRecovery | None,
 
 
 def chat_text(msgs: list[dict]) -> str:
-    """The study's chat format (its fit gate's text)."""
+    """The study's chat format as text (its fit gate's text; the study's
+    renderer, ``glyph.render_study``, gives its tokens)."""
     return "".join(S.CHAT_TURN.format(role=m["role"], content=m["content"].rstrip()) for m in msgs if m["role"])
 
 
@@ -401,9 +402,11 @@ def select_recoveries(sft_tasks: list[StudyTask], grader: Grader, tokenizer, see
     """The study's recovery assignment over the SFT tasks (module docstring)."""
     from rich.progress import track
 
+    from glyph.render import render_ids
+
     def fits(task, trace, mode) -> bool:
-        text = chat_text(messages(task, "b", trace, mode))
-        return len(tokenizer.encode(text, add_special_tokens=False)) <= S.SFT_MAX_TOKENS
+        # The study's renderer: the tokens of chat_text (glyph.render_study).
+        return len(render_ids(messages(task, "b", trace, mode), tokenizer, profile="study")) <= S.SFT_MAX_TOKENS
 
     deep: dict[int, DeepRecovery] = {}
     shallow: dict[int, Recovery] = {}

@@ -61,7 +61,7 @@ def completion_tokens(tok, text: str, label: str) -> tuple[list[int], list[int]]
 
 def prompt_ids(tok, messages) -> list[int]:
     """The rollout's prompt as PRIME-RL renders it (Qwen3 renderer, thinking off)."""
-    return render_ids(messages, tok, add_generation_prompt=True)
+    return render_ids(messages, tok, add_generation_prompt=True, profile="glyph")
 
 
 AGENT_PROMPT = [
