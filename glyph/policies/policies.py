@@ -272,7 +272,7 @@ class Planner:
         if (policy, turn) in (("fault-malformed", 1), ("fault-unfinished", 3)):
             return d.malformed()
         if turn >= len(steps):
-            return d.final()
+            return d.final() if d.study else "FINAL: nothing left to do."
         return steps[turn].text(d)
 
 
