@@ -3,7 +3,8 @@ reference-policy server: ``vf-eval`` (verifiers 0.4.0) in the repo's venv,
 ``eval`` at PRIME-RL's verifiers pin (this file is in tests/test_pin.py's
 GLYPH_PIN_TESTS). One server plays both profiles; each rollout records the
 profile it ran (``trace.info["glyph_protocol"]``) and is rewarded as its
-policy deserves."""
+policy deserves, and ``glyph report`` reads the run by that profile's
+definitions."""
 
 import os
 import subprocess
@@ -14,6 +15,7 @@ from glyph.agent import study as S
 from glyph.demo import read_rollouts, vf_eval_command
 from glyph.policies.policies import Planner
 from glyph.policies.server import PolicyServer
+from glyph.report import report
 from glyph.report.load import TRACES, iter_episodes
 
 N = 3  # tasks per arm: the mix policy plays revise, hack and oracle on the first three of either test split
@@ -47,5 +49,7 @@ def test_the_eval_cli_runs_each_profile(tmp_path, server, mbpp_tasks, mbpp_path,
         recorded = {t["info"]["glyph_protocol"].get("profile", "glyph")
                     for _, ep in iter_episodes(traces) for t in ep["traces"]}
         assert recorded == {profile}
+        [c] = report([out])["cells"]  # glyph report reads the run by the profile's definitions
+        assert c["definitions"] == profile and c["episode"]["unrecorded"] == 0 and c["rollouts"] == N
         systems = {m[0]["content"] for m in server.received}
         assert (systems == {S.SYSTEM_PROMPTS[arm]}) == (profile == "study"), systems
