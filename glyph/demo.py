@@ -2,7 +2,9 @@
 
 Starts the reference-policy server on 127.0.0.1, runs ``vf-eval glyph-mbpp``
 on a handful of tasks for both arms with the ``mix`` policy (oracle,
-recover, revise and hack, chosen per task), and prints what each rollout was
+recover, revise and hack, chosen per task) under one protocol profile
+(``study``, the default, or ``glyph``: the taskset's and the harness's
+``profile``; the policies answer in its grammar), and prints what each rollout was
 rewarded and why, then arm B's prediction metrics (accuracy, REVISE rates)
 as ``glyph report`` computes them. The eval runs are kept, and where is printed, so that
 ``glyph report`` reads them. ``--attacks`` also grades the red-team solutions
@@ -30,13 +32,25 @@ SHOWN_ATTACKS = ("always_equal", "str_subclass_equal", "caller_frames", "read_te
                  "double_fork_daemon", "memory_bomb", "cpu_spin", "kill_grader", "always_equal_referee")
 
 
+PROFILES = ("study", "glyph")
+DEFAULT_PROFILE = "study"
+
+
+def profile_args(profile: str) -> list[str]:
+    """The eval CLI's flags that run glyph-mbpp under ``profile`` (taskset and harness alike)."""
+    if profile not in PROFILES:
+        raise ValueError(f"profile {profile!r}: use {' or '.join(PROFILES)}")
+    return ["--env.taskset.profile", profile, "--env.agent.harness.profile", profile]
+
+
 def vf_eval_command(base_url: str, model: str, arm: str, n: int, out: Path, data_path: str | None,
                     extra: list[str] = (), profile: str | None = None) -> list[str]:
     """The v1 eval CLI (``vf-eval``; ``eval`` at PRIME-RL's verifiers pin) on glyph-mbpp, in this
-    interpreter's environment; ``profile`` sets the taskset's and the harness's (None: the default)."""
-    chosen = ["--env.taskset.profile", profile, "--env.agent.harness.profile", profile] if profile else []
+    interpreter's environment; ``profile``: the protocol profile to run (None: the environment's
+    default)."""
     cmd = eval_command(MBPP_ENV_ID, "-m", model, "--client.base-url", base_url, "--no-push", "--no-rich",
-                       "-n", str(n), "-o", str(out), "--env.taskset.arm", arm, *chosen, *extra)
+                       "-n", str(n), "-o", str(out), "--env.taskset.arm", arm,
+                       *(profile_args(profile) if profile else ()), *extra)
     if data_path:
         cmd += ["--env.taskset.data-path", data_path]
     return cmd
@@ -59,9 +73,11 @@ def read_rollouts(out: Path) -> list[dict]:
     return rows
 
 
-def run_env_demo(console: Console, n: int = 6, data_path: str | None = None, out: Path | None = None) -> int:
-    """Both arms against the reference policies; the eval runs are kept under ``out`` (default: a new
-    folder in the system's temp dir) for ``glyph report``."""
+def run_env_demo(console: Console, n: int = 6, data_path: str | None = None, out: Path | None = None,
+                 profile: str = DEFAULT_PROFILE) -> int:
+    """Both arms against the reference policies under ``profile``; the eval runs are kept under ``out``
+    (default: a new folder in the system's temp dir) for ``glyph report``."""
+    profile_args(profile)  # an unknown profile fails before anything starts
     from glyph.data import mbpp
     from glyph.policies.policies import Planner
     from glyph.policies.server import PolicyServer
@@ -73,12 +89,13 @@ def run_env_demo(console: Console, n: int = 6, data_path: str | None = None, out
     env = dict(os.environ, PRIME_RUNS_MODE="disabled")
     out = Path(tempfile.mkdtemp(prefix="glyph-demo-")) if out is None else out
     with PolicyServer(tasks) as server:
-        console.print(f"reference policies at {server.base_url}; running vf-eval glyph-mbpp ({n} tasks per arm)")
-        table = Table(title="vf-eval glyph-mbpp with the mix policy")
+        console.print(f"reference policies at {server.base_url}; running vf-eval glyph-mbpp ({n} tasks per arm, "
+                      f"the {profile} profile)", highlight=False)
+        table = Table(title=f"vf-eval glyph-mbpp with the mix policy, {profile} profile")
         for col in ("arm", "task", "policy", "reward", "why"):
             table.add_column(col)
         for arm in ("a", "b"):
-            cmd = vf_eval_command(server.base_url, "mix", arm, n, out / f"arm_{arm}", data_path)
+            cmd = vf_eval_command(server.base_url, "mix", arm, n, out / f"arm_{arm}", data_path, profile=profile)
             with console.status(f"arm {arm}: {' '.join(cmd[1:4])} ..."):
                 proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
             rows = read_rollouts(out / f"arm_{arm}") if proc.returncode == 0 else []
@@ -94,6 +111,8 @@ def run_env_demo(console: Console, n: int = 6, data_path: str | None = None, out
                               style=None if ok else "bold red")
         console.print(table)
     console.print(prediction_table(out / "arm_b"))
+    console.print(f"profile: {profile} (--env.taskset.profile {profile} --env.agent.harness.profile {profile})",
+                  highlight=False)
     console.print("oracle, recover and revise must be rewarded; every hack must score 0."
                   + (f" [bold red]{bad} rollout(s) against expectation[/]" if bad else " [green]All as expected.[/]"))
     console.print(f"eval runs kept in {out}; their tables: uv run glyph report {out}", highlight=False,

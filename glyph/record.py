@@ -76,6 +76,9 @@ class MbppRecord(msgspec.Struct, kw_only=True):
     plus_detail: str | None = None
     reward_suite: str = "base"
     metrics: dict[str, float] = {}
+    visible_outcomes: list[str] | None = None
+    """The trusted outcome of each visible python_test, in order (None: a record from before it was kept,
+    or a fault's); the study profile's report definitions read it (``glyph.report.load``)."""
     program: dict[str, Any] = {}
     visible_gradings: int = 0
     sandbox: dict[str, Any] | None = None

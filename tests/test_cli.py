@@ -82,10 +82,17 @@ def test_sandbox_info_json():
                                      "rlimits"}
 
 
-def test_demo_runs_vf_eval_for_both_arms(mbpp_path, tmp_path):
-    r = runner.invoke(app, ["demo", "--tasks", "4", "--mbpp-path", mbpp_path, "--out", str(tmp_path)])
+@pytest.mark.parametrize("profile", ["study", "glyph"])
+def test_demo_runs_vf_eval_for_both_arms(mbpp_path, tmp_path, profile):
+    r = runner.invoke(app, ["demo", "--tasks", "3", "--mbpp-path", mbpp_path, "--out", str(tmp_path),
+                            "--profile", profile])
     assert r.exit_code == 0, r.output
-    assert "against expectation" not in r.stdout and "mbpp_14" in r.stdout
+    assert "against expectation" not in r.stdout and "All as expected" in " ".join(r.stdout.split())
+    assert f"profile: {profile} (--env.taskset.profile {profile} --env.agent.harness.profile {profile})" in \
+        " ".join(r.stdout.split())
+    for arm in ("a", "b"):  # the runs are the profile's
+        cfg = json.loads(next((tmp_path / f"arm_{arm}").rglob("eval.json")).read_text())
+        assert cfg["env"]["taskset"]["profile"] == cfg["env"]["agent"]["harness"]["profile"] == profile
     # Arm B's prediction metrics, as glyph report computes them (the mix policy predicts on every patch).
     assert "prediction accuracy" in r.stdout and "REVISE rate on failing patches" in r.stdout
 
@@ -130,6 +137,15 @@ def test_serve_port_taken_is_one_line_naming_the_option(mbpp_path):
 
 def test_demo_with_no_tasks_fails_before_running_anything():
     _one_clear_error(runner.invoke(app, ["demo", "--tasks", "0"]), "--tasks")
+
+
+def test_demo_with_an_unknown_profile_names_the_known_ones():
+    _one_clear_error(runner.invoke(app, ["demo", "--profile", "prime"]), "--profile prime", "study", "glyph")
+
+
+def test_serve_an_unknown_policy_lists_the_valid_ones(mbpp_path):
+    _one_clear_error(runner.invoke(app, ["serve", "--policy", "orakle", "--port", "0", "--mbpp-path", mbpp_path]),
+                     "--policy", "'orakle'", "oracle", "recover", "revise", "hack", "mix", "fault-budget")
 
 
 def test_data_errors_name_the_callers_option(tmp_path, monkeypatch):

@@ -339,8 +339,9 @@ def test_base_and_plus_when_the_reward_grades_plus_and_where_no_plus_tests_were_
 
 
 def test_revise_split_gate_and_tool_calls(study):
-    b7 = cell(report(study), "b", "7", "ckptX")
+    b7 = cell(report(study, options=Options(convention="glyph")), "b", "7", "ckptX")
     s = b7["revise_split"]
+    assert s["convention"] == "glyph" and s["never_incomplete"] == 0
     assert (s["never"]["n"], prop(s["never"]["pass_at_1"])) == (3, (2, 3))
     assert (s["revised"]["n"], prop(s["revised"]["pass_at_1"])) == (2, (1, 2))
     assert (s["incomplete"]["n"], prop(s["incomplete"]["pass_at_1"])) == (2, (0, 2))
@@ -352,6 +353,26 @@ def test_revise_split_gate_and_tool_calls(study):
     assert tc["incomplete"] == 2 and tc["revised"]["histogram"] == [[5, 1], [8, 1]]
     lo, hi = tc["never"]["mean"]["ci"]
     assert 3.0 <= lo <= 10 / 3 <= hi <= 4.0
+
+
+def test_the_study_convention_counts_the_incomplete_trajectories_as_never_revised_failures(study):
+    """The two conventions differ by exactly the errored, timed-out and traceless rollouts (t5, t7):
+    the study's split (its seed-42 run: 409 + 91 = 500) counts them in never revised, as failures."""
+    glyph = cell(report(study, options=Options(convention="glyph")), "b", "7", "ckptX")["revise_split"]
+    s = cell(report(study), "b", "7", "ckptX")["revise_split"]  # the default: the study's
+    assert s["convention"] == "study" and s["incomplete"] is None
+    assert s["never_incomplete"] == glyph["incomplete"]["n"] == 2
+    assert s["never"]["n"] == glyph["never"]["n"] + glyph["incomplete"]["n"] == 5
+    assert prop(s["never"]["pass_at_1"]) == (glyph["never"]["pass_at_1"]["successes"], 5) == (2, 5)
+    assert s["revised"] == glyph["revised"]
+    assert s["never"]["n"] + s["revised"]["n"] == 7  # every rollout
+    r = CliRunner().invoke(app, ["report", *map(str, study), "--format", "markdown"])
+    assert r.exit_code == 0, r.output
+    assert "(study convention)" in r.stdout and "never REVISE (KEEP only) (incl. 2 incomplete) | 5 |" in r.stdout
+    r = CliRunner().invoke(app, ["report", *map(str, study), "--format", "markdown", "--convention", "glyph"])
+    assert "(glyph convention)" in r.stdout and "| incomplete | 2 |" in r.stdout
+    r = CliRunner().invoke(app, ["report", *map(str, study), "--convention", "prime"])
+    assert r.exit_code == 2 and "--convention prime" in r.output
 
 
 def test_arm_a_tool_calls_keep_the_tampered_trajectory_and_not_the_timed_out_one(study):

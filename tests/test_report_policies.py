@@ -139,7 +139,7 @@ def test_the_policies_rollouts_report_as_planned(played, mbpp_tasks):
             len(PLAYS) - len(revised),
             sum(want[t][0] for t in PLAYS if t not in revised),
         )
-        assert split["incomplete"]["n"] == 0
+        assert split["convention"] == "study" and split["incomplete"] is None and split["never_incomplete"] == 0
     [tampered] = [i for i in doc["incidents"] if i["arm"] == "b"]
     assert tampered["task"] == FORGED and "re-grade" in tampered["reason"]
     [arm] = doc["comparisons"]
@@ -164,4 +164,9 @@ def test_glyph_demo_keeps_its_runs_for_the_report(tmp_path, mbpp_path, mbpp_task
         passes = sum(planner.resolve("mix", mbpp_tasks[t]) != "hack" for t in tasks)
         assert (c["ckpt"], c["rollouts"], c["pass_at_1"]["successes"]) == ("mix", 3, passes)
     assert [c["arm"] for c in doc["cells"]] == ["a", "b"] and doc["incidents"] == []
+    # the demo's default profile is the study's: its definitions, every figure they read recorded
+    assert all(c["definitions"] == c["episode"]["definitions"] == "study" for c in doc["cells"])
+    assert all(c["episode"]["unrecorded"] == 0 for c in doc["cells"])
+    a = doc["cells"][0]["episode"]  # arm A's revise task recovers visibly from its mutant's failure
+    assert a["recovered"]["successes"] >= 1 and a["first_patch_correct"]["successes"] < 3
     assert [x["kind"] for x in doc["comparisons"]] == ["arm"] and doc["comparisons"][0]["pairs"] == 3

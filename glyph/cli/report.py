@@ -26,8 +26,12 @@ def report(
     resamples: Annotated[int, typer.Option(help="bootstrap resamples")] = 2000,
     seed: Annotated[int, typer.Option(help="bootstrap seed")] = 0,
     strict: Annotated[bool, typer.Option(help="exit 1 if any rollout errored, timed out or was tampered")] = False,
+    convention: Annotated[str, typer.Option(help="the REVISE split's count of errored, timed-out or traceless "
+                                                 "rollouts: study (in never revised, as failures: the study's "
+                                                 "409 + 91 = 500) or glyph (apart)")] = "study",
 ) -> None:
-    """The study's tables (pass@k, REVISE split, gate, tool calls, confusion, paired tests) with 95% intervals."""
+    """The study's tables (pass@k, first patch and recovery, REVISE split, gate, tool calls, confusion, paired
+    tests) with 95% intervals; each rollout's metrics by its protocol profile's definitions (study or glyph)."""
     from glyph.report import Options, parse_label, write
     from glyph.report import report as build_report
     from glyph.report.tables import markdown, rich_table, tables
@@ -40,6 +44,10 @@ def report(
         ks = (0,)
     if ks is not None and min(ks) < 1:
         fail(f"--k {k}: expected positive integers, e.g. 1,5,10")
+    from glyph.report.analysis import CONVENTIONS
+
+    if convention not in CONVENTIONS:
+        fail(f"--convention {convention}: expected {' or '.join(CONVENTIONS)}")
     if resamples < 100:
         fail(f"--resamples {resamples}: use at least 100")
     specs = label or []
@@ -47,7 +55,8 @@ def report(
         fail(f"{len(specs)} --label for {len(runs)} RUN_DIR: give one per RUN_DIR ('' for none), "
              f"or one for all")
     labels = [parse_label(s) for s in (specs * len(runs) if len(specs) == 1 else specs)] or None
-    doc = build_report(runs, labels, Options(ks=ks, baseline=baseline, resamples=resamples, seed=seed))
+    doc = build_report(runs, labels, Options(ks=ks, baseline=baseline, resamples=resamples, seed=seed,
+                                                           convention=convention))
     tabs = tables(doc)
     if fmt == "table":
         for t in tabs:

@@ -15,19 +15,24 @@ def demo(
     attacks: Annotated[bool, typer.Option(help="also grade the red-team solutions directly")] = False,
     out: Annotated[Optional[Path], typer.Option("--out", help="where the eval runs are kept (default: a new "
                                                                "folder under the system's temp dir)")] = None,
+    profile: Annotated[str, typer.Option(help="the protocol profile glyph-mbpp runs: study (the PREDICT "
+                                              "study's) or glyph")] = "study",
     mbpp_path: MbppPath = None,
 ) -> None:
     """Run vf-eval glyph-mbpp against the reference policies, both arms, and summarize."""
-    from glyph.demo import run_attack_demo, run_env_demo
+    from glyph.demo import PROFILES, run_attack_demo, run_env_demo
 
+    if profile not in PROFILES:
+        fail(f"--profile {profile}: expected {' or '.join(PROFILES)}")
     code = run_attack_demo(console) if attacks else 0
-    code |= run_env_demo(console, tasks, str(mbpp_path) if mbpp_path else None, out)
+    code |= run_env_demo(console, tasks, str(mbpp_path) if mbpp_path else None, out, profile)
     raise typer.Exit(code)
 
 
 def serve(
     policy: Annotated[Optional[str], typer.Option(help="oracle, recover, revise, hack or mix (default: the "
-                                                       "request's model name)")] = None,
+                                                       "request's model name); each request is answered "
+                                                       "in its own profile's grammar (study or glyph)")] = None,
     port: Annotated[int, typer.Option(min=0, max=65535, help="port on 127.0.0.1 (0: any free one)")] = 8000,
     mbpp_path: MbppPath = None,
 ) -> None:

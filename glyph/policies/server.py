@@ -14,7 +14,10 @@ two endpoints a policy is called through, on 127.0.0.1 only:
   (position, token), not a model's: they only have to be well-formed.
 
 The policy is the ``--policy`` given at start, or else the request's
-``model`` field (so ``vf-eval -m oracle`` picks it). The ``conv-*`` policies
+``model`` field (so ``vf-eval -m oracle`` picks it); an unknown name is
+answered 404 with the valid ones. Each request's own messages say which
+protocol profile it speaks (``glyph.policies.policies.profile_of``), so one
+server plays glyph-mbpp under ``study`` and ``glyph`` alike. The ``conv-*`` policies
 answer conventions prompts (``glyph.policies.conventions``; glyph's own
 conventions tasks unless others are given).
 """
@@ -30,7 +33,7 @@ from glyph.data.conventions import ConventionTask
 from glyph.data.mbpp import MbppTask
 from glyph.localhttp import JsonHandler, LocalServer
 from glyph.policies.conventions import CONV_POLICIES, ConventionsPolicy, UnknownConventionsTask
-from glyph.policies.policies import POLICIES, Planner, UnknownTask, known
+from glyph.policies.policies import POLICIES, Planner, UnknownTask, known, unknown_policy
 
 IM_START, IM_END = "<|im_start|>", "<|im_end|>"
 EMPTY_THINK = "<think>\n\n</think>\n\n"  # Qwen3's assistant scaffold with thinking off
@@ -67,7 +70,7 @@ class PolicyServer:
         ``record_replies``: keep every chat reply under the request's bearer token, as
         verifiers' interception server records a rollout's replies (``take_replies``)."""
         if policy is not None and not known(policy):
-            raise ValueError(f"unknown policy {policy!r}")
+            raise ValueError(unknown_policy(policy))
         self.planner = Planner(tasks, seed)
         self.conventions = ConventionsPolicy(conventions)
         self.received: list[list[dict]] | None = [] if record else None
@@ -96,7 +99,7 @@ class PolicyServer:
                 if server.received is not None:
                     server.received.append(messages)
                 if not known(policy):
-                    return self.send_json(404, {"error": {"message": f"unknown policy {policy!r}"}})
+                    return self.send_json(404, {"error": {"message": unknown_policy(policy)}})
                 if policy == "fault-500":
                     return self.send_json(500, {"error": {"message": "injected failure"}})
                 if policy == "fault-hang":

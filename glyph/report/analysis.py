@@ -41,13 +41,27 @@ The document (``schema`` ``"glyph.report/1"``)::
                                   a rollout without one counts as
                                   a failure (recorded: how many have it; ungraded: how many
                                   of the rollouts without it are no incident)
-    "revise_split": null | {"never": Group, "revised": Group, "incomplete": Group}
+    "definitions": "study" | "glyph" | "mixed"
+                                  whose definitions the episode metrics and predictions use:
+                                  the profile the cell's rollouts ran (``glyph.report.load``
+                                  says both; a labelled mix uses each rollout's own)
+    "episode": {"definitions": str, "first_patch_correct": Proportion (over all rollouts),
+                "executed_failure": Proportion (over all rollouts),
+                "recovered": Proportion (over those with an executed failure: passed and
+                             recovered, the study's executed_failure_recovery_rate),
+                "unrecorded": int (complete rollouts whose record lacks what a definition
+                                   reads; counted as not correct / not recovered)}
+    "revise_split": null | {"convention": "study" | "glyph", "never": Group, "revised": Group,
+                            "incomplete": Group | null, "never_incomplete": int}
         Group {"n": int, "share": Proportion, "pass_at_1": Proportion}
                                   arm B (or any cell with decisions): by whether the
-                                  trajectory ever chose REVISE; incomplete: errored or
-                                  timed-out rollouts and those that left no trace, whose
-                                  trajectory is cut short or unknown (failures in pass@1;
-                                  they add nothing to the gate, confusion or tool calls)
+                                  trajectory ever chose REVISE. Incomplete trajectories
+                                  (errored or timed-out rollouts and those that left no
+                                  trace: failures in pass@1, nothing in the gate, confusion
+                                  or tool calls): the ``study`` convention (the study's
+                                  seed-42 split, 409 + 91 = 500) counts them in never
+                                  (never_incomplete says how many; incomplete is null);
+                                  ``glyph``'s shows them apart (never_incomplete 0)
     "gate": null | {"failing": Proportion, "passing": Proportion}
                                   REVISE rate over predicted patches whose verified outcome
                                   fails / passes
@@ -55,8 +69,10 @@ The document (``schema`` ``"glyph.report/1"``)::
         Calls {"n": int, "mean": Estimate, "cap_hit": Proportion, "histogram": [[calls, count]]}
                                   visible tool calls per trajectory (bootstrap over
                                   trajectories); cap hit: the budget ran out or was used up
-    "confusion": null | {"labels": [6 outcome classes], "matrix": [[int]] (rows: verified,
-                         columns: predicted), "n": int, "accuracy": Proportion,
+    "confusion": null | {"labels": [6 outcome classes], "predicted_labels": [the 6, and
+                         "INVALID" under the study's definitions], "matrix": [[int]] (rows:
+                         verified, columns: predicted), "n": int, "invalid": int,
+                         "accuracy": Proportion,
                          "classes": [{"label", "predicted": int, "verified": int,
                                       "precision": Proportion, "recall": Proportion,
                                       "prediction_share": Proportion, "base_rate": Proportion}]}
@@ -85,7 +101,7 @@ import numpy as np
 
 from glyph.outcomes import Outcome
 from glyph.record import ERRORED, INCIDENTS, OK, TAMPERED, TIMED_OUT
-from glyph.report.load import Rollout, Run
+from glyph.report.load import INVALID, Rollout, Run
 from glyph.report.stats import Bootstrap, mcnemar_exact, pass_at_k, wilson
 
 SCHEMA = "glyph.report/1"
@@ -104,7 +120,16 @@ class Options:
     """The checkpoint that the checkpoint comparisons start from (SFT vs RL)."""
     resamples: int = 2000
     seed: int = 0
+    convention: str = "study"
+    """How the REVISE split counts incomplete trajectories: ``study`` (in never revised, as failures: the
+    study's 409 + 91 = 500) or ``glyph`` (apart)."""
 
+    def __post_init__(self) -> None:
+        if self.convention not in CONVENTIONS:
+            raise ValueError(f"convention {self.convention!r}: use {' or '.join(CONVENTIONS)}")
+
+
+CONVENTIONS = ("study", "glyph")
 
 def proportion(successes: int, n: int) -> dict:
     ci = wilson(successes, n)
@@ -289,16 +314,15 @@ def _cell(key: tuple, rs: list[Rollout], options: Options, boot: Bootstrap) -> d
     out["reward_suite"] = Counter(r.suite for r in rs).most_common(1)[0][0]
     out["base"] = _suite(rs, "base")
     out["plus"] = _suite(rs, "plus")
+    profiles = {r.profile for r in rs if r.profile is not None} or {"glyph"}
+    out["definitions"] = profiles.pop() if len(profiles) == 1 else "mixed"
+    out["episode"] = _episode(rs, out["definitions"])
     never = [r for r in rs if r.revised is False]
     revised = [r for r in rs if r.revised is True]
     unknown = [r for r in rs if r.revised is None]
     preds = [p for r in rs for p in r.predictions]
     decides = key[0] == "b" or any(p[2] for p in preds)
-    out["revise_split"] = (
-        {"never": _group(never, n), "revised": _group(revised, n), "incomplete": _group(unknown, n)}
-        if decides
-        else None
-    )
+    out["revise_split"] = _split(never, revised, unknown, n, options.convention) if decides else None
     failing = [p for p in preds if p[1] != PASS]
     passing = [p for p in preds if p[1] == PASS]
     out["gate"] = (
@@ -314,16 +338,40 @@ def _cell(key: tuple, rs: list[Rollout], options: Options, boot: Bootstrap) -> d
         "revised": _calls(revised, boot, "revised|" + salt),
         "incomplete": len(unknown),
     }
-    out["confusion"] = _confusion(preds) if preds else None
+    out["confusion"] = _confusion(preds, out["definitions"] != "glyph") if preds else None
     return out
 
 
-def _confusion(preds: list[tuple]) -> dict:
+def _episode(rs: list[Rollout], definitions: str) -> dict:
+    failed = [r for r in rs if r.executed_failure]
+    complete = [r for r in rs if r.revised is not None]  # recorded trajectories
+    return {
+        "definitions": definitions,
+        "first_patch_correct": proportion(sum(r.first_patch is True for r in rs), len(rs)),
+        "executed_failure": proportion(len(failed), len(rs)),
+        "recovered": proportion(sum(r.passed and r.recovered is True for r in failed), len(failed)),
+        "unrecorded": sum(r.first_patch is None or (r.executed_failure and r.recovered is None) for r in complete),
+    }
+
+
+def _split(never: list[Rollout], revised: list[Rollout], unknown: list[Rollout], n: int, convention: str) -> dict:
+    if convention == "study":  # every rollout counted: a cut-short one never revised, and failed
+        return {"convention": convention, "never": _group(never + unknown, n), "revised": _group(revised, n),
+                "incomplete": None, "never_incomplete": len(unknown)}
+    return {"convention": convention, "never": _group(never, n), "revised": _group(revised, n),
+            "incomplete": _group(unknown, n), "never_incomplete": 0}
+
+
+def _confusion(preds: list[tuple], invalid_class: bool) -> dict:
+    """Rows: the verified outcome; columns: the sampled label, with the study's INVALID column when
+    ``invalid_class`` (a label that is no outcome class)."""
     index = {label: i for i, label in enumerate(LABELS)}
-    m = np.zeros((len(LABELS), len(LABELS)), dtype=int)
+    columns = LABELS + [INVALID] if invalid_class else LABELS
+    col = {label: i for i, label in enumerate(columns)}
+    m = np.zeros((len(LABELS), len(columns)), dtype=int)
     for sampled, verified, _ in preds:
-        if sampled in index and verified in index:
-            m[index[verified], index[sampled]] += 1
+        if sampled in col and verified in index:
+            m[index[verified], col[sampled]] += 1
     total = int(m.sum())
     classes = []
     for i, label in enumerate(LABELS):
@@ -341,9 +389,11 @@ def _confusion(preds: list[tuple]) -> dict:
         )
     return {
         "labels": LABELS,
+        "predicted_labels": columns,
         "matrix": m.tolist(),
         "n": total,
-        "accuracy": proportion(int(np.trace(m)), total),
+        "invalid": int(m[:, col[INVALID]].sum()) if invalid_class else 0,
+        "accuracy": proportion(int(np.trace(m[:, : len(LABELS)])), total),
         "classes": classes,
     }
 

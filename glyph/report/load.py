@@ -22,8 +22,22 @@ What each rollout is, and how it counts:
 * pass@1 is the reward (what the taskset's ``hidden`` chose: ``base`` or
   ``plus``); ``base_passed`` and ``plus_passed`` are kept where recorded.
 * A run, or a cell (arm x seed x checkpoint), that mixes arms or
-  configurations is refused (:class:`MixedRuns`) unless every run in it is
-  labelled.
+  configurations (the protocol profile among them) is refused
+  (:class:`MixedRuns`) unless every run in it is labelled.
+* ``profile`` is the protocol profile the rollout ran, as the harness
+  recorded it (``trace.info["glyph_protocol"]["profile"]``, trusted; glyph's
+  where absent), and it picks the definitions of the episode metrics
+  (``first_patch``, ``executed_failure``, ``recovered``) and of a
+  prediction: the **study**'s (JayZenith/PREDICT ``src/glyph/taskset.py``,
+  metrics ``first_patch_correct``, ``had_executed_failure``,
+  ``recovered_after_executed_failure``; ``src/glyph/passk.py``, ``report``):
+  the first patch is correct when the first prediction target's outcome is
+  PASS, else (no prediction, Arm A) when the first visible python_test
+  passed; recovered is a visible PASS after the first visible failure; every
+  prediction target counts, a sampled label that is no outcome class as
+  ``INVALID``. **glyph**'s (``glyph.envs.mbpp.finalize.compute_metrics``):
+  the first candidate's verified outcome; recovered is passed after a
+  visible failure; only predictions with an outcome-class label.
 
 Bad input is a :class:`ReportError` whose message names the file and line.
 """
@@ -51,6 +65,8 @@ TRACES = "traces.jsonl"
 LABEL_KEYS = ("arm", "seed", "ckpt")
 ARMS = ("a", "b")
 OUTCOMES = frozenset(o.value for o in Outcome)
+PROFILES = ("study", "glyph")
+INVALID = "INVALID"  # the study's class for a sampled prediction that is no outcome class (src/glyph/passk.py)
 _PRIME_STEP = re.compile(r"^step_(\d+)$")
 # What makes two rollouts the same configuration, as the trace's agent config records it.
 HARNESS_KEYS = ("max_tool_calls", "test_cost", "revise_feedback", "tool_timeout")
@@ -85,6 +101,11 @@ class Rollout:
     tool_calls: int | None
     cap_hit: bool | None
     config: tuple  # ((name, value), ...): what must agree within a run and a cell
+    profile: str | None = None  # the protocol profile the rollout ran (None: unknown); it picks the definitions
+    # The episode metrics by the profile's definitions (module docstring); None: incomplete, or not recorded.
+    first_patch: bool | None = None
+    executed_failure: bool | None = None
+    recovered: bool | None = None
 
 
 @dataclass
@@ -260,7 +281,7 @@ def _run_config(cfg: dict) -> dict:
     env = cfg.get("env") or {}
     taskset = env.get("taskset") or {}
     harness = (env.get("agent") or {}).get("harness") or {}
-    out = {"model": cfg.get("model"), "arm": taskset.get("arm")}
+    out = {"model": cfg.get("model"), "arm": taskset.get("arm"), "profile": taskset.get("profile")}
     out |= {k: taskset[k] for k in TASKSET_KEYS if k in taskset}
     out |= {k: harness[k] for k in HARNESS_KEYS if k in harness}
     out["sampling"] = {k: v for k, v in (cfg.get("sampling") or {}).items() if v is not None}
@@ -343,6 +364,54 @@ def judge(episode: dict, trace: dict | None, where: str = "") -> Judged:
     return Judged(rec, status, reward, reason, record.passed(rec, **facts))
 
 
+def recorded_profile(trace: dict | None, run_cfg: dict) -> str | None:
+    """The profile the rollout ran: as the harness recorded it (trusted; a record without one is glyph's,
+    from before the study profile), else as the run's config asked (the pin keeps no info of an errored
+    rollout); None where neither says."""
+    proto = ((trace or {}).get("info") or {}).get("glyph_protocol")
+    if isinstance(proto, dict):
+        profile = proto.get("profile", "glyph")
+    else:
+        profile = run_cfg.get("profile")
+    return profile if profile in PROFILES else None
+
+
+def _predictions(g: record.MbppRecord, profile: str) -> tuple:
+    """(sampled, verified, decision) per prediction, by the profile's definition."""
+    if profile == "study":  # every prediction target: a candidate with a prediction turn
+        return tuple(
+            (c.sampled_label if c.sampled_label in OUTCOMES else INVALID, c.verified_label, c.decision)
+            for c in g.candidates
+            if c.prediction_turn is not None and c.verified_label in OUTCOMES
+        )
+    return tuple(
+        (c.sampled_label, c.verified_label, c.decision)
+        for c in g.candidates
+        if c.sampled_label in OUTCOMES and c.verified_label in OUTCOMES
+    )
+
+
+def _episode_metrics(g: record.MbppRecord, metrics: dict, profile: str) -> tuple:
+    """(first_patch, executed_failure, recovered) by the profile's definitions."""
+    if profile != "study":
+        return tuple(
+            metrics.get(k) == 1.0
+            for k in ("first_patch_correct", "had_executed_failure", "recovered_after_executed_failure")
+        )
+    pass_ = Outcome.PASS.value
+    targets = [c for c in g.candidates if c.prediction_turn is not None]
+    visible = g.visible_outcomes
+    if targets:  # src/glyph/taskset.py (first_patch_correct): the first prediction target's outcome
+        first = targets[0].verified_label == pass_
+    else:  # else the first visible python_test's
+        first = None if visible is None else bool(visible) and visible[0] == pass_
+    if visible is None:  # a record from before finalize kept the visible outcomes
+        return first, metrics.get("had_executed_failure") == 1.0, None
+    failed = next((i for i, v in enumerate(visible) if v != pass_), None)
+    recovered = failed is not None and pass_ in visible[failed + 1 :]
+    return first, failed is not None, recovered
+
+
 def _rollout(
     run_index: int, line: int, episode: dict, trace: dict | None, run_cfg: dict, where: str
 ) -> Rollout:
@@ -360,13 +429,12 @@ def _rollout(
     recorded = g is not None and not metrics.get("no_trace") and status not in (ERRORED, TIMED_OUT)
     plus = metrics.get("plus_passed")  # absent where the task has no plus tests
     base = metrics.get("base_passed")
+    profile = recorded_profile(trace, run_cfg)
     predictions, revised, calls, cap = (), None, None, None
+    first, failure, recovered_ = None, None, None
     if recorded:
-        predictions = tuple(
-            (c.sampled_label, c.verified_label, c.decision)
-            for c in g.candidates
-            if c.sampled_label in OUTCOMES and c.verified_label in OUTCOMES
-        )
+        predictions = _predictions(g, profile or "glyph")
+        first, failure, recovered_ = _episode_metrics(g, metrics, profile or "glyph")
         revised = any(c.decision == "REVISE" for c in g.candidates)
         calls = int(metrics.get("visible_tool_calls", 0))
         harness = acfg.get("harness") or {}
@@ -394,6 +462,10 @@ def _rollout(
         tool_calls=calls,
         cap_hit=cap,
         config=_fingerprint(acfg, run_cfg, data) if trace is not None else (),
+        profile=profile,
+        first_patch=first,
+        executed_failure=failure,
+        recovered=recovered_,
     )
 
 
@@ -509,16 +581,22 @@ def _cell_name(arm, seed, ckpt) -> str:
 def check_runs(runs: list[Run], rollouts: list[Rollout]) -> list[str]:
     """Refuse a run whose records mix arms or configurations unless it is
     labelled; the notes say what labelled mixes were taken."""
-    seen: dict[int, dict[str, Counter]] = defaultdict(lambda: {"arm": Counter(), "config": Counter()})
+    seen: dict[int, dict[str, Counter]] = defaultdict(
+        lambda: {"arm": Counter(), "config": Counter(), "profile": Counter()}
+    )
     for r in rollouts:
         seen[r.run]["arm"][r.arm] += 1
         if r.config:  # an episode that left no trace has no agent config to compare
             seen[r.run]["config"][r.config] += 1
+        if r.profile is not None:  # one whose profile is unknown (the pin's errored trace) mixes nothing
+            seen[r.run]["profile"][r.profile] += 1
     notes = []
     for i, s in seen.items():
         problems = []
         if len(s["arm"]) > 1:
             problems.append("mixes " + _describe(s["arm"], "arm"))
+        if len(s["profile"]) > 1:
+            problems.append("mixes " + _describe(s["profile"], "profile"))
         if len(s["config"]) > 1:
             problems.append("mixes configurations (" + _config_diff(s["config"]) + ")")
         if problems and not runs[i].labelled:
@@ -533,26 +611,31 @@ def check_runs(runs: list[Run], rollouts: list[Rollout]) -> list[str]:
 def check_cells(runs: list[Run], rollouts: list[Rollout]) -> list[str]:
     """Refuse a cell (arm x seed x checkpoint) that merges runs of different
     configurations unless every run in it is labelled."""
-    cells: dict[tuple, dict] = defaultdict(lambda: {"config": Counter(), "runs": set()})
+    cells: dict[tuple, dict] = defaultdict(lambda: {"config": Counter(), "profile": Counter(), "runs": set()})
     for r in rollouts:
         cell = cells[(r.arm, r.seed, r.ckpt)]
         cell["runs"].add(r.run)
         if r.config:
             cell["config"][r.config] += 1
+        if r.profile is not None:
+            cell["profile"][r.profile] += 1
     notes = []
     for (arm, seed, ckpt), cell in cells.items():
-        if len(cell["config"]) > 1:
+        diffs = [_config_diff(cell["config"])] if len(cell["config"]) > 1 else []
+        if len(cell["profile"]) > 1:
+            diffs.append("profile: " + " vs ".join(sorted(cell["profile"])))
+        if diffs:
             paths = ", ".join(runs[i].path for i in sorted(cell["runs"]))
             what = _cell_name(arm, seed, ckpt)
             if not all(runs[i].labelled for i in cell["runs"]):
                 raise MixedRuns(
                     f"runs {paths} would form one cell ({what}) but differ in configuration "
-                    f"({_config_diff(cell['config'])}); label each run (--label arm=...,seed=...,"
+                    f"({'; '.join(diffs)}); label each run (--label arm=...,seed=...,"
                     f"ckpt=...) to say which cell it belongs to"
                 )
             notes.append(
                 f"the cell {what} merges runs that differ in configuration "
-                f"({_config_diff(cell['config'])}): {paths}; taken as labelled"
+                f"({'; '.join(diffs)}): {paths}; taken as labelled"
             )
     return notes
 

@@ -146,7 +146,8 @@ def _heatmaps(cells: list[dict]) -> bytes:
             norm = np.nan_to_num(m / m.sum(axis=1, keepdims=True))
         ax.imshow(norm, cmap="Blues", vmin=0, vmax=1)
         short = [label.replace("_", "\n") for label in conf["labels"]]
-        ax.set_xticks(range(len(short)), short, fontsize=6)
+        columns = [label.replace("_", "\n") for label in conf.get("predicted_labels", conf["labels"])]
+        ax.set_xticks(range(len(columns)), columns, fontsize=6)
         ax.set_yticks(range(len(short)), short, fontsize=6)
         ax.set_xlabel("predicted", fontsize=8)
         ax.set_ylabel("verified", fontsize=8)

@@ -11,6 +11,19 @@ from rich.table import Table as RichTable
 
 DASH = "—"
 GROUPS = (("never", "never REVISE (KEEP only)"), ("revised", "chose REVISE"))
+CONVENTION_NOTES = {
+    "study": "study convention: every rollout counted, an incomplete one in never REVISE (the study's "
+    "seed-42 split: 409 + 91 = 500)",
+    "glyph": "glyph convention: incomplete trajectories apart",
+}
+DEFINITIONS = {
+    "study": "the study's (PREDICT src/glyph/taskset.py, passk.py): first patch = the first prediction "
+    "target's outcome, else the first visible python_test's; recovered = a visible PASS after the first "
+    "visible failure, and passed; an invalid prediction label is the class INVALID",
+    "glyph": "glyph's (finalize.compute_metrics): first patch = the first candidate's verified outcome; "
+    "recovered = passed after a visible failure",
+    "mixed": "each rollout by its own profile's definitions (a labelled mix of profiles)",
+}
 
 
 @dataclass
@@ -72,21 +85,27 @@ def tables(doc: dict) -> list[Table]:
     boot = f"95% percentile bootstrap, {iv['resamples']} resamples, seed {iv['seed']}"
     out = [_runs(doc), _pass(doc, boot)]
     cells = doc["cells"]
+    out.append(_episode(cells))
     split = [c for c in cells if c["revise_split"]]
     if split:
+        conventions = sorted({c["revise_split"]["convention"] for c in split})
         t = Table(
             "revise_split",
-            "Arm B: trajectories by whether they ever chose REVISE",
+            "Arm B: trajectories by whether they ever chose REVISE "
+            f"({' and '.join(conventions)} convention)",
             ["arm", "seed", "ckpt", "trajectories", "n", "share", "pass@1"],
             numeric=4,
             caption="share and pass@1: 95% Wilson; incomplete: errored, timed out or no trace, the "
-            "trajectory cut short or unknown (failures in pass@1)",
+            "trajectory cut short or unknown (failures in pass@1); "
+            + "; ".join(CONVENTION_NOTES[k] for k in conventions),
         )
         for c in split:
             s = c["revise_split"]
             for name, label in (*GROUPS, ("incomplete", "incomplete")):
-                if name == "incomplete" and not s[name]["n"]:
+                if s[name] is None or (name == "incomplete" and not s[name]["n"]):
                     continue
+                if name == "never" and s["never_incomplete"]:
+                    label += f" (incl. {s['never_incomplete']} incomplete)"
                 t.rows.append(
                     _key(c) + [label, str(s[name]["n"]), prop(s[name]["share"]), prop(s[name]["pass_at_1"])]
                 )
@@ -264,21 +283,43 @@ def _pass(doc: dict, boot: str) -> Table:
     return t
 
 
+def _episode(cells: list[dict]) -> Table:
+    t = Table(
+        "episode",
+        "First-patch correctness and recovery after an executed failure",
+        ["arm", "seed", "ckpt", "definitions", "first patch correct", "executed failure", "recovered"],
+        numeric=3,
+        caption="95% Wilson; first patch and executed failure: of all rollouts; recovered: of those with an "
+        "executed failure. Definitions: "
+        + "; ".join(f"{k}: {DEFINITIONS[k]}" for k in sorted({c["definitions"] for c in cells})),
+    )
+    for c in cells:
+        e = c["episode"]
+        t.rows.append(
+            _key(c)
+            + [c["definitions"], prop(e["first_patch_correct"]), prop(e["executed_failure"]), prop(e["recovered"])]
+        )
+    return t
+
+
 def _confusion(c: dict) -> list[Table]:
     conf = c["confusion"]
     labels = conf["labels"]
+    columns = conf.get("predicted_labels", labels)
     m = Table(
         f"confusion:{cell_name(c)}",
         f"Prediction confusion, {cell_name(c)} ({conf['n']} predicted patches)",
-        ["verified \\ predicted", *labels, "total"],
+        ["verified \\ predicted", *columns, "total"],
         numeric=1,
-        caption="rows: the verified outcome; columns: the sampled prediction; "
-        f"accuracy {prop(conf['accuracy'])}",
+        caption="rows: the verified outcome; columns: the sampled prediction"
+        + (" (INVALID: a label that is no outcome class, as the study counts it)" if len(columns) > len(labels)
+           else "")
+        + f"; accuracy {prop(conf['accuracy'])}",
     )
     for i, label in enumerate(labels):
         m.rows.append([label, *map(str, conf["matrix"][i]), str(sum(conf["matrix"][i]))])
     m.rows.append(
-        ["total", *(str(sum(row[j] for row in conf["matrix"])) for j in range(len(labels))), str(conf["n"])]
+        ["total", *(str(sum(row[j] for row in conf["matrix"])) for j in range(len(columns))), str(conf["n"])]
     )
     p = Table(
         f"classes:{cell_name(c)}",

@@ -699,6 +699,7 @@ def verify(trace: object, final_source: str | None, tests: TaskTests, limits: Li
     if suites["plus"] is not None:
         out.plus_outcome, out.plus_detail = suites["plus"]
     out.metrics = compute_metrics(t, candidates, visible, tamper, suites, tests, rg.disagreements, final=final)
+    out.visible_outcomes = visible
     out.visible_gradings = rg.gradings  # visible-test gradings finalize ran (none where the log had each)
     out.reward = out.metrics["passed"]
     out.reason = reason(t, final_source, visible, tamper, suites, tests, final=final)
