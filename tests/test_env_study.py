@@ -117,7 +117,7 @@ def test_a_budget_exhausted_end_scores_zero(rollouts, tmp_path, mbpp_tasks):
     task = mbpp_tasks[TASK]
     st = study.from_mbpp(task)
     replies = turns(study.sft_row(st, "a", None, None)["messages"])[:-1]
-    replies += [study._call(S.READ_FILE, f"r{k}", file_path=st.solution_path) for k in range(6)]
+    replies += [study._call(S.READ_FILE, f"r{k}", st.solution_path) for k in range(6)]
     played = play(rollouts, tmp_path, task, "a", replies)
     assert played.trace["end"] == "budget_exhausted" and played.trace["protocol_errors"] == [S.ERR_BUDGET]
     rec = played.record
