@@ -1,19 +1,18 @@
-"""The study's recipe in ``configs/``, checked without PRIME-RL: every TOML
-parses, the shared settings sit in the shared files and nowhere else, the arm
-and split files say what their names say, and ``configs/versions.toml`` is the
-one record of the pins (``glyph.pins`` reads it for glyph.predict.pin,
+"""The recipe in ``configs/``, checked without PRIME-RL: the files are what
+``glyph.recipe`` generates (so each is whole and the sections they share are
+one source), every TOML parses, the two profiles differ only by their
+documented switches, each variant (arm, alpha = 0 control, costly follow-up,
+seed override) only in what its name says, and ``configs/versions.toml`` is
+the one record of the pins (``glyph.pins`` reads it for glyph.predict.pin,
 glyph.data.mbpp and the pinned test stack).
 
-Composition is PRIME-RL's (``prime_rl.utils.config.cli`` = pydantic_config):
-``@`` files deep-merge left to right and arrays of tables are replaced whole.
-``compose`` below does the same, so these tests see what the launcher sees;
-tests/pin/test_recipe_configs.py validates the same files against PRIME-RL's
-own config classes at the pin.
+tests/pin/test_recipe_configs.py runs every file alone through PRIME-RL's
+own parser at the pin; tests/test_reproduction.py runs REPRODUCTION.md's CPU
+steps.
 """
 
 from __future__ import annotations
 
-import copy
 import re
 import tomllib
 from pathlib import Path
@@ -21,121 +20,80 @@ from pathlib import Path
 import pinstack
 import pytest
 
-from glyph import pins
+from glyph import pins, recipe
 from glyph.data import mbpp
 from glyph.predict import pin
 
 REPO = Path(__file__).resolve().parent.parent
 CONFIGS = REPO / "configs"
+PROFILES = ("study", "glyph")
 ARMS = ("a", "b")
-HARNESS = {"id": "glyph-mbpp", "max_tool_calls": 8, "tool_timeout": 30.0}
-COSTLY = {"test_cost": 4, "revise_feedback": "outcome"}
+TOMLS = sorted(CONFIGS.glob("**/*.toml"))
 
 
-def load(name: str) -> dict:
-    return tomllib.loads((CONFIGS / f"{name}.toml").read_text())
+def load(rel: str) -> dict:
+    return tomllib.loads((CONFIGS / f"{rel}.toml").read_text())
 
 
-def merge(base: dict, over: dict) -> dict:
-    """pydantic_config's ``_deep_merge``: tables merge key by key, anything else (arrays
-    of tables included) is replaced whole."""
-    out = copy.deepcopy(base)
-    for key, value in over.items():
-        if isinstance(out.get(key), dict) and isinstance(value, dict):
-            out[key] = merge(out[key], value)
-        else:
-            out[key] = copy.deepcopy(value)
-    return out
-
-
-def compose(*names: str) -> dict:
-    out: dict = {}
-    for name in names:
-        out = merge(out, load(name))
-    return out
-
-
-def leaves(tree: dict, prefix: str = "") -> dict[str, object]:
+def leaves(tree, prefix: str = "") -> dict[str, object]:
+    """Every leaf by dotted path; arrays of tables by index."""
     out = {}
-    for key, value in tree.items():
+    items = tree.items() if isinstance(tree, dict) else enumerate(tree)
+    for key, value in items:
         path = f"{prefix}{key}"
-        if isinstance(value, dict):
+        if isinstance(value, dict) or (isinstance(value, list) and value and isinstance(value[0], dict)):
             out |= leaves(value, path + ".")
         else:
             out[path] = value
     return out
 
 
-@pytest.mark.parametrize("path", sorted(CONFIGS.glob("*.toml")), ids=lambda p: p.name)
-def test_config_parses(path):
-    tomllib.loads(path.read_text())
+def diff(a: dict, b: dict) -> dict[str, tuple]:
+    la, lb = leaves(a), leaves(b)
+    return {k: (la.get(k), lb.get(k)) for k in la.keys() | lb.keys() if la.get(k) != lb.get(k)}
 
 
-def test_every_config_is_used_in_reproduction_md():
-    tomls = {p.name for p in CONFIGS.glob("*.toml")}
-    assert tomls >= {
-        f"{n}.toml"
-        for n in (
-            "versions",
-            "sft",
-            "sft_arm_a",
-            "sft_arm_b",
-            "rl",
-            "arm_a",
-            "arm_b",
-            "seed_43",
-            "arm_a_costly",
-            "arm_b_costly",
-            "eval",
-            "eval_validation_arm_a",
-            "eval_validation_arm_b",
-            "eval_test_arm_a",
-            "eval_test_arm_b",
-            "eval_costly",
-            "eval_smoke",
-        )
-    }
-    named = set(re.findall(r"configs/([\w.-]+\.toml)", (REPO / "REPRODUCTION.md").read_text()))
-    assert named == tomls, (
-        f"named in REPRODUCTION.md but missing: {named - tomls}; never named: {tomls - named}"
-    )
+def test_the_committed_files_are_the_generated_ones_and_nothing_else():
+    assert recipe.stale(REPO) == [], "run `uv run python -m glyph.recipe`"
+    on_disk = {str(p.relative_to(REPO)) for p in TOMLS}
+    assert on_disk == set(recipe.files()) | {"configs/versions.toml"}
+    assert recipe.main(["--check"]) == 0
 
 
-def keys_and_values(tree) -> list[tuple[str, object]]:
-    """Every (key, leaf value) in a TOML tree, arrays of tables included."""
-    out = []
-    items = tree.items() if isinstance(tree, dict) else enumerate(tree)
-    for key, value in items:
-        if isinstance(value, (dict, list)):
-            out += [(str(key), value)] if isinstance(value, dict) else []
-            out += keys_and_values(value)
-        else:
-            out.append((str(key), value))
-    return out
+def test_the_check_catches_an_edited_file(tmp_path):
+    for rel, text in recipe.files().items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    assert recipe.stale(tmp_path) == []
+    edited = tmp_path / "configs/study/arm_b.toml"
+    edited.write_text(edited.read_text().replace("alpha = 0.1", "alpha = 0.2"))
+    (tmp_path / "configs/glyph/seed_43.toml").unlink()
+    assert recipe.stale(tmp_path) == ["configs/study/arm_b.toml", "configs/glyph/seed_43.toml"]
 
 
-@pytest.mark.parametrize("path", sorted(CONFIGS.glob("*.toml")), ids=lambda p: p.name)
-def test_no_machine_paths_no_dropped_keys_no_group_gates(path):
+@pytest.mark.parametrize("path", TOMLS, ids=lambda p: str(p.relative_to(CONFIGS)))
+def test_config_parses_and_names_no_machine_path_or_dropped_key(path):
     tree = tomllib.loads(path.read_text())
-    found = keys_and_values(tree)
-    for key, value in found:
+    for key, value in leaves(tree).items():
         assert not (isinstance(value, str) and value.startswith(("/", "~"))), (key, value)
-    keys = {key for key, _ in found}
-    # Keys of the study's PRIME-RL v0.7.0 configs that 559b447 no longer has (it rejects unknown keys;
-    # this names them early). [wandb] is [monitors.wandb] now.
-    assert "wandb" not in tree and not keys & {"post_batch_filters", "weights_only", "eos_token"}
+    keys = {part for key in leaves(tree) for part in key.split(".")}
+    # Keys of the study's PRIME-RL v0.7.0 configs that 559b447 no longer has; [wandb] is [monitors.wandb].
+    assert "wandb" not in tree and not keys & {"post_batch_filters", "weights_only", "eos_token", "pack_function"}
     # No curriculum: the advantage_range gate drops whole groups, PREDICT's CE included.
     assert not keys & {"curriculum", "gates"}
+
+
+def test_every_config_is_named_in_reproduction_md():
+    named = set(re.findall(r"configs/([\w/.-]+\.toml)", (REPO / "REPRODUCTION.md").read_text()))
+    have = {str(p.relative_to(CONFIGS)) for p in TOMLS}
+    assert named == have, f"named but missing: {named - have}; never named: {have - named}"
 
 
 def test_versions_toml_is_what_glyph_and_the_pinned_stack_use():
     v = load("versions")
     assert pins.versions_file() == CONFIGS / "versions.toml"
     assert (pin.PRIME_RL_COMMIT, pin.PRIME_RL_TAG) == (v["prime_rl"]["commit"], v["prime_rl"]["tag"])
-    assert (pin.VERIFIERS_COMMIT, pin.VERIFIERS_VERSION) == (
-        v["verifiers"]["commit"],
-        v["verifiers"]["version"],
-    )
+    assert (pin.VERIFIERS_COMMIT, pin.VERIFIERS_VERSION) == (v["verifiers"]["commit"], v["verifiers"]["version"])
     assert v["prime_rl"] == {
         "repository": "https://github.com/PrimeIntellect-ai/prime-rl",
         "commit": "559b44772e471d1538537b8805cc77f3824a5e64",
@@ -143,21 +101,18 @@ def test_versions_toml_is_what_glyph_and_the_pinned_stack_use():
     }
     assert v["verifiers"]["commit"] == "a60a606ecc4d309247edf9ff92c3eabca362781f"
     assert v["renderers"]["version"] == "0.1.12"
-    # glyph.data.mbpp downloads what [mbpp] pins: each official split, one file each.
     assert (v["mbpp"]["repository"], v["mbpp"]["revision"]) == (mbpp.OFFICIAL_REPO, mbpp.OFFICIAL_REVISION)
     assert v["mbpp"]["sha256"] == dict(mbpp.OFFICIAL_FILES.values())
-    assert sorted(mbpp.OFFICIAL_FILES) == ["test", "train", "validation"]
-    assert all(name.startswith(v["mbpp"]["config"] + "/") for name in v["mbpp"]["sha256"])
-    # The pinned test stack (tests/pinstack.py) builds exactly this verifiers and PRIME-RL.
     assert pinstack.PIN_VERIFIERS_VERSION == v["verifiers"]["version"]
-    assert pinstack.VERIFIERS_WHEEL == f"verifiers-{v['verifiers']['version']}-py3-none-any.whl"
     assert pinstack.PRIME_RL_TARBALL == f"prime-rl-{v['prime_rl']['commit'][:7]}.tar.gz"
     # One model everywhere.
-    assert load("sft")["model"]["name"] == v["model"]["name"] == load("eval")["client"]["renderer_model_name"]
+    for profile in PROFILES:
+        for arm in ARMS:
+            assert load(f"{profile}/sft_arm_{arm}")["model"]["name"] == v["model"]["name"]
+            assert load(f"{profile}/eval_test_arm_{arm}")["client"]["renderer_model_name"] == v["model"]["name"]
 
 
-def glyph_sources(tree: dict) -> list[tuple[str, dict]]:
-    """Every glyph-mbpp source in a composed config, with where it is."""
+def sources(tree: dict) -> list[tuple[str, dict]]:
     found = []
     for where, group in (
         ("orchestrator.train", tree.get("orchestrator", {}).get("train", {})),
@@ -165,120 +120,135 @@ def glyph_sources(tree: dict) -> list[tuple[str, dict]]:
         ("eval", tree.get("eval", {})),
     ):
         found += [(where, s) for s in group.get("source", [])]
+    if "env" in tree:
+        found.append(("env", {"env": tree["env"]}))
     return found
 
 
-def test_sft_shares_everything_but_the_data_the_run_name_and_the_eval_source():
-    shared = load("sft")
-    assert shared["max_steps"] == 60 and shared["model"] == {"name": "Qwen/Qwen3-4B-Base"}
-    assert shared["renderer"] == {"name": "qwen3", "enable_thinking": False}
-    assert {k: shared["data"][k] for k in ("type", "batch_size", "seq_len", "micro_batch_size", "seed")} == {
-        "type": "sft",
-        "batch_size": 32,
-        "seq_len": 1280,
-        "micro_batch_size": 1,
-        "seed": 42,
-    }
-    assert shared["data"]["loss_mask"] == {"system": False, "user": False, "assistant": True, "tool": False}
-    assert shared["optim"] == {"type": "adamw", "lr": 2e-5, "weight_decay": 0.01}
-    assert (
-        shared["weight_broadcast"] == {"type": "filesystem"}
-        and shared["eval"]["interval"] == shared["max_steps"]
-    )
-    for arm in ARMS:
-        own = load(f"sft_arm_{arm}")
-        assert set(leaves(own)) == {"run.name", "data.name", "eval.source"}
-        assert own["run"]["name"] == f"sft-arm-{arm}" and own["data"]["name"] == f"artifacts/sft/arm_{arm}"
-        [(_, source)] = glyph_sources(compose("sft", f"sft_arm_{arm}"))
-        assert source["env"]["taskset"] == {"id": "glyph-mbpp", "arm": arm, "split": "validation"}
-
-
-def test_rl_shares_the_study_settings_and_the_arms_add_model_algorithm_and_sources():
-    shared = load("rl")
-    assert (shared["max_steps"], shared["seq_len"]) == (100, 4096)
-    assert (shared["orchestrator"]["batch_size"], shared["orchestrator"]["group_size"]) == (64, 16)
-    assert shared["orchestrator"]["train"]["sampling"] == {
-        "temperature": 0.8,
-        "max_completion_tokens": 512,
-        "extra_body": {"top_k": 20},
-    }
-    assert shared["orchestrator"]["train"]["filter_zero_advantages"] is True
-    assert shared["orchestrator"]["renderer"] == {"name": "qwen3", "enable_thinking": False}
-    assert shared["trainer"]["optim"]["lr"] == 1e-6 and shared["trainer"]["loss"]["kl_tau"] == 0.0
-    assert shared["orchestrator"]["eval"]["interval"] == 25
-    assert shared["orchestrator"]["eval"]["sampling"]["temperature"] == 0.0
-    assert shared["inference"]["vllm"]["seed"] == 42 and shared["weight_broadcast"] == {"type": "filesystem"}
-    assert leaves(load("seed_43")) == {"inference.vllm.seed": 43}
-    for arm in ARMS:
-        own = load(f"arm_{arm}")
-        assert set(own) == {"model", "orchestrator"} and set(own["orchestrator"]) == {"algo", "train", "eval"}
-        assert own["model"] == {"name": f"outputs/sft-arm-{arm}/hf"}
-        assert set(own["orchestrator"]["train"]) == set(own["orchestrator"]["eval"]) == {"source"}
-        tree = compose("rl", f"arm_{arm}")
-        assert [(w, s["env"]["taskset"]["split"]) for w, s in glyph_sources(tree)] == [
-            ("orchestrator.train", "rl"),
-            ("orchestrator.eval", "validation"),
-        ]
-    keep_out = {"exclude_truncated": True, "max_rollout_tokens": shared["seq_len"]}
-    assert load("arm_a")["orchestrator"]["algo"] == {"type": "glyph_grpo", **keep_out}
-    assert load("arm_b")["orchestrator"]["algo"] == {
-        "type": "predict",
-        "alpha": 0.1,
-        "max_aux_tokens": shared["seq_len"],
-        **keep_out,
-    }
-
-
-def test_every_glyph_source_is_the_study_environment_for_its_arm():
-    composed = {f"sft_arm_{a}": compose("sft", f"sft_arm_{a}") for a in ARMS}
-    composed |= {f"arm_{a}": compose("rl", f"arm_{a}") for a in ARMS}
-    for name, tree in composed.items():
-        arm = name[-1]
-        for where, source in glyph_sources(tree):
+@pytest.mark.parametrize("profile", PROFILES)
+def test_every_environment_is_glyph_mbpp_in_the_files_profile_and_arm(profile):
+    files = [n for n in recipe.profile_files(recipe.PROFILES[profile]) if n not in recipe.OVERRIDES]
+    assert len(files) == (9 if profile == "study" else 11)
+    for name in files:
+        tree = load(f"{profile}/{name}")
+        arm = re.search(r"arm_([ab])", name).group(1)
+        found = sources(tree)
+        assert found, name
+        for where, source in found:
             env = source["env"]
             assert env["taskset"]["id"] == "glyph-mbpp" and env["taskset"]["arm"] == arm, (name, where)
+            assert env["taskset"]["profile"] == env["agent"]["harness"]["profile"] == profile, (name, where)
             assert "seed" not in env["taskset"], "the split seed stays glyph-mbpp's default (42) in every run"
-            assert env["agent"] == {"harness": HARNESS, "runtime": {"type": "subprocess"}}, (name, where)
+            harness = env["agent"]["harness"]
+            assert (harness["max_tool_calls"], harness["tool_timeout"]) == (8, 30.0)
+            assert ("test_cost" in harness) == name.endswith("_costly"), (name, harness)
+            assert env["agent"]["runtime"] == {"type": "subprocess"}
+        splits = [s["env"]["taskset"]["split"] for _, s in found]
+        if name.startswith("arm_"):
+            assert splits == ["rl", "validation"]
+        elif name.startswith("sft_"):
+            assert splits == ["validation"]
+        else:
+            assert splits == [name.split("_")[1]]
+
+
+def test_the_profiles_differ_only_by_their_switches():
+    """glyph = the study + these switches, each an ablation of its own (REPRODUCTION.md)."""
     for arm in ARMS:
-        for split in ("validation", "test"):
-            tree = compose("eval", f"eval_{split}_arm_{arm}")
-            assert tree["env"]["taskset"] == {"id": "glyph-mbpp", "arm": arm, "split": split}
-            assert tree["env"]["agent"] == {"harness": HARNESS, "runtime": {"type": "subprocess"}}
-            assert leaves(load(f"eval_{split}_arm_{arm}")) == {
-                "env.taskset.arm": arm,
-                "env.taskset.split": split,
-            }
+        d = diff(load(f"study/arm_{arm}"), load(f"glyph/arm_{arm}"))
+        d = {k: v for k, v in d.items() if not k.endswith(".profile")}
+        switches = {"run.name", "model.name", "orchestrator.renderer.name", "orchestrator.renderer.import_path",
+                    "orchestrator.renderer.enable_thinking"}
+        if arm == "b":
+            switches |= {"orchestrator.algo.label_span", "orchestrator.algo.ce_in_uniform_groups"}
+        assert set(d) == switches, d
+        d = diff(load(f"study/sft_arm_{arm}"), load(f"glyph/sft_arm_{arm}"))
+        d = {k: v for k, v in d.items() if not k.endswith(".profile")}
+        assert set(d) == {"run.name", "data.name", "data.batch_size", "renderer.name", "renderer.import_path",
+                          "renderer.enable_thinking", "scheduler.type", "scheduler.warmup_steps",
+                          "scheduler.decay_steps", "scheduler.min_lr"}, d
+    study, glyph = load("study/arm_b")["orchestrator"]["algo"], load("glyph/arm_b")["orchestrator"]["algo"]
+    assert (study["label_span"], study["ce_in_uniform_groups"]) == ("study", False)
+    assert (glyph["label_span"], glyph["ce_in_uniform_groups"]) == ("decision", True)
 
 
-def test_greedy_thinking_off_evaluation_everywhere():
-    rl, sft, ev = load("rl")["orchestrator"]["eval"], load("sft")["eval"], load("eval")
-    for group in (rl, sft):
-        assert group["sampling"] == {
-            "temperature": 0.0,
-            "max_completion_tokens": 512,
-            "extra_body": {"chat_template_kwargs": {"enable_thinking": False}},
-        }
-        assert (group["num_examples"], group["group_size"]) == (-1, 1)
-    assert ev["sampling"] == {"temperature": 0.0, "max_tokens": 512}
-    assert ev["client"]["type"] == "train" and ev["client"]["renderer"] == {
-        "name": "qwen3",
-        "enable_thinking": False,
-    }
-    assert ev["push"] is False
-    assert leaves(load("eval_smoke")) == {"model": "mix", "client.base_url": "http://127.0.0.1:8000/v1"}
+def test_the_study_profile_takes_the_studys_renderer_and_sft_schedule():
+    study_renderer = {"name": "custom", "import_path": "glyph.render.StudyRenderer"}
+    qwen3 = {"name": "qwen3", "enable_thinking": False}
+    for profile, renderer in (("study", study_renderer), ("glyph", qwen3)):
+        for arm in ARMS:
+            assert load(f"{profile}/arm_{arm}")["orchestrator"]["renderer"] == renderer
+            assert load(f"{profile}/sft_arm_{arm}")["renderer"] == renderer
+            assert load(f"{profile}/eval_test_arm_{arm}")["client"]["renderer"] == renderer
+    for arm in ARMS:
+        s = load(f"study/sft_arm_{arm}")
+        # The study's configs/arm_{a,b}_sft.toml: linear, 2 warmup steps, decay to 0 over the other 58.
+        assert s["scheduler"] == {"type": "linear", "warmup_steps": 2, "decay_steps": 58, "min_lr": 0.0}
+        assert s["scheduler"]["warmup_steps"] + s["scheduler"]["decay_steps"] == s["max_steps"] == 60
+        assert s["data"]["name"] == f"artifacts/study/sft/arm_{arm}"
+        g = load(f"glyph/sft_arm_{arm}")
+        assert g["scheduler"] == {"type": "constant"} and g["data"]["batch_size"] == 32
+    assert (load("study/sft_arm_a")["data"]["batch_size"], load("study/sft_arm_b")["data"]["batch_size"]) == (16, 19)
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_the_arms_share_everything_but_model_run_algorithm_and_sources(profile):
+    a, b = load(f"{profile}/arm_a"), load(f"{profile}/arm_b")
+    d = diff(a, b)
+    assert {k.split(".")[0] for k in d} == {"run", "model", "orchestrator"}
+    assert {k for k in d if k.startswith("orchestrator")} == (
+        {f"orchestrator.algo.{k}" for k in ("type", "alpha", "max_aux_tokens", "label_span", "ce_in_uniform_groups")}
+        | {f"orchestrator.{w}.source.0.{k}" for w in ("train", "eval") for k in ("name", "env.taskset.arm")}
+    )
+    assert a["orchestrator"]["algo"] == {"type": "glyph_grpo", "exclude_truncated": True, "max_rollout_tokens": 4096}
+    assert (b["orchestrator"]["algo"]["type"], b["orchestrator"]["algo"]["alpha"]) == ("predict", 0.1)
+    assert b["orchestrator"]["algo"]["max_aux_tokens"] == b["seq_len"] == 4096
+    assert a["model"] == {"name": f"outputs/{profile}-sft-arm-a/hf"}
+    assert load(f"{profile}/sft_arm_a")["run"]["name"] == f"{profile}-sft-arm-a"
+    sa, sb = load(f"{profile}/sft_arm_a"), load(f"{profile}/sft_arm_b")
+    assert {k for k in diff(sa, sb)} <= {"run.name", "data.name", "data.batch_size", "eval.source.0.name",
+                                         "eval.source.0.env.taskset.arm"}
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_the_alpha0_control_turns_off_ce_only(profile):
+    d = diff(load(f"{profile}/arm_b"), load(f"{profile}/arm_b_alpha0"))
+    assert d == {"run.name": (f"{profile}-arm-b-seed42", f"{profile}-arm-b-alpha0-seed42"),
+                 "orchestrator.algo.alpha": (0.1, 0.0)}
 
 
 def test_the_costly_variant_changes_test_cost_and_revise_feedback_only():
-    assert leaves(load("eval_costly")) == {f"env.agent.harness.{k}": v for k, v in COSTLY.items()}
+    assert leaves(load("glyph/eval_costly")) == {
+        "env.agent.harness.test_cost": 4,
+        "env.agent.harness.revise_feedback": "outcome",
+    }
     for arm in ARMS:
-        plain, costly = load(f"arm_{arm}"), load(f"arm_{arm}_costly")
-        for kind in ("train", "eval"):
-            [p], [c] = plain["orchestrator"][kind]["source"], costly["orchestrator"][kind]["source"]
-            assert c["env"]["agent"]["harness"] == p["env"]["agent"]["harness"] | COSTLY
-            c["env"]["agent"]["harness"] = p["env"]["agent"]["harness"]
-        assert costly == plain, f"arm_{arm}_costly.toml differs from arm_{arm}.toml elsewhere too"
+        d = diff(load(f"glyph/arm_{arm}"), load(f"glyph/arm_{arm}_costly"))
+        assert d.pop("run.name") == (f"glyph-arm-{arm}-seed42", f"glyph-arm-{arm}-costly-seed42")
+        assert d == {f"orchestrator.{w}.source.0.env.agent.harness.{k}": (None, v)
+                     for w in ("train", "eval") for k, v in recipe.COSTLY.items()}
+    # The study's protocol has no test cost (the harness ignores it there): no costly study files.
+    assert not list((CONFIGS / "study").glob("*costly*"))
 
 
-@pytest.mark.parametrize("name", ["rl", "sft"])
-def test_one_trainer_gpu_one_inference_gpu(name):
-    assert load(name)["deployment"] == {"type": "single_node", "num_train_gpus": 1, "num_infer_gpus": 1}
+@pytest.mark.parametrize("profile", PROFILES)
+def test_seed_43_and_the_study_numbers(profile):
+    assert leaves(load(f"{profile}/seed_43")) == {"inference.vllm.seed": 43}
+    rl = load(f"{profile}/arm_a")
+    assert (rl["max_steps"], rl["seq_len"], rl["inference"]["vllm"]["seed"]) == (100, 4096, 42)
+    o = rl["orchestrator"]
+    assert (o["batch_size"], o["group_size"], o["train"]["filter_zero_advantages"]) == (64, 16, True)
+    assert o["train"]["sampling"] == {"temperature": 0.8, "max_completion_tokens": 512, "extra_body": {"top_k": 20}}
+    assert rl["trainer"]["optim"]["lr"] == 1e-6 and rl["trainer"]["loss"]["kl_tau"] == 0.0
+    assert rl["deployment"] == {"type": "single_node", "num_train_gpus": 1, "num_infer_gpus": 1}
+    sft = load(f"{profile}/sft_arm_a")
+    assert sft["max_steps"] == sft["eval"]["interval"] == 60
+    assert {k: sft["data"][k] for k in ("type", "seq_len", "micro_batch_size", "seed")} == {
+        "type": "sft", "seq_len": 1280, "micro_batch_size": 1, "seed": 42}
+    assert sft["data"]["loss_mask"] == {"system": False, "user": False, "assistant": True, "tool": False}
+    assert sft["optim"] == {"type": "adamw", "lr": 2e-5, "weight_decay": 0.01}
+    greedy = {"temperature": 0.0, "max_completion_tokens": 512,
+              "extra_body": {"chat_template_kwargs": {"enable_thinking": False}}}
+    assert o["eval"]["sampling"] == sft["eval"]["sampling"] == greedy
+    ev = load(f"{profile}/eval_test_arm_a")
+    assert ev["sampling"] == {"temperature": 0.0, "max_tokens": 512} and ev["push"] is False

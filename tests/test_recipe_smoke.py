@@ -1,8 +1,8 @@
 """The recipe's eval configs end to end against glyph's reference policies, no
 GPU: verifiers' v1 eval CLI (``vf-eval`` in 0.4.0; ``eval`` at PRIME-RL's
-verifiers pin, where tests/test_pin.py runs this file too) reads
-``configs/eval.toml`` + a split file + ``configs/eval_smoke.toml``, exactly as
-REPRODUCTION.md runs them against a checkpoint. The reference server records
+verifiers pin, where tests/test_pin.py runs this file too) reads one of
+``configs/glyph/eval_*.toml``, with the reference server's URL and policy
+on the command line, exactly as REPRODUCTION.md runs them against a checkpoint. The reference server records
 what reaches it: every prompt rendered by the Qwen3 renderer with thinking off
 (the RL rollouts' token path) and greedy sampling with 512 new tokens a turn.
 """
@@ -22,7 +22,7 @@ from glyph.policies.policies import Planner
 from glyph.policies.server import PolicyServer
 from glyph.vfcompat import eval_command
 
-CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+CONFIGS = Path(__file__).resolve().parent.parent / "configs" / "glyph"
 THINKING_OFF_PROMPT_END = "<|im_start|>assistant\n<think>\n\n</think>\n\n"
 
 
@@ -60,13 +60,15 @@ def run_eval(server, tokdir, out: Path, *configs: str, extra: tuple[str, ...] = 
         server.base_url,
         "--client.renderer-model-name",
         tokdir,
+        "-m",
+        "mix",
         "--no-rich",
         "-o",
         str(out),
         *extra,
     )
     env = dict(os.environ, PRIME_RUNS_MODE="disabled", HF_HUB_OFFLINE="1")
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    proc = subprocess.run(cmd, check=False, capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return read_rollouts(out)
 
@@ -75,7 +77,7 @@ def run_eval(server, tokdir, out: Path, *configs: str, extra: tuple[str, ...] = 
 def test_the_validation_eval_runs_greedy_on_the_rl_token_path(arm, tmp_path, server, tokdir, mbpp_tasks):
     seen_before = len(server.seen["prompts"])
     rows = run_eval(
-        server, tokdir, tmp_path, "eval", f"eval_validation_arm_{arm}", "eval_smoke", extra=("-n", "6")
+        server, tokdir, tmp_path, f"eval_validation_arm_{arm}", extra=("-n", "6")
     )
     planner = Planner(mbpp_tasks)
     validation = {
@@ -97,10 +99,10 @@ def test_the_validation_eval_runs_greedy_on_the_rl_token_path(arm, tmp_path, ser
 
 @pytest.mark.parametrize("arm", ["a", "b"])
 def test_the_test_split_configs_resolve(arm, tmp_path, server, tokdir):
-    run_eval(server, tokdir, tmp_path, "eval", f"eval_test_arm_{arm}", "eval_smoke", extra=("--dry-run",))
+    run_eval(server, tokdir, tmp_path, f"eval_test_arm_{arm}", extra=("--dry-run",))
     [resolved] = tmp_path.glob("**/eval.json")
     config = json.loads(resolved.read_text())
-    assert config["env"]["taskset"] | {"arm": arm, "split": "test"} == config["env"]["taskset"]
+    assert config["env"]["taskset"] | {"arm": arm, "split": "test", "profile": "glyph"} == config["env"]["taskset"]
     harness = config["env"]["agent"]["harness"]
     assert (harness["max_tool_calls"], harness["tool_timeout"], harness["test_cost"]) == (8, 30.0, 1)
     assert config["client"]["type"] == "train" and config["client"]["renderer"]["enable_thinking"] is False
@@ -114,9 +116,7 @@ def test_the_costly_overlay_reaches_the_harness(tmp_path, server, tokdir):
         server,
         tokdir,
         tmp_path / "a",
-        "eval",
         "eval_validation_arm_a",
-        "eval_smoke",
         "eval_costly",
         extra=("-n", "1", "-m", "recover"),
     )
@@ -125,9 +125,7 @@ def test_the_costly_overlay_reaches_the_harness(tmp_path, server, tokdir):
         server,
         tokdir,
         tmp_path / "b",
-        "eval",
         "eval_validation_arm_b",
-        "eval_smoke",
         "eval_costly",
         extra=("-n", "1", "-m", "revise"),
     )

@@ -50,9 +50,18 @@ class PredictAlgoConfig(GlyphGRPOAlgoConfig):
 
     algorithm: ClassVar[str] = "glyph.predict.prime_rl.PredictAlgorithm"
 
-    alpha: float = Field(0.1, gt=0, allow_inf_nan=False)
+    alpha: float = Field(0.1, ge=0, allow_inf_nan=False)
     """CE weight on each verified label token (the study: 0.1). The trainer
-    normalises the ce component by its own token count, apart from rl."""
+    normalises the ce component by its own token count, apart from rl. 0: no
+    CE, the sampled label tokens still held out of RL credit (the control)."""
+
+    label_span: Literal["decision", "study"] = "decision"
+    """Which tokens count as the prediction label: ``decision`` (glyph's) or
+    ``study`` (the study's span). A placeholder: the algorithm does not read it yet."""
+
+    ce_in_uniform_groups: bool = True
+    """Whether CE is kept in groups whose rewards are all equal (the study: no).
+    A placeholder: the algorithm does not read it yet."""
 
     max_aux_tokens: int = Field(ge=1)
     """The longest sample PREDICT may train on: set it to the orchestrator's

@@ -200,7 +200,8 @@ def test_the_registry_resolves_predict_and_lists_it_among_known_types():
     with pytest.raises(pydantic.ValidationError, match="'predict'"):
         _ALGO.validate_python({"type": "no-such-algorithm"})
     with pytest.raises(pydantic.ValidationError, match="alpha"):
-        _ALGO.validate_python({"type": "predict", "alpha": 0, "max_aux_tokens": 2048})
+        _ALGO.validate_python({"type": "predict", "alpha": -0.1, "max_aux_tokens": 2048})
+    assert _ALGO.validate_python({"type": "predict", "alpha": 0, "max_aux_tokens": 2048}).alpha == 0.0
     with pytest.raises(pydantic.ValidationError, match="max_aux_tokens"):
         _ALGO.validate_python({"type": "predict"})
     assert _ALGO.validate_python({"type": "grpo"}).type == "grpo"  # built-ins untouched
