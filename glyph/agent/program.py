@@ -359,17 +359,28 @@ the default where the config names none) or ``study`` (the PREDICT study's,
 ``glyph.agent.study_episode.StudyEpisode``)."""
 
 
-def make_episode(cfg: dict, trace: dict):
-    """The episode ``cfg`` asks for, with its budget and rules."""
+def workspace(profile: str, project: str | None) -> tuple[str, str]:
+    """(the path of ``solution.py`` relative to the workspace root, the placeholder it starts as)
+    under ``profile``: glyph's at the root, the study's in the task's ``project`` folder."""
+    if profile == "study":
+        from glyph.agent import study as S
+        return f"{project}/{S.SOLUTION_FILE}", S.PLACEHOLDER
+    if profile != "glyph":
+        raise ValueError(f"the profile is {profile!r}, not one of {', '.join(PROFILES)}")
+    return protocol.SOLUTION_FILE, protocol.PLACEHOLDER
+
+
+def make_episode(cfg: dict, trace: dict, root: str = "."):
+    """The episode ``cfg`` asks for, with its budget and rules, its paths resolved against ``root``."""
     profile = cfg.get("profile", "glyph")
     if profile == "study":
         from glyph.agent.study_episode import StudyEpisode, Switches
-        return StudyEpisode(cfg["arm"], int(cfg["max_tool_calls"]), trace, project=cfg.get("project", "."),
+        return StudyEpisode(cfg["arm"], int(cfg["max_tool_calls"]), trace, root=root, project=cfg.get("project", "."),
                             timeout_s=int(float(limits_of(cfg)["wall_s"])),
                             switches=Switches.from_dict(cfg.get("switches")))
     if profile != "glyph":
         raise ValueError(f"the program config's profile is {profile!r}, not one of {', '.join(PROFILES)}")
-    return Episode(cfg["arm"], int(cfg["max_tool_calls"]), int(cfg["test_cost"]), trace,
+    return Episode(cfg["arm"], int(cfg["max_tool_calls"]), int(cfg["test_cost"]), trace, root,
                    revise_feedback=cfg["revise_feedback"])
 
 

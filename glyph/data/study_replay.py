@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from glyph.agent import study as S
+from glyph.agent.program import workspace
 from glyph.agent.study_episode import StudyEpisode
 
 
@@ -77,9 +78,10 @@ def replay_row(n: int, row: dict, arm: str | None = None, limit_s: float = S.SFT
     tester = grading_tester(row["test_code"], limit_s, sandbox)
     with tempfile.TemporaryDirectory(prefix="glyph-study-replay-") as root:
         project = S.PROJECT_PATH.format(task_id=task_id)
-        os.makedirs(os.path.join(root, project))
-        with open(os.path.join(root, project, S.SOLUTION_FILE), "w", encoding="utf-8") as f:
-            f.write(S.PLACEHOLDER)
+        solution, placeholder = workspace("study", project)
+        os.makedirs(os.path.dirname(os.path.join(root, solution)))
+        with open(os.path.join(root, solution), "w", encoding="utf-8") as f:
+            f.write(placeholder)
         ep = StudyEpisode(arm_of(row, arm), S.MAX_TOOL_CALLS, {}, root=root, project=project,
                           timeout_s=int(limit_s), timeout_text="sft")
         i = 0

@@ -73,10 +73,8 @@ from typing import NamedTuple
 
 import msgspec
 
-from glyph.agent import study as S
-from glyph.agent.program import REPLY_CAP, Episode
-from glyph.agent.protocol import PLACEHOLDER, SOLUTION_FILE
-from glyph.agent.study_episode import StudyEpisode, Switches
+from glyph.agent.program import PROFILES, REPLY_CAP, make_episode, workspace
+from glyph.agent.protocol import PLACEHOLDER
 from glyph.agent.tools import sha256
 from glyph.grading import InvalidTests, grade
 from glyph.outcomes import Outcome
@@ -470,18 +468,19 @@ def _no_outcome(source: str, shadow: bool) -> str:
 
 
 def _replay_episode(record: ModelReplies, root: str):
-    """The episode of the record's profile, from a fresh scratch workspace ``root``."""
-    study = record.profile == "study"
-    if record.profile not in ("glyph", "study"):
+    """The episode of the record's profile (``program.make_episode``), from a fresh scratch
+    workspace ``root`` laid out as the harness lays it out (``program.workspace``)."""
+    if record.profile not in PROFILES:
         raise ValueError(f"the recorded profile is {record.profile!r}")  # the harness's record: glyph's fault
-    folder = os.path.join(root, record.project) if study else root
-    os.makedirs(folder, exist_ok=True)
-    with open(os.path.join(folder, SOLUTION_FILE), "w", encoding="utf-8", newline="") as f:
-        f.write(S.PLACEHOLDER if study else PLACEHOLDER)
-    if study:
-        return StudyEpisode(record.arm, record.budget, {}, root=root, project=record.project,
-                            switches=Switches.from_dict(record.switches))
-    return Episode(record.arm, record.budget, record.test_cost, {"candidates": [], "tests": [], "calls": []}, root)
+    solution, placeholder = workspace(record.profile, record.project)
+    os.makedirs(os.path.dirname(os.path.join(root, solution)), exist_ok=True)
+    with open(os.path.join(root, solution), "w", encoding="utf-8", newline="") as f:
+        f.write(placeholder)
+    cfg = {"profile": record.profile, "arm": record.arm, "max_tool_calls": record.budget,
+           "test_cost": record.test_cost, "revise_feedback": "none", "project": record.project,
+           "switches": record.switches, "limits": {"cpu_s": 1.0, "wall_s": 1.0}}  # no test runs in a replay
+    trace = {} if record.profile == "study" else {"candidates": [], "tests": [], "calls": []}
+    return make_episode(cfg, trace, root)
 
 
 def replies_account(record: ModelReplies) -> Account:
@@ -663,7 +662,7 @@ def verify(trace: object, final_source: str | None, tests: TaskTests, limits: Li
     if profile not in ("glyph", "study"):
         raise ValueError(f"profile {profile!r}: use glyph or study")
     study = profile == "study"
-    placeholder = S.PLACEHOLDER if study else PLACEHOLDER
+    placeholder = workspace(profile, None)[1]
     rg = Regrader(tests, limits)
     logged = None if service_log is None else logged_entries(service_log)
     accounts = ([] if service_log is None else [service_account(service_end)]) + \

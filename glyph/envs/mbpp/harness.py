@@ -172,11 +172,9 @@ def program_config(cfg: GlyphHarnessConfig, arm: str, task_text: str, visible_te
 
 
 def workspace_of(profile: str, project: str | None) -> tuple[str, str]:
-    """(the path of ``solution.py`` in the runtime, its placeholder) under ``profile``:
-    glyph's at the workspace root, the study's in the task's project folder."""
-    if profile == "study":
-        return f"{project}/{S.SOLUTION_FILE}", S.PLACEHOLDER
-    return protocol.SOLUTION_FILE, protocol.PLACEHOLDER
+    """(the path of ``solution.py`` in the runtime, its placeholder) under ``profile``
+    (``program.workspace``: glyph's at the workspace root, the study's in the task's project folder)."""
+    return program.workspace(profile, project)
 
 
 def recorded_profile(info: dict) -> tuple[str, str | None]:
