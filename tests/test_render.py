@@ -8,6 +8,8 @@ import random
 from functools import partial
 
 import pytest
+import render_checks
+from render_checks import assistant_turns, starts_with_a_line_break
 
 from glyph import render as R
 from glyph.agent import protocol
@@ -39,10 +41,6 @@ def traces(tmp_path_factory, mbpp_path):
     prepare.prepare(out, mbpp_path, seed=42, progress=False)
     return {arm: [json.loads(line) for line in open(out / "sft" / f"arm_{arm}" / "train.jsonl", encoding="utf-8")]
             for arm in "ab"}
-
-
-def assistant_turns(messages: list[dict]) -> list[int]:
-    return [i for i, m in enumerate(messages) if m["role"] == "assistant"]
 
 
 # Text a model or a task could put anywhere: unicode (composed and not: the
@@ -89,42 +87,14 @@ def protocol_conversation(rng: random.Random) -> list[dict]:
 
 
 def check_every_prompt(messages: list[dict], tok) -> int:
-    """Parity for the conversation and for the generation prompt of each of
-    its assistant turns (and of the next turn); returns the checks made."""
-    check_parity(messages, tok)
-    prefixes = [messages[:i] for i in assistant_turns(messages) if i > 0]
-    if messages[-1]["role"] != "assistant":
-        prefixes.append(messages)
-    for prefix in prefixes:
-        check_parity(prefix, tok, add_generation_prompt=True)
-    return 1 + len(prefixes)
+    return render_checks.check_every_prompt(messages, tok, "glyph")
 
 
 def rollout_ids(messages: list[dict], tok) -> tuple[list[int], list[list[int]]]:
-    """The ids a multi-turn PRIME-RL rollout of ``messages`` holds at its end,
-    and the prompt of each turn: the first prompt rendered, each later one
-    ``bridge_to_next_turn(previous prompt, previous completion, new messages)``,
-    each completion the assistant content's tokens and ``<|im_end|>``."""
-    r = renderer(tok)
+    """``render_checks.rollout_ids`` with each completion the assistant content's tokens and ``<|im_end|>``."""
     im_end = tok.convert_tokens_to_ids("<|im_end|>")
-    turns = assistant_turns(messages)
-    prompt = render_ids(messages[:turns[0]], tok, add_generation_prompt=True)
-    prompts = [prompt]
-    for k, i in enumerate(turns):
-        completion = tok.encode(messages[i]["content"], add_special_tokens=False) + [im_end]
-        new_messages = messages[i + 1:turns[k + 1]] if k + 1 < len(turns) else messages[i + 1:]
-        if not new_messages:
-            return prompt + completion, prompts
-        bridged = r.bridge_to_next_turn(prompt, completion, new_messages)
-        assert bridged is not None, f"no bridge after turn {i}"
-        prompt = list(bridged.token_ids)
-        prompts.append(prompt)
-    return prompt, prompts
-
-
-def starts_with_a_line_break(content: str) -> bool:
-    lead = content[:len(content) - len(content.lstrip())]
-    return "\n" in lead or "\r" in lead
+    return render_checks.rollout_ids(
+        messages, tok, "glyph", lambda m: tok.encode(m["content"], add_special_tokens=False) + [im_end])
 
 
 # -- the renderer -------------------------------------------------------------

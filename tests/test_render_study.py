@@ -7,6 +7,8 @@ import json
 import random
 
 import pytest
+import render_checks
+from render_checks import assistant_turns, starts_with_a_line_break
 
 from glyph import render as R
 from glyph.agent import study as S
@@ -34,20 +36,8 @@ def traces(tmp_path_factory, mbpp_path) -> list[dict]:
     return rows
 
 
-def assistant_turns(messages: list[dict]) -> list[int]:
-    return [i for i, m in enumerate(messages) if m["role"] == "assistant"]
-
-
 def check_every_prompt(messages: list[dict], tok) -> int:
-    """Parity for the conversation and for the generation prompt of each of
-    its assistant turns (and of the next turn); returns the checks made."""
-    check_parity(messages, tok, profile="study")
-    prefixes = [messages[:i] for i in assistant_turns(messages) if i > 0]
-    if messages[-1]["role"] != "assistant":
-        prefixes.append(messages)
-    for prefix in prefixes:
-        check_parity(prefix, tok, add_generation_prompt=True, profile="study")
-    return 1 + len(prefixes)
+    return render_checks.check_every_prompt(messages, tok, "study")
 
 
 # Text a model or a task could put anywhere: unicode (composed and not: the
@@ -247,33 +237,21 @@ def test_each_profile_has_its_template_and_tokenizer_dir():
 # -- RL rollouts see the same tokens --------------------------------------------
 
 def rollout_ids(messages: list[dict], tok) -> tuple[list[int], list[list[int]]]:
-    """The ids a multi-turn PRIME-RL rollout of ``messages`` holds at its end
-    and each turn's prompt: the first prompt rendered, each later one the
-    renderer's ``bridge_to_next_turn``; each completion the assistant
-    content's tokens with the format's closing line break, and <|im_end|>."""
-    r = renderer(tok)
-    turns = assistant_turns(messages)
-    prompt = render_ids(messages[:turns[0]], tok, add_generation_prompt=True)
-    prompts = [prompt]
-    for k, i in enumerate(turns):
-        completion = tok.encode(messages[i]["content"].rstrip() + "\n", add_special_tokens=False) + [IM_END]
-        if "<|im_end|>" not in messages[i]["content"]:  # as text it stops the turn: a model never samples it
-            nfc = tok.backend_tokenizer.normalizer.normalize_str  # what the tokenizer encodes
-            assert r.parse_response(completion).content == nfc(messages[i]["content"].rstrip())
-        new_messages = messages[i + 1:turns[k + 1]] if k + 1 < len(turns) else messages[i + 1:]
-        if not new_messages:
-            return prompt + completion, prompts
-        bridged = r.bridge_to_next_turn(prompt, completion, new_messages)
-        assert bridged is not None, f"no bridge after turn {i}"
+    """``render_checks.rollout_ids`` with each completion the assistant content's tokens, the format's
+    closing line break and <|im_end|>; each parses back to its content, and no bridge is sampled."""
+    nfc = tok.backend_tokenizer.normalizer.normalize_str  # what the tokenizer encodes
+
+    def parses_back(r, message, completion):
+        if "<|im_end|>" not in message["content"]:  # as text it stops the turn: a model never samples it
+            assert r.parse_response(completion).content == nfc(message["content"].rstrip())
+
+    def unsampled(bridged):
         assert not any(bridged.sampled_mask) and len(bridged.message_indices) == len(bridged.token_ids)
-        prompt = list(bridged.token_ids)
-        prompts.append(prompt)
-    return prompt, prompts
 
-
-def starts_with_a_line_break(content: str) -> bool:
-    lead = content[:len(content) - len(content.lstrip())]
-    return "\n" in lead or "\r" in lead
+    return render_checks.rollout_ids(
+        messages, tok, "study",
+        lambda m: tok.encode(m["content"].rstrip() + "\n", add_special_tokens=False) + [IM_END],
+        on_turn=parses_back, on_bridge=unsampled)
 
 
 def test_rollout_bridge_reproduces_every_study_sft_trace(tok, traces):

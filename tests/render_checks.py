@@ -1,0 +1,59 @@
+"""What tests/test_render.py (glyph's profile) and tests/test_render_study.py
+(the study's) check alike, for one ``profile``: parity at every prompt of a
+conversation, and a multi-turn rollout built as PRIME-RL builds it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from glyph import render as R
+
+
+def assistant_turns(messages: list[dict]) -> list[int]:
+    return [i for i, m in enumerate(messages) if m["role"] == "assistant"]
+
+
+def starts_with_a_line_break(content: str) -> bool:
+    lead = content[:len(content) - len(content.lstrip())]
+    return "\n" in lead or "\r" in lead
+
+
+def check_every_prompt(messages: list[dict], tok, profile: str) -> int:
+    """Parity for the conversation and for the generation prompt of each of
+    its assistant turns (and of the next turn); returns the checks made."""
+    R.check_parity(messages, tok, profile=profile)
+    prefixes = [messages[:i] for i in assistant_turns(messages) if i > 0]
+    if messages[-1]["role"] != "assistant":
+        prefixes.append(messages)
+    for prefix in prefixes:
+        R.check_parity(prefix, tok, add_generation_prompt=True, profile=profile)
+    return 1 + len(prefixes)
+
+
+def rollout_ids(messages: list[dict], tok, profile: str, completion: Callable[[dict], list[int]],
+                on_turn: Callable[[object, dict, list[int]], None] | None = None,
+                on_bridge: Callable[[object], None] | None = None) -> tuple[list[int], list[list[int]]]:
+    """The ids a multi-turn PRIME-RL rollout of ``messages`` holds at its end,
+    and the prompt of each turn: the first prompt rendered, each later one
+    ``bridge_to_next_turn(previous prompt, previous completion, new messages)``;
+    ``completion(message)`` is what the model samples for an assistant turn.
+    ``on_turn(renderer, message, completion)`` and ``on_bridge(bridged)`` check
+    each step further."""
+    r = R.renderer(tok, profile=profile)
+    turns = assistant_turns(messages)
+    prompt = R.render_ids(messages[:turns[0]], tok, add_generation_prompt=True, profile=profile)
+    prompts = [prompt]
+    for k, i in enumerate(turns):
+        sampled = completion(messages[i])
+        if on_turn is not None:
+            on_turn(r, messages[i], sampled)
+        new_messages = messages[i + 1:turns[k + 1]] if k + 1 < len(turns) else messages[i + 1:]
+        if not new_messages:
+            return prompt + sampled, prompts
+        bridged = r.bridge_to_next_turn(prompt, sampled, new_messages)
+        assert bridged is not None, f"no bridge after turn {i}"
+        if on_bridge is not None:
+            on_bridge(bridged)
+        prompt = list(bridged.token_ids)
+        prompts.append(prompt)
+    return prompt, prompts
