@@ -221,7 +221,13 @@ def label_spans(
     when ``</PREDICTION>`` follows. One cut by the end of the tokens (the
     label, or the closing tag, unfinished) is ``truncated``. Token spans
     follow ``rule`` (:data:`SpanRule`)."""
-    data, starts = offsets(token_ids, token_bytes)
+    return _spans_in(*offsets(token_ids, token_bytes), rule)
+
+
+def _spans_in(data: bytes, starts: list[int], rule: SpanRule) -> list[LabelSpan]:
+    """:func:`label_spans` on tokens given by their bytes and start offsets."""
+    if OPEN.lower() not in data.lower():
+        return []
     thinks = _think_regions(data)
     out = []
     for m in _OPEN_TAG.finditer(data):
@@ -332,11 +338,10 @@ def spans(
     first = next((i for i, m in enumerate(node.mask) if m), None)
     if first is None or not all(node.mask[first:]):
         raise PredictionNotFound(f"node {index}: its sampled tokens are not one suffix of the node")
-    sampled = node.token_ids[first:]
-    data, starts = token_bytes.offsets(sampled)
+    data, starts = token_bytes.offsets(node.token_ids[first:])
     return [
         Located(index, first + s.start, first + s.end, s.label, first, data, starts, s.gt, s)
-        for s in label_spans(sampled, token_bytes, rule)
+        for s in _spans_in(data, starts, rule)
     ]
 
 
@@ -349,7 +354,11 @@ def locate(
 ) -> Located:
     """The label span of the one prediction in sampled node ``index``: the one
     label outside ``<think>`` blocks and CALL lines, which must be valid."""
-    found = [loc for loc in spans(nodes, index, token_bytes, rule) if not loc.span.quoted]
+    return _prediction(spans(nodes, index, token_bytes, rule), index, expected)
+
+
+def _prediction(located: Sequence[Located], index: int, expected: str | None) -> Located:
+    found = [loc for loc in located if not loc.span.quoted]
     if len(found) != 1:
         raise PredictionNotFound(
             f"node {index}: {len(found)} <PREDICTION> tags outside think blocks and CALL lines"
@@ -486,15 +495,15 @@ def annotate(
     # Every label the policy sampled is held out of RL, verified or not (a label whose record the
     # rollout lost, one the protocol rejected, one a token limit cut, a mention in a think block).
     prediction: set[tuple[int, int]] = set()  # valid, unquoted labels: what a record may name
+    found_in: dict[int, list[Located]] = {}
     for i, weights in rl.items():
         node = nodes[i]
-        emitted = b"".join(token_bytes(t) for t, m in zip(node.token_ids, node.mask) if m)
-        if OPEN.lower() not in emitted.lower():
-            continue
         try:
-            found = spans(nodes, i, token_bytes, rule)
+            found = found_in[i] = spans(nodes, i, token_bytes, rule)
         except PredictionNotFound as exc:
-            out.errors.append(str(exc))
+            emitted = b"".join(token_bytes(t) for t, m in zip(node.token_ids, node.mask) if m)
+            if OPEN.lower() in emitted.lower():  # a node with no label needs no span
+                out.errors.append(str(exc))
             continue
         for loc in found:
             weights[loc.start : loc.end] = [0.0] * (loc.end - loc.start)
@@ -517,7 +526,9 @@ def annotate(
             if not isinstance(verified, str) or verified not in LABELS:
                 raise PredictionNotFound(f"candidate {cand.index}: no verified label")
             index = find_node(nodes[:original], cand.context or [], cand.prediction_turn)
-            loc = locate(nodes, index, token_bytes, expected=sampled, rule=rule)
+            if index not in found_in:
+                raise PredictionNotFound(f"node {index}: its sampled tokens are not one suffix of the node")
+            loc = _prediction(found_in[index], index, sampled)
             if (index, loc.start) in named:
                 raise DuplicateRecord(
                     f"candidate {cand.index}: node {index}'s label is named by an earlier record; "
