@@ -4,11 +4,22 @@ same code runs on real eval traces inside PRIME-RL in tests/pin/."""
 
 from __future__ import annotations
 
+import json
+import re
+
 import msgspec
 import pytest
 
 from glyph.outcomes import Outcome
-from glyph.predict.annotate import PredictionNotFound, TokenBytes, annotate, find_node, graft_tokens, locate
+from glyph.predict.annotate import (
+    PredictionNotFound,
+    TokenBytes,
+    annotate,
+    find_node,
+    graft_tokens,
+    label_token_span,
+    locate,
+)
 from glyph.record import VerifiedCandidate
 from glyph.testing.graph_layout import layout
 
@@ -226,9 +237,22 @@ def test_an_in_place_label_past_max_tokens_is_counted(tok, tb):
     assert out.in_place == 1 and out.past_limit == 1
 
 
-def test_alpha_must_be_positive(tok, tb):
+def test_alpha_must_not_be_negative(tok, tb):
     with pytest.raises(ValueError):
-        annotate([], [], tb, enc(tok), alpha=0.0)
+        annotate([], [], tb, enc(tok), alpha=-0.1)
+
+
+@pytest.mark.parametrize("sampled,verified", [("PASS", "PASS"), ("PASS", "ASSERTION_FAILURE")])
+def test_alpha_zero_trains_no_ce_and_keeps_labels_out_of_rl(tok, tb, sampled, verified):
+    turns = conversation(sampled)
+    nodes = layout(tok, turns)
+    out = annotate(nodes, [candidate(turns, sampled, verified)], tb, enc(tok), alpha=0.0)
+    assert len(nodes) == 9  # no graft
+    assert (out.ce_off, out.in_place, out.grafted, out.labels_trained, out.ce_tokens) == (1, 0, 0, 0, 0)
+    assert all("ce" not in (n.loss_weights or {}) for n in nodes)
+    loc = locate(nodes, 6, tb, sampled)
+    rl = nodes[6].loss_weights["rl"]
+    assert not any(rl[loc.start : loc.end]) and sum(rl) == sum(nodes[6].mask) - (loc.end - loc.start)
 
 
 def test_default_graft_node_builds_a_sibling_of_the_same_model_type():
@@ -272,3 +296,247 @@ def test_a_sampled_label_without_a_verified_record_is_still_held_out_of_rl(tok, 
     assert (out.labels, out.unverified, out.in_place, out.grafted) == (0, 1, 0, 0)
     assert not any(nodes[6].loss_weights["rl"][loc.start : loc.end]) and "ce" not in nodes[6].loss_weights
     assert sum(nodes[6].loss_weights["rl"]) == sum(nodes[6].mask) - (loc.end - loc.start)
+
+
+# ---------------------------------------------------------------- labels the protocol rejects, cut, quoted
+
+
+def sampled_turn(tok, text: str, *, closed: bool = True) -> list:
+    """A graph whose prediction turn the policy sampled as ``text`` (no ``<|im_end|>``
+    when a token limit cut it: ``closed=False``)."""
+    turns = conversation("PASS")
+    turns[6] = ("assistant", text)
+    ids = enc(tok)(text) + ([tok.convert_tokens_to_ids("<|im_end|>")] if closed else [])
+    return layout(tok, turns[:7], {6: ids})
+
+
+def held(tb, node) -> list[bytes]:
+    """The runs of sampled tokens with rl 0, as bytes."""
+    rl, runs, prev = node.loss_weights["rl"], [], None
+    for i, (m, w) in enumerate(zip(node.mask, rl)):
+        if m and w == 0.0:
+            if prev == i - 1:
+                runs[-1] += tb(node.token_ids[i])
+            else:
+                runs.append(tb(node.token_ids[i]))
+            prev = i
+    return runs
+
+
+@pytest.mark.parametrize(
+    "text,held_bytes",
+    [
+        ("<PREDICTION>Pass</PREDICTION>\n<DECISION>KEEP</DECISION>\nCALL {}", b">Pass"),
+        ("<PREDICTION>pass</PREDICTION>\n<DECISION>KEEP</DECISION>\nCALL {}", b">pass"),
+        ("<PREDICTION>MAYBE</PREDICTION>\n<DECISION>KEEP</DECISION>\nCALL {}", b">MAYBE"),
+        ("<prediction>PASS</prediction>\n<DECISION>KEEP</DECISION>\nCALL {}", b">PASS"),
+        ("<PREDICTION>two words</PREDICTION>\nCALL {}", b">two words"),
+        ("<PREDICTION>PASS\n<DECISION>KEEP</DECISION>\nCALL {}", b">PASS"),
+        ("<PREDICTION></PREDICTION>\nCALL {}", b"></"),  # Qwen3 merges the empty label's ">" with "</"
+    ],
+)
+def test_a_label_the_protocol_rejects_is_held_out_of_rl_and_counted(tok, tb, text, held_bytes):
+    nodes = sampled_turn(tok, text)
+    out = annotate(nodes, [], tb, enc(tok), alpha=ALPHA)
+    assert (out.invalid, out.truncated, out.unverified, out.labels_trained) == (1, 0, 0, 0)
+    assert out.metrics()["predict_invalid"] == 1.0
+    assert held(tb, nodes[6]) == [held_bytes]
+    rl = nodes[6].loss_weights["rl"]
+    assert out.rl_held_tokens == sum(1 for m, w in zip(nodes[6].mask, rl) if m and not w)
+    assert "ce" not in nodes[6].loss_weights
+
+
+def test_a_rejected_label_that_a_record_names_is_not_trained(tok, tb):
+    text = "<PREDICTION>Pass</PREDICTION>\n<DECISION>KEEP</DECISION>\nCALL {}"
+    nodes = sampled_turn(tok, text)
+    turns = [(n.message["role"], n.message["content"]) for n in nodes]
+    out = annotate(nodes, [candidate(turns, "Pass", "PASS")], tb, enc(tok), alpha=ALPHA)
+    assert (out.unlocated, out.invalid, out.labels_trained, len(nodes)) == (1, 1, 0, 7)
+    assert "not one the protocol accepts" in out.errors[0]
+
+
+@pytest.mark.parametrize(
+    "text,held_bytes",
+    [
+        ("Looks right.\n<PREDICTION>P", b">P"),
+        ("<PREDICTION>ASSERTION_FAI", b">ASSERTION_FAI"),
+        ("<PREDICTION>PASS</PRED", b">PASS"),
+        ("<PREDICTION>", b">"),
+        ("<PREDICTION>\n", b">\n"),
+    ],
+)
+def test_a_label_cut_by_the_token_limit_is_held_out_of_rl_and_counted(tok, tb, text, held_bytes):
+    """finish reason `length` with exclude_truncated off: the cut label must not earn RL credit."""
+    nodes = sampled_turn(tok, text, closed=False)
+    out = annotate(nodes, [], tb, enc(tok), alpha=ALPHA)
+    assert (out.truncated, out.invalid) == (1, 0) and out.metrics()["predict_truncated"] == 1.0
+    assert held(tb, nodes[6]) == [held_bytes]
+
+
+def test_the_same_label_closed_by_im_end_mid_label_is_invalid_not_truncated(tok, tb):
+    nodes = sampled_turn(tok, "<PREDICTION>PASS", closed=True)
+    out = annotate(nodes, [], tb, enc(tok), alpha=ALPHA)
+    assert (out.truncated, out.invalid) == (0, 1)
+
+
+@pytest.mark.parametrize("sampled,verified", [("PASS", "PASS"), ("PASS", "TIMEOUT")])
+def test_a_prediction_recorded_twice_is_a_named_error_and_trains_once(tok, tb, sampled, verified):
+    turns = conversation(sampled)
+    nodes = layout(tok, turns)
+    cand = candidate(turns, sampled, verified)
+    twice = msgspec.structs.replace(cand, index=1)
+    out = annotate(nodes, [cand, twice], tb, enc(tok), alpha=ALPHA)
+    assert (out.labels, out.duplicates, out.labels_trained, out.unlocated) == (2, 1, 1, 0)
+    assert len(nodes) == 9 + (sampled != verified)  # one graft at most
+    assert out.errors == [
+        "DuplicateRecord: candidate 1: node 6's label is named by an earlier record; trained once"
+    ]
+    assert out.metrics()["predict_duplicates"] == 1.0
+    ce = (nodes[-1] if sampled != verified else nodes[6]).loss_weights["ce"]
+    assert sum(1 for w in ce if w) == out.ce_tokens and all(w in (0.0, ALPHA) for w in ce)
+
+
+THINK_MENTION = "<think>\nMaybe <PREDICTION>PASS</PREDICTION>? Check the edge case first.\n</think>\n\n"
+
+
+@pytest.mark.parametrize(
+    "sampled,verified", [("ASSERTION_FAILURE", "ASSERTION_FAILURE"), ("TIMEOUT", "PASS")]
+)
+def test_a_tag_in_a_sampled_think_block_does_not_hide_the_prediction(tok, tb, sampled, verified):
+    """The message content carries no think block (the renderer parses it out); the tokens do."""
+    turns = conversation(sampled)
+    ids = enc(tok)(THINK_MENTION + turns[6][1]) + [tok.convert_tokens_to_ids("<|im_end|>")]
+    nodes = layout(tok, turns, {6: ids})
+    out = annotate(nodes, [candidate(turns, sampled, verified)], tb, enc(tok), alpha=ALPHA)
+    assert (out.unlocated, out.quoted, out.labels_trained) == (0, 1, 1), out.errors
+    runs = held(tb, nodes[6])
+    assert len(runs) == 2 and runs[0] == b">PASS" and sampled.encode() in runs[1]
+    if sampled != verified:
+        text = tok.decode(nodes[-1].token_ids, skip_special_tokens=False)
+        assert text.endswith(f"<PREDICTION>{verified}</PREDICTION>") and "Maybe <PREDICTION>PASS" in text
+
+
+def test_a_tag_in_a_tool_argument_does_not_hide_the_prediction(tok, tb):
+    call = 'CALL {"id": "3", "tool": "apply_patch", "args": {"path": "solution.py", "find": "x", ' \
+        '"replace": "# <PREDICTION>PASS</PREDICTION>"}}'
+    turns = conversation("RUNTIME_ERROR", decision="REVISE")
+    turns[6] = ("assistant", turns[6][1].rsplit("\n", 1)[0] + "\n" + call)
+    nodes = layout(tok, turns)
+    out = annotate(nodes, [candidate(turns, "RUNTIME_ERROR", "RUNTIME_ERROR")], tb, enc(tok), alpha=ALPHA)
+    assert (out.unlocated, out.quoted, out.in_place) == (0, 1, 1), out.errors
+    ce = nodes[6].loss_weights["ce"]
+    trained = b"".join(tb(t) for t, w in zip(nodes[6].token_ids, ce) if w)
+    assert trained == b">RUNTIME_ERROR"
+
+
+# ---------------------------------------------------------------- the study profile's turn and span rule
+
+
+def study_turn(label: str, decision: str = "KEEP", replace: str = "y") -> str:
+    from glyph.agent import study as S
+
+    if decision == S.KEEP:
+        call = S.CALL_PREFIX + S.PYTHON_TEST + " " + json.dumps(
+            {S.ID_KEY: "3", "project_path": "data/blueprints/mbpp_11"}, separators=S.JSON_SEPARATORS
+        )
+    else:
+        call = S.CALL_PREFIX + S.APPLY_PATCH + " " + json.dumps(
+            {S.ID_KEY: "3", "file_path": "solution.py", "find": "x", "replace": replace},
+            separators=S.JSON_SEPARATORS,
+        )
+    return "\n".join(
+        [S.PREDICTION_LINE.format(outcome=label), S.DECISION_LINE.format(decision=decision), call]
+    )
+
+
+def study_rule_tokens(tok, text: str) -> list[int]:
+    """The study's own rule (its src/glyph/prime_rl.py, _mask_label_tokens): re-encode the text with
+    offsets and take each token whose characters overlap the label's (written here from its
+    description, on the fast tokenizer's offsets)."""
+    m = re.search(r"<PREDICTION>\s*([A-Z_]+)\s*</PREDICTION>", text)
+    a, b = m.span(1)
+    enc_ = tok(text, add_special_tokens=False, return_offsets_mapping=True)
+    return [t for t, (s, e) in zip(enc_["input_ids"], enc_["offset_mapping"]) if e > a and s < b]
+
+
+@pytest.mark.parametrize("label", [o.value for o in Outcome])
+@pytest.mark.parametrize("profile", ["glyph", "study"])
+def test_the_study_rule_takes_the_tokens_the_studys_reencoding_takes(tok, tb, label, profile):
+    text = study_turn(label) if profile == "study" else conversation(label)[6][1]
+    ids = enc(tok)(text)
+    a, b = label_token_span(ids, tb, "study")
+    assert ids[a:b] == study_rule_tokens(tok, text)
+    d_a, d_b = label_token_span(ids, tb, "decision")
+    assert d_b == b and tb(ids[d_a]).startswith(b">")
+    lone = tb(ids[d_a]) == b">"
+    assert lone == (label not in ("PASS", "RUNTIME_ERROR"))  # Qwen3's BPE
+    assert d_a == (a - 1 if lone else a)
+
+
+def test_label_token_span_needs_exactly_one_valid_prediction(tok, tb):
+    with pytest.raises(PredictionNotFound):
+        label_token_span(enc(tok)("no prediction here"), tb)
+    with pytest.raises(PredictionNotFound):
+        label_token_span(enc(tok)("<PREDICTION>PASS</PREDICTION><PREDICTION>PASS</PREDICTION>"), tb)
+    with pytest.raises(PredictionNotFound):
+        label_token_span(enc(tok)("<PREDICTION>Pass</PREDICTION>"), tb)
+    mention = study_turn("TIMEOUT", "REVISE", replace="<PREDICTION>PASS</PREDICTION>")
+    ids = enc(tok)(mention)
+    a, b = label_token_span(ids, tb, "study")
+    assert b"".join(tb(t) for t in ids[a:b]) == b"TIMEOUT"
+    with pytest.raises(ValueError, match="rule"):
+        label_token_span(ids, tb, "nearest")  # type: ignore[arg-type]
+
+
+def study_conversation(label: str) -> list[tuple[str, str]]:
+    turns = conversation(label)
+    turns[6] = ("assistant", study_turn(label))
+    return turns
+
+
+@pytest.mark.parametrize("label", ["ASSERTION_FAILURE", "SYNTAX_ERROR", "TIMEOUT", "OTHER"])
+def test_under_the_study_rule_a_lone_gt_keeps_rl_credit_and_gets_no_ce(tok, tb, label):
+    turns = study_conversation(label)
+    nodes = layout(tok, turns)
+    out = annotate(nodes, [candidate(turns, label, label)], tb, enc(tok), alpha=ALPHA, rule="study")
+    node = nodes[6]
+    loc = locate(nodes, 6, tb, label, rule="study")
+    assert tb(node.token_ids[loc.start - 1]) == b">" and node.loss_weights["rl"][loc.start - 1] == 1.0
+    assert b"".join(tb(t) for t in node.token_ids[loc.start : loc.end]) == label.encode()
+    ce = node.loss_weights["ce"]
+    assert [i for i, w in enumerate(ce) if w] == list(range(loc.start, loc.end))
+    assert (out.labels_trained, out.ce_tokens) == (1, loc.end - loc.start)
+    nodes = layout(tok, turns)
+    decision = annotate(nodes, [candidate(turns, label, label)], tb, enc(tok), alpha=ALPHA)
+    assert decision.ce_tokens == out.ce_tokens + 1 and nodes[6].loss_weights["rl"][loc.start - 1] == 0.0
+
+
+@pytest.mark.parametrize(
+    "sampled,verified", [("PASS", "ASSERTION_FAILURE"), ("TIMEOUT", "RUNTIME_ERROR"), ("OTHER", "PASS")]
+)
+def test_under_the_study_rule_a_graft_trains_the_studys_ce_tokens(tok, tb, sampled, verified):
+    """The study's CE sample (its _auxiliary_sample) encodes <PREDICTION>ACTUAL</PREDICTION> and trains the
+    tokens overlapping ACTUAL: the graft's CE tokens are those."""
+    turns = study_conversation(sampled)
+    nodes = layout(tok, turns)
+    out = annotate(nodes, [candidate(turns, sampled, verified)], tb, enc(tok), alpha=ALPHA, rule="study")
+    assert out.grafted == 1
+    g = nodes[-1]
+    trained = [t for t, w in zip(g.token_ids, g.loss_weights["ce"]) if w]
+    assert trained == study_rule_tokens(tok, f"<PREDICTION>{verified}</PREDICTION>")
+    assert out.ce_tokens == len(trained)
+    # the sampled node: only the tokens overlapping the sampled label lost RL credit
+    (run,) = held(tb, nodes[6])
+    assert run.lstrip(b">") == sampled.encode()
+    assert run.startswith(b">") == (sampled in ("PASS", "RUNTIME_ERROR"))
+
+
+def test_the_study_profiles_turn_trains_in_place_and_grafts(tok, tb):
+    for sampled, verified in [("PASS", "PASS"), ("PASS", "SYNTAX_ERROR")]:
+        turns = study_conversation(sampled)
+        nodes = layout(tok, turns)
+        out = annotate(nodes, [candidate(turns, sampled, verified)], tb, enc(tok), alpha=ALPHA)
+        assert (out.in_place, out.grafted, out.unlocated) == ((1, 0, 0) if sampled == verified else (0, 1, 0))
+        if sampled != verified:
+            text = tok.decode(nodes[-1].token_ids, skip_special_tokens=False)
+            assert text.endswith(f"\n<PREDICTION>{verified}</PREDICTION>")

@@ -14,26 +14,39 @@ What it guarantees, for each Arm B prediction the environment verified
   node whose path holds exactly that context and whose message is that
   turn), and its label span is read from that node's own token ids through
   the tokenizer's byte-level vocabulary: no text is re-encoded to find it.
-  The span runs from the token holding the ``>`` of ``<PREDICTION>`` (with
-  Qwen3's BPE that token may already carry the label's first letters:
-  ``'>P'``, ``'>R'``, or stand alone before ``'ASSERT'``, so it is the first
-  label decision) through the token holding the label's last byte.
+  Which tokens make the span is the ``rule`` (:data:`SpanRule`: glyph's
+  ``"decision"`` from the token holding the tag's ``>``, or the study's
+  ``"study"``, the tokens overlapping the label's characters);
+  :func:`label_token_span` is that rule on one turn's ids, for other code.
+  Both profiles' turns carry the label as ``<PREDICTION>OUTCOME</PREDICTION>``
+  (glyph: free text, the tags, then a CALL line; the study: exactly the
+  PREDICTION line, the DECISION line and the CALL line,
+  ``glyph.agent.study.PREDICTION_LINE``); a mention of the tag inside a
+  ``<think>`` block or on a CALL line (a tool argument) is not the prediction.
 * ``rl`` = 1.0 on every sampled token of every sampled node and 0.0 on every
-  label span the policy sampled, verified or not (PRIME-RL gives nodes
-  without a stream weight 0 once any node carries one, so every sampled token
-  gets an explicit weight).
+  label span the policy sampled: verified or not, closed or not, valid or
+  not, mentioned or meant (PRIME-RL gives nodes without a stream weight 0
+  once any node carries one, so every sampled token gets an explicit
+  weight). Labels the protocol rejects (``invalid``), ones a token limit cut
+  (``truncated``) and mentions (``quoted``) are counted and get no CE.
 * sampled == verified: ``ce`` = alpha on the span, in place; no tokens added.
 * sampled != verified: a CE-only node is grafted beside the sampled one (same
-  parent): the policy's own tokens of that node up to the span, then the
-  canonical tokenization of the corrected turn from there, decoding exactly
-  to ``...<PREDICTION>VERIFIED</PREDICTION>``; ``mask`` all False, ``ce`` =
-  alpha on the verified label's tokens only. Its prefix comes from the graph,
-  never from the program's copy of the conversation.
+  parent): the policy's own tokens of that node up to the token holding the
+  tag's ``>``, then the canonical tokenization of the corrected turn from
+  there, decoding exactly to ``...<PREDICTION>VERIFIED</PREDICTION>``;
+  ``mask`` all False, ``ce`` = alpha on the verified label's span only. Its
+  prefix comes from the graph, never from the program's copy of the
+  conversation.
+* alpha = 0: no CE anywhere and no graft (``ce_off`` counts the labels);
+  the label spans stay out of RL credit.
 * A prediction that cannot be located raises ``PredictionNotFound`` in
   :func:`locate`; :func:`annotate` records it (``unlocated``) and goes on. A
-  graft longer than ``max_tokens`` (the trainer's ``seq_len``) is dropped
-  and counted, never truncated; an in-place label past ``max_tokens`` is
-  counted (the trainer would cut it).
+  second record naming a label already named is a :class:`DuplicateRecord`:
+  the label trains once, the rest are counted (``duplicates``). A graft
+  longer than ``max_tokens`` (the trainer's ``seq_len``) is dropped and
+  counted, never truncated; an in-place label past ``max_tokens`` is
+  counted (the trainer would cut it). ``labels_trained`` and ``ce_tokens``
+  say what CE the rollout carries.
 """
 
 from __future__ import annotations
@@ -43,14 +56,36 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any
+from typing import Any, Literal
 
+from glyph.outcomes import Outcome
 from glyph.record import VerifiedCandidate
 
 OPEN = b"<PREDICTION>"
 CLOSE = "</PREDICTION>"
-_PREDICTION = re.compile(rb"<PREDICTION>\s*([A-Z_]+)\s*</PREDICTION>")
+LABELS = frozenset(o.value for o in Outcome)
 METRIC_PREFIX = "predict_"
+SpanRule = Literal["decision", "study"]
+"""Which tokens of a label PREDICT holds out of RL and trains with CE:
+
+* ``"decision"`` (glyph's): from the token holding the ``>`` of
+  ``<PREDICTION>`` through the token holding the label's last byte. With
+  Qwen3's BPE that ``>`` token is already the first label decision: it is
+  ``'>P'`` / ``'>R'`` for PASS / RUNTIME_ERROR, and a lone ``'>'`` before the
+  other labels, whose choice it already makes.
+* ``"study"`` (the PREDICT study's, ``src/glyph/prime_rl.py``
+  ``_mask_label_tokens`` and ``_auxiliary_sample``): the tokens that overlap
+  the label's own characters (``end > label_start and start < label_end``
+  over the offsets of a re-encoding). So a lone ``'>'`` gets no CE and keeps
+  its RL credit, while a merged ``'>P'`` / ``'>R'`` is in the span. Here the
+  overlap is taken on the policy's own tokens, which is the study's result
+  whenever the sampled tokens are the canonical encoding (the study re-encodes
+  the turn and finds that encoding in the node's ids; where the policy
+  sampled another tokenization its search fails and it masks nothing).
+"""
+_OPEN_TAG = re.compile(re.escape(OPEN), re.IGNORECASE)
+_CALL_LINE = re.compile(rb"[ \t]*CALL[ \t]")
+THINK_OPEN, THINK_CLOSE = b"<think>", b"</think>"
 
 
 class PredictionNotFound(LookupError):
@@ -99,11 +134,17 @@ class TokenBytes:
 
     def offsets(self, ids: Sequence[int]) -> tuple[bytes, list[int]]:
         """The ids' bytes, and each token's start offset (plus the end, last)."""
-        pieces = [self(i) for i in ids]
-        starts = [0]
-        for piece in pieces:
-            starts.append(starts[-1] + len(piece))
-        return b"".join(pieces), starts
+        return offsets(ids, self)
+
+
+def offsets(ids: Sequence[int], token_bytes: Callable[[int], bytes]) -> tuple[bytes, list[int]]:
+    """The bytes of ``ids`` (``token_bytes``: id -> bytes, e.g. a :class:`TokenBytes`)
+    and each token's start offset (plus the end, last)."""
+    pieces = [token_bytes(i) for i in ids]
+    starts = [0]
+    for piece in pieces:
+        starts.append(starts[-1] + len(piece))
+    return b"".join(pieces), starts
 
 
 def _token_at(starts: list[int], offset: int) -> int:
@@ -116,6 +157,117 @@ def _token_at(starts: list[int], offset: int) -> int:
         else:
             hi = mid
     return lo
+
+
+def _rule_span(starts: list[int], gt: int, label_at: int, label_end: int, rule: SpanRule) -> tuple[int, int]:
+    """The tokens ``[start, end)`` that ``rule`` takes for a label at bytes
+    ``[label_at, label_end)`` whose opening tag's ``>`` is at byte ``gt``."""
+    if rule == "decision":
+        start = _token_at(starts, gt)
+        return start, (_token_at(starts, label_end - 1) + 1 if label_end > label_at else start + 1)
+    if rule == "study":
+        if label_end == label_at:  # no label characters: no token overlaps them
+            start = _token_at(starts, label_at) if label_at < starts[-1] else len(starts) - 1
+            return start, start
+        return _token_at(starts, label_at), _token_at(starts, label_end - 1) + 1
+    raise ValueError(f"unknown label span rule {rule!r} (decision or study)")
+
+
+def _think_regions(data: bytes) -> list[tuple[int, int]]:
+    """Byte ranges inside ``<think>`` blocks; a block open at the end runs to the
+    end, and a ``</think>`` before any ``<think>`` closes one opened before ``data``."""
+    regions = []
+    pos = 0
+    first_close, first_open = data.find(THINK_CLOSE), data.find(THINK_OPEN)
+    if first_close != -1 and (first_open == -1 or first_close < first_open):
+        regions.append((0, first_close))
+        pos = first_close + len(THINK_CLOSE)
+    while (a := data.find(THINK_OPEN, pos)) != -1:
+        b = data.find(THINK_CLOSE, a)
+        regions.append((a, len(data) if b == -1 else b))
+        pos = len(data) if b == -1 else b + len(THINK_CLOSE)
+    return regions
+
+
+@dataclass(frozen=True)
+class LabelSpan:
+    """One ``<PREDICTION>`` label the tokens hold, closed or not, valid or not:
+    tokens ``[start, end)`` under the span rule it was read with."""
+
+    start: int
+    end: int
+    label: str  # the label's text as written (stripped; may be empty, any case, cut short)
+    gt: int  # byte offset of the opening tag's ">"
+    label_at: int  # byte offset of the label's first byte (== label_end when there is none)
+    label_end: int
+    closed: bool  # "</PREDICTION>" follows the label (whitespace aside, any case)
+    exact: bool  # both tags spelled as the protocol spells them (upper case)
+    truncated: bool  # not closed, and the tokens end inside the tag: a token limit cut it
+    quoted: bool  # inside a <think> block or on a CALL line: a mention, not the turn's prediction
+
+    @property
+    def valid(self) -> bool:
+        """A label the protocol accepts: exact tags, closed, one of the outcome classes."""
+        return self.closed and self.exact and self.label in LABELS
+
+
+def label_spans(
+    token_ids: Sequence[int], token_bytes: Callable[[int], bytes], rule: SpanRule = "decision"
+) -> list[LabelSpan]:
+    """Every ``<PREDICTION>`` label in ``token_ids`` (tags matched in any case).
+
+    The label is the text after the tag (leading whitespace skipped) up to
+    the next ``<`` or line end, trailing whitespace stripped; it is closed
+    when ``</PREDICTION>`` follows. One cut by the end of the tokens (the
+    label, or the closing tag, unfinished) is ``truncated``. Token spans
+    follow ``rule`` (:data:`SpanRule`)."""
+    return _spans_in(*offsets(token_ids, token_bytes), rule)
+
+
+def _spans_in(data: bytes, starts: list[int], rule: SpanRule) -> list[LabelSpan]:
+    """:func:`label_spans` on tokens given by their bytes and start offsets."""
+    if OPEN.lower() not in data.lower():
+        return []
+    thinks = _think_regions(data)
+    out = []
+    for m in _OPEN_TAG.finditer(data):
+        gt = m.end() - 1
+        at = m.end()
+        while at < len(data) and data[at : at + 1].isspace():
+            at += 1
+        stop = at
+        while stop < len(data) and data[stop] not in b"<\n":
+            stop += 1
+        label_end = at + len(data[at:stop].rstrip())
+        rest = data[label_end:].lstrip()
+        closed = rest[: len(CLOSE)].upper() == CLOSE.encode()
+        cut = not closed and (stop == len(data) or CLOSE.encode().startswith(rest.upper()))
+        line = data[data.rfind(b"\n", 0, m.start()) + 1 : m.start()]
+        quoted = any(a <= m.start() < b for a, b in thinks) or _CALL_LINE.match(line) is not None
+        start, end = _rule_span(starts, gt, at, label_end, rule)
+        label = data[at:label_end].decode("utf-8", "replace")
+        exact = m.group() == OPEN and rest.startswith(CLOSE.encode())
+        out.append(LabelSpan(start, end, label, gt, at, label_end, closed, exact, cut, quoted))
+    return out
+
+
+def label_token_span(
+    token_ids: Sequence[int], token_bytes: Callable[[int], bytes], rule: SpanRule = "decision"
+) -> tuple[int, int]:
+    """The tokens ``[start, end)`` of the one prediction label in ``token_ids``
+    (one assistant turn's sampled ids) under ``rule``: the label PREDICT holds
+    out of RL and trains with CE. Mentions inside ``<think>`` blocks or on a
+    CALL line are not the prediction. Raises ``PredictionNotFound`` unless
+    exactly one valid label remains. ``token_bytes``: id -> the token's bytes
+    (a :class:`TokenBytes`)."""
+    found = [s for s in label_spans(token_ids, token_bytes, rule) if not s.quoted]
+    if len(found) != 1 or not found[0].valid:
+        raise PredictionNotFound(
+            f"{len(found)} <PREDICTION> labels outside think blocks and CALL lines"
+            if len(found) != 1
+            else f"the label {found[0].label!r} is not one the protocol accepts"
+        )
+    return found[0].start, found[0].end
 
 
 @dataclass(frozen=True)
@@ -131,6 +283,7 @@ class Located:
     sampled_bytes: bytes  # the node's sampled tokens' bytes
     sampled_starts: list[int]  # byte offset of each sampled token (plus the end)
     gt: int  # byte offset, in sampled_bytes, of the opening tag's ">"
+    span: LabelSpan  # the label as label_spans read it (token indices relative to the sampled tokens)
 
 
 def _content(message: Any) -> Any:
@@ -175,19 +328,9 @@ def find_node(nodes: Sequence[Any], context: Sequence[dict], turn: str) -> int:
     return hits[0]
 
 
-def label_spans(token_ids: Sequence[int], token_bytes: TokenBytes) -> list[tuple[int, int, str, int]]:
-    """Every ``<PREDICTION>`` label in ``token_ids``: (first token, end token,
-    label, byte offset of the tag's ``>``); the span runs from the token
-    holding that ``>`` through the token holding the label's last byte."""
-    data, starts = token_bytes.offsets(token_ids)
-    out = []
-    for m in _PREDICTION.finditer(data):
-        gt = m.start() + len(OPEN) - 1
-        out.append((_token_at(starts, gt), _token_at(starts, m.end(1) - 1) + 1, m.group(1).decode(), gt))
-    return out
-
-
-def spans(nodes: Sequence[Any], index: int, token_bytes: TokenBytes) -> list[Located]:
+def spans(
+    nodes: Sequence[Any], index: int, token_bytes: TokenBytes, rule: SpanRule = "decision"
+) -> list[Located]:
     """Every ``<PREDICTION>`` label in the sampled tokens of node ``index``."""
     node = nodes[index]
     if len(node.mask) != len(node.token_ids):
@@ -195,19 +338,35 @@ def spans(nodes: Sequence[Any], index: int, token_bytes: TokenBytes) -> list[Loc
     first = next((i for i, m in enumerate(node.mask) if m), None)
     if first is None or not all(node.mask[first:]):
         raise PredictionNotFound(f"node {index}: its sampled tokens are not one suffix of the node")
-    sampled = node.token_ids[first:]
-    data, starts = token_bytes.offsets(sampled)
+    data, starts = token_bytes.offsets(node.token_ids[first:])
     return [
-        Located(index, first + a, first + b, label, first, data, starts, gt)
-        for a, b, label, gt in label_spans(sampled, token_bytes)
+        Located(index, first + s.start, first + s.end, s.label, first, data, starts, s.gt, s)
+        for s in _spans_in(data, starts, rule)
     ]
 
 
-def locate(nodes: Sequence[Any], index: int, token_bytes: TokenBytes, expected: str | None = None) -> Located:
-    """The label span of the one prediction in sampled node ``index``."""
-    found = spans(nodes, index, token_bytes)
+def locate(
+    nodes: Sequence[Any],
+    index: int,
+    token_bytes: TokenBytes,
+    expected: str | None = None,
+    rule: SpanRule = "decision",
+) -> Located:
+    """The label span of the one prediction in sampled node ``index``: the one
+    label outside ``<think>`` blocks and CALL lines, which must be valid."""
+    return _prediction(spans(nodes, index, token_bytes, rule), index, expected)
+
+
+def _prediction(located: Sequence[Located], index: int, expected: str | None) -> Located:
+    found = [loc for loc in located if not loc.span.quoted]
     if len(found) != 1:
-        raise PredictionNotFound(f"node {index}: {len(found)} <PREDICTION> tags in its sampled tokens")
+        raise PredictionNotFound(
+            f"node {index}: {len(found)} <PREDICTION> tags outside think blocks and CALL lines"
+        )
+    if not found[0].span.valid:
+        raise PredictionNotFound(
+            f"node {index}: the label {found[0].label!r} is not one the protocol accepts"
+        )
     if expected is not None and found[0].label != expected:
         raise PredictionNotFound(
             f"node {index}: the tokens hold {found[0].label}, the verified record says {expected}"
@@ -216,16 +375,20 @@ def locate(nodes: Sequence[Any], index: int, token_bytes: TokenBytes, expected: 
 
 
 def graft_tokens(
-    loc: Located, verified: str, token_bytes: TokenBytes, encode: Callable[[str], list[int]]
+    loc: Located,
+    verified: str,
+    token_bytes: TokenBytes,
+    encode: Callable[[str], list[int]],
+    rule: SpanRule = "decision",
 ) -> tuple[int, list[int], tuple[int, int]]:
     """The corrected continuation at the prediction: ``(keep, continuation,
     (label_start, label_end))``: keep the node's first ``keep`` token ids
     (the policy's own), then ``continuation``, whose tokens
-    ``[label_start, label_end)`` hold the verified label (from the token
-    holding ``>``). The continuation is the canonical tokenization of the
-    corrected turn from the last token boundary, at or before the span,
-    that the policy's and the canonical tokenization share (normally the
-    span's start)."""
+    ``[label_start, label_end)`` hold the verified label under ``rule``. The
+    continuation is the canonical tokenization of the corrected turn from
+    the last token boundary, at or before the token holding the tag's ``>``,
+    that the policy's and the canonical tokenization share (normally that
+    token's start)."""
     corrected = loc.sampled_bytes[: loc.gt + 1] + verified.encode() + CLOSE.encode()
     try:
         text = corrected.decode("utf-8")
@@ -235,29 +398,44 @@ def graft_tokens(
     canon_bytes, canon_starts = token_bytes.offsets(canon)
     if canon_bytes != corrected:
         raise PredictionNotFound(f"node {loc.node}: the tokenizer does not round-trip the corrected turn")
-    span_start = loc.sampled_starts[loc.start - loc.first_sampled]
+    gt_token_start = loc.sampled_starts[_token_at(loc.sampled_starts, loc.gt)]
     shared = set(loc.sampled_starts) & set(canon_starts)
-    cut = max(b for b in shared if b <= span_start)
+    cut = max(b for b in shared if b <= gt_token_start)
     keep_sampled = loc.sampled_starts.index(cut)
     from_canon = canon_starts.index(cut)
     continuation = canon[from_canon:]
     rel = [s - cut for s in canon_starts[from_canon:]]
-    label_start = _token_at(rel, loc.gt - cut)
-    label_end = _token_at(rel, loc.gt + len(verified) - cut) + 1
+    at = loc.gt + 1 - cut
+    label_start, label_end = _rule_span(rel, loc.gt - cut, at, at + len(verified), rule)
     return loc.first_sampled + keep_sampled, continuation, (label_start, label_end)
+
+
+class DuplicateRecord(ValueError):
+    """Two verified records name the same sampled label (the same node and
+    span). :func:`annotate` trains the label once, counts the others in
+    ``duplicates`` and records this error's message in ``errors``."""
 
 
 @dataclass
 class Annotation:
-    """What one rollout's annotation did (the counts become trace metrics)."""
+    """What one rollout's annotation did (the counts become ``predict_*`` trace metrics)."""
 
-    labels: int = 0  # verified predictions in the record
+    labels: int = 0  # records with a sampled label
     in_place: int = 0  # sampled == verified: CE on the sampled span
     grafted: int = 0  # sampled != verified: a CE-only node added
     unlocated: int = 0  # raised PredictionNotFound (not trained)
+    duplicates: int = 0  # DuplicateRecord: a record naming a label another record already named
     graft_too_long: int = 0  # graft longer than max_tokens: dropped
     past_limit: int = 0  # in-place label beyond max_tokens (the trainer truncates it)
-    unverified: int = 0  # sampled labels with no verified record (held out of RL, no CE)
+    ce_off: int = 0  # located labels not trained because alpha is 0
+    unverified: int = 0  # valid sampled labels no record named (held out of RL, no CE)
+    invalid: int = 0  # sampled labels the protocol rejects (unknown word, wrong case, unclosed): no CE
+    truncated: int = 0  # sampled labels cut by the end of the tokens: held out, no CE
+    quoted: int = 0  # labels inside <think> blocks or on CALL lines: held out, not the prediction
+    rl_held_tokens: int = 0  # sampled tokens held out of RL as label tokens
+    labels_trained: int = 0  # labels that carry CE (in place or on a graft)
+    ce_tokens: int = 0  # tokens with a CE weight
+    ce_dropped: int = 0  # labels whose CE the adapter dropped (a uniform-reward group, the study's rule)
     graft_tokens: int = 0  # tokens in the grafted nodes' branches (extra trainer tokens)
     errors: list[str] = field(default_factory=list)
 
@@ -269,13 +447,13 @@ def default_graft_node(sampled: Any, token_ids: list[int], text: str, ce: list[f
     """A CE-only sibling of ``sampled``: the same node type (a verifiers
     pydantic model, or a dataclass) carrying the corrected text and no
     sampled tokens."""
-    fields = dict(
-        parent=sampled.parent,
-        sampled=False,
-        token_ids=token_ids,
-        mask=[False] * len(token_ids),
-        loss_weights={"ce": ce},
-    )
+    fields = {
+        "parent": sampled.parent,
+        "sampled": False,
+        "token_ids": token_ids,
+        "mask": [False] * len(token_ids),
+        "loss_weights": {"ce": ce},
+    }
     if dataclasses.is_dataclass(sampled):
         return dataclasses.replace(sampled, message={**sampled.message, "content": text}, **fields)
     return type(sampled).model_construct(
@@ -291,11 +469,16 @@ def annotate(
     *,
     alpha: float,
     max_tokens: int | None = None,
+    rule: SpanRule = "decision",
     new_node: Callable[..., Any] = default_graft_node,
 ) -> Annotation:
-    """Write PREDICT's ``rl``/``ce`` weights onto ``nodes`` (appending grafts)."""
-    if alpha <= 0:
-        raise ValueError(f"alpha must be > 0, not {alpha}")
+    """Write PREDICT's ``rl``/``ce`` weights onto ``nodes`` (appending grafts).
+
+    Every label span the policy sampled, closed or not, valid or not,
+    quoted or not, gets ``rl`` 0 and is counted. ``alpha`` 0 writes no CE
+    and grafts nothing (labels still out of RL credit)."""
+    if not alpha >= 0:
+        raise ValueError(f"alpha must be >= 0, not {alpha}")
     out = Annotation()
     original = len(nodes)
     rl: dict[int, list[float]] = {}
@@ -310,39 +493,64 @@ def annotate(
         return prefix_len[i]
 
     # Every label the policy sampled is held out of RL, verified or not (a label whose record the
-    # rollout lost, or a turn the protocol rejected, must not earn credit either).
-    held: set[tuple[int, int]] = set()
-    for i in rl:
-        if OPEN.decode() in (_content(nodes[i].message) or ""):
-            try:
-                for loc in spans(nodes, i, token_bytes):
-                    rl[i][loc.start : loc.end] = [0.0] * (loc.end - loc.start)
-                    held.add((i, loc.start))
-            except PredictionNotFound as exc:
+    # rollout lost, one the protocol rejected, one a token limit cut, a mention in a think block).
+    prediction: set[tuple[int, int]] = set()  # valid, unquoted labels: what a record may name
+    found_in: dict[int, list[Located]] = {}
+    for i, weights in rl.items():
+        node = nodes[i]
+        try:
+            found = found_in[i] = spans(nodes, i, token_bytes, rule)
+        except PredictionNotFound as exc:
+            emitted = b"".join(token_bytes(t) for t, m in zip(node.token_ids, node.mask) if m)
+            if OPEN.lower() in emitted.lower():  # a node with no label needs no span
                 out.errors.append(str(exc))
-    trained: set[tuple[int, int]] = set()
+            continue
+        for loc in found:
+            weights[loc.start : loc.end] = [0.0] * (loc.end - loc.start)
+            out.rl_held_tokens += loc.end - loc.start
+            if loc.span.quoted:
+                out.quoted += 1
+            elif loc.span.truncated:
+                out.truncated += 1
+            elif not loc.span.valid:
+                out.invalid += 1
+            else:
+                prediction.add((i, loc.start))
+    named: set[tuple[int, int]] = set()
     for cand in candidates:
         sampled, verified = cand.sampled_label, cand.verified_label
         if sampled is None:
             continue
         out.labels += 1
         try:
-            if not isinstance(verified, str) or not re.fullmatch(r"[A-Z_]+", verified):
+            if not isinstance(verified, str) or verified not in LABELS:
                 raise PredictionNotFound(f"candidate {cand.index}: no verified label")
             index = find_node(nodes[:original], cand.context or [], cand.prediction_turn)
-            loc = locate(nodes, index, token_bytes, expected=sampled)
+            if index not in found_in:
+                raise PredictionNotFound(f"node {index}: its sampled tokens are not one suffix of the node")
+            loc = _prediction(found_in[index], index, sampled)
+            if (index, loc.start) in named:
+                raise DuplicateRecord(
+                    f"candidate {cand.index}: node {index}'s label is named by an earlier record; "
+                    "trained once"
+                )
+            named.add((index, loc.start))
+            if alpha == 0:
+                out.ce_off += 1
+                continue
             node = nodes[index]
-            rl[index][loc.start : loc.end] = [0.0] * (loc.end - loc.start)
-            trained.add((index, loc.start))
             if sampled == verified:
                 ce = list((node.loss_weights or {}).get("ce") or [0.0] * len(node.token_ids))
-                ce[loc.start : loc.end] = [alpha] * (loc.end - loc.start)
+                a, b = loc.start, loc.end
+                ce[a:b] = [alpha] * (b - a)
                 node.loss_weights = {**(node.loss_weights or {}), "ce": ce}
                 out.in_place += 1
+                out.labels_trained += 1
+                out.ce_tokens += b - a
                 if max_tokens is not None and tokens_before(index) + loc.end > max_tokens:
                     out.past_limit += 1
                 continue
-            keep, continuation, (a, b) = graft_tokens(loc, verified, token_bytes, encode)
+            keep, continuation, (a, b) = graft_tokens(loc, verified, token_bytes, encode, rule)
             token_ids = list(node.token_ids[:keep]) + continuation
             total = tokens_before(index) + len(token_ids)
             if max_tokens is not None and total > max_tokens:
@@ -353,11 +561,16 @@ def annotate(
             text = b"".join(token_bytes(t) for t in token_ids[loc.first_sampled :]).decode("utf-8")
             nodes.append(new_node(node, token_ids, text, ce))
             out.grafted += 1
+            out.labels_trained += 1
+            out.ce_tokens += b - a
             out.graft_tokens += total
         except PredictionNotFound as exc:
             out.unlocated += 1
             out.errors.append(str(exc))
-    out.unverified = len(held - trained)
+        except DuplicateRecord as exc:
+            out.duplicates += 1
+            out.errors.append(f"{type(exc).__name__}: {exc}")
+    out.unverified = len(prediction - named)
     for i, weights in rl.items():
         nodes[i].loss_weights = {**(nodes[i].loss_weights or {}), "rl": weights}
     return out

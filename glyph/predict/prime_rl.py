@@ -8,8 +8,10 @@ executes them. ``GlyphGRPOAlgorithm`` is GRPO with the study's rule that
 truncated or over-long rollouts are kept out of training. PREDICT annotates
 each trainable trace in ``score_episode`` (rollout-local, before the group is
 complete) with ``glyph.predict.annotate``, then GRPO assigns advantages in
-``score_group``. Counts go to ``trace.metrics`` (``predict_*``,
-``glyph_excluded``), which the orchestrator logs as ``train/metrics/*``.
+``score_group``, where a group of equal rewards also loses its CE unless
+``ce_in_uniform_groups`` (the study's stack dropped such groups whole).
+Counts go to ``trace.metrics`` (``predict_*``, ``glyph_excluded``), which the
+orchestrator logs as ``train/metrics/*``.
 """
 
 from __future__ import annotations
@@ -69,6 +71,8 @@ class PredictAlgorithm(GlyphGRPOAlgorithm):
     def __init__(self, config: PredictAlgoConfig, policy_pool: InferencePool):
         super().__init__(config, policy_pool)
         self.alpha = config.alpha
+        self.label_span = config.label_span
+        self.ce_in_uniform_groups = config.ce_in_uniform_groups
         self.max_aux_tokens = config.max_aux_tokens
         self.tokenizer_name = config.tokenizer
         self.tokenizer = None
@@ -97,6 +101,7 @@ class PredictAlgorithm(GlyphGRPOAlgorithm):
             self.encode,
             alpha=self.alpha,
             max_tokens=self.max_aux_tokens,
+            rule=self.label_span,
         )
         trace.metrics.update(out.metrics())
         for error in out.errors:
@@ -106,3 +111,32 @@ class PredictAlgorithm(GlyphGRPOAlgorithm):
     async def score_episode(self, episode: vf.Episode) -> None:
         for _, trace in iter_trainable_traces([episode]):
             self.annotate(trace)
+
+    async def score_group(self, episodes: list[vf.Episode]) -> None:
+        await super().score_group(episodes)
+        if self.ce_in_uniform_groups:
+            return
+        kept = [trace for _, trace in iter_trainable_traces(episodes) if not self.excluded(trace)]
+        if len({trace.reward for trace in kept}) > 1:
+            return
+        for trace in kept:
+            drop_ce(trace)
+
+
+def drop_ce(trace: vf.Trace) -> None:
+    """Take PREDICT's CE out of ``trace`` (the study's uniform-reward groups):
+    the grafted CE-only nodes go (they hang at the end of ``trace.nodes``, as
+    ``annotate`` appends them) and no node keeps a ``ce`` stream, so with
+    zero advantages nothing of the rollout reaches the trainer."""
+    trained = trace.metrics.get("predict_labels_trained", 0.0)
+    trace.nodes[:] = [n for n in trace.nodes if n.sampled or not (n.loss_weights or {}).get("ce")]
+    for node in trace.nodes:
+        if node.loss_weights and "ce" in node.loss_weights:
+            rest = {k: v for k, v in node.loss_weights.items() if k != "ce"}
+            node.loss_weights = rest or None
+    trace.metrics.update(
+        predict_ce_dropped=trained,
+        predict_labels_trained=0.0,
+        predict_ce_tokens=0.0,
+        predict_graft_tokens=0.0,
+    )

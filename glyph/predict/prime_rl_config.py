@@ -52,16 +52,30 @@ class PredictAlgoConfig(GlyphGRPOAlgoConfig):
 
     alpha: float = Field(0.1, ge=0, allow_inf_nan=False)
     """CE weight on each verified label token (the study: 0.1). The trainer
-    normalises the ce component by its own token count, apart from rl. 0: no
-    CE, the sampled label tokens still held out of RL credit (the control)."""
+    normalises the ce component by its own token count, apart from rl.
+    0: no CE (no grafts), the sampled label tokens still held out of RL
+    credit (the alpha-0 control)."""
 
     label_span: Literal["decision", "study"] = "decision"
-    """Which tokens count as the prediction label: ``decision`` (glyph's) or
-    ``study`` (the study's span). A placeholder: the algorithm does not read it yet."""
+    """Which tokens of a label are held out of RL and trained with CE
+    (``glyph.predict.annotate.SpanRule``). ``"decision"`` (glyph's): from the
+    token holding the ``>`` of ``<PREDICTION>`` through the label's last
+    token; with Qwen3's BPE that token is the first label decision (``'>P'``,
+    ``'>R'``, or a lone ``'>'`` before ASSERTION_FAILURE, SYNTAX_ERROR,
+    TIMEOUT, OTHER). ``"study"``: the study's rule (its
+    ``src/glyph/prime_rl.py``, ``_mask_label_tokens``): the tokens overlapping
+    the label's characters, so a lone ``'>'`` gets no CE and keeps RL credit
+    while a merged ``'>P'``/``'>R'`` is in the span."""
 
     ce_in_uniform_groups: bool = True
-    """Whether CE is kept in groups whose rewards are all equal (the study: no).
-    A placeholder: the algorithm does not read it yet."""
+    """Whether a group whose trainable rollouts all got the same reward
+    still trains PREDICT's CE. True (glyph's, PRIME-RL at the pin): the
+    zero-advantage filter zeroes the group's RL tokens but keeps its CE and
+    CE-only samples. False (the study's: PRIME-RL ``d334ea5`` with the
+    ``zero_advantage`` post-batch filter enforced, its ``configs/arm_b_rl.toml``):
+    such a group's rollouts are dropped whole, CE included; here their CE is
+    removed (grafts too) in ``score_group``, so the zero-advantage filter
+    drops them, and ``predict_ce_dropped`` counts the labels."""
 
     max_aux_tokens: int = Field(ge=1)
     """The longest sample PREDICT may train on: set it to the orchestrator's

@@ -191,7 +191,7 @@ def label_spans(tb: TokenBytes, token_ids: list[int], where: list[bool]) -> list
             runs_[-1][1] = i + 1
         elif w:
             runs_.append([i, i + 1])
-    return [(a + s, a + e, label) for a, b in runs_ for s, e, label, _ in annotate_spans(token_ids[a:b], tb)]
+    return [(a + s.start, a + s.end, s.label) for a, b in runs_ for s in annotate_spans(token_ids[a:b], tb)]
 
 
 def test_the_registry_resolves_predict_and_lists_it_among_known_types():
@@ -201,7 +201,14 @@ def test_the_registry_resolves_predict_and_lists_it_among_known_types():
         _ALGO.validate_python({"type": "no-such-algorithm"})
     with pytest.raises(pydantic.ValidationError, match="alpha"):
         _ALGO.validate_python({"type": "predict", "alpha": -0.1, "max_aux_tokens": 2048})
-    assert _ALGO.validate_python({"type": "predict", "alpha": 0, "max_aux_tokens": 2048}).alpha == 0.0
+    control = _ALGO.validate_python({"type": "predict", "alpha": 0.0, "max_aux_tokens": 2048})
+    assert control.alpha == 0.0 and control.label_span == "decision" and control.ce_in_uniform_groups
+    study = _ALGO.validate_python(
+        {"type": "predict", "max_aux_tokens": 2048, "label_span": "study", "ce_in_uniform_groups": False}
+    )
+    assert (study.label_span, study.ce_in_uniform_groups) == ("study", False)
+    with pytest.raises(pydantic.ValidationError, match="label_span"):
+        _ALGO.validate_python({"type": "predict", "max_aux_tokens": 2048, "label_span": "nearest"})
     with pytest.raises(pydantic.ValidationError, match="max_aux_tokens"):
         _ALGO.validate_python({"type": "predict"})
     assert _ALGO.validate_python({"type": "grpo"}).type == "grpo"  # built-ins untouched
@@ -325,6 +332,79 @@ def test_a_uniform_reward_group_keeps_its_ce_and_drops_its_rl(runs, algorithm, t
     # becomes a CE-only sample: both kinds are here
     assert any(any(s.mask) for s in batch.samples) and any(not any(s.mask) for s in batch.samples)
     loss_equals_reference(batch.samples)
+
+
+def build(tokdir, **fields) -> PredictAlgorithm:
+    config = _ALGO.validate_python({"type": "predict", "alpha": ALPHA, "max_aux_tokens": 4096, **fields})
+    algo = build_algorithm(config, _Pool(str(tokdir)))
+    asyncio.run(algo.setup())
+    return algo
+
+
+def test_the_studys_uniform_group_rule_drops_the_groups_ce_with_its_rollouts(runs, tokdir):
+    """ce_in_uniform_groups = false: as the study's stack (zero_advantage filter, enforce = true), a group
+    whose rewards are all equal ships nothing, CE included; a mixed group keeps its CE."""
+    algo = build(tokdir, ce_in_uniform_groups=False)
+    recover, revise, hack = (episodes(runs, p, "study-uniform") for p in POLICIES)
+    uniform = [[recover[t], revise[t]] for t in sorted(recover)]
+    mixed = [[revise[t], hack[t]] for t in sorted(revise)]
+    for group in uniform:
+        for ep in group:
+            asyncio.run(algo.finalize_episode(ep))
+        before = [ep.traces[0].metrics["predict_labels_trained"] for ep in group]
+        assert sum(before) > 0, "the uniform groups here carry CE before the group is scored"
+        asyncio.run(algo.finalize_group(group))
+        for ep, trained in zip(group, before):
+            (trace,) = ep.traces
+            assert trace.metrics["predict_ce_dropped"] == trained
+            assert trace.metrics["predict_labels_trained"] == trace.metrics["predict_ce_tokens"] == 0.0
+            assert all("ce" not in (n.loss_weights or {}) for n in trace.nodes)
+            assert all(n.sampled or n.loss_weights is None for n in trace.nodes)  # grafts gone
+    recover, revise = (episodes(runs, p, "study-uniform-sink") for p in ("recover", "revise"))
+    batch = train_batch(algo, [[recover[t], revise[t]] for t in sorted(recover)], 2)
+    assert batch.samples == []
+    batch = train_batch(algo, mixed, 2)
+    assert any(s.ce_weights and any(s.ce_weights) for s in batch.samples)
+    assert all(ep.traces[0].metrics["predict_ce_dropped"] == 0.0 for g in mixed for ep in g)
+
+
+def test_the_study_span_rule_through_prime_rls_train_sink(runs, tokdir, tok):
+    """label_span = "study": a lone '>' before the label keeps its RL weight and gets no CE; the shipped
+    samples still equal the reference loss."""
+    tb = TokenBytes(tok)
+    algo = build(tokdir, label_span="study")
+    recover, hack = (episodes(runs, p, "study-span") for p in ("recover", "hack"))
+    samples = train_batch(algo, [[recover[t], hack[t]] for t in sorted(recover)], 2).samples
+    revise, hack = (episodes(runs, p, "study-span-revise") for p in ("revise", "hack"))  # hack's ids again
+    samples += train_batch(algo, [[revise[t], hack[t]] for t in sorted(revise)], 2).samples
+    lone = 0
+    for s in samples:
+        ce = s.ce_weights or [0.0] * len(s.token_ids)
+        for i, w in enumerate(ce):
+            if w:
+                assert tb(s.token_ids[i]) != b">"
+        for a, _, _ in (label_spans(tb, s.token_ids, s.mask) if any(s.mask) else []):
+            if tb(s.token_ids[a]) == b">":
+                lone += 1
+                assert s.rl_weights[a] == 1.0 and not ce[a]
+        if not any(s.mask):  # a CE-only sample: the CE starts on the label's own first token
+            on = [i for i, w in enumerate(ce) if w]
+            assert tb(s.token_ids[on[0] - 1]) == b">" or tb(s.token_ids[on[0]]).startswith(b">")
+    assert lone >= 1, "revise's runs sample a label written after a lone '>'"
+    loss_equals_reference(samples)
+
+
+def test_alpha_zero_through_prime_rls_train_sink(runs, tokdir, tok):
+    """The alpha-0 control: no CE at all, the sampled labels still out of RL credit."""
+    tb = TokenBytes(tok)
+    algo = build(tokdir, alpha=0.0)
+    recover, hack = (episodes(runs, p, "alpha0") for p in ("recover", "hack"))
+    batch = train_batch(algo, [[recover[t], hack[t]] for t in sorted(recover)], 2)
+    assert batch.samples and all(any(s.mask) for s in batch.samples)  # no CE-only samples
+    assert all(s.ce_weights is None or not any(s.ce_weights) for s in batch.samples)
+    for s in batch.samples:
+        spans = label_spans(tb, s.token_ids, s.mask)
+        assert spans and all(not any(s.rl_weights[a:b]) for a, b, _ in spans)
 
 
 def test_a_graft_past_max_aux_tokens_is_dropped_and_counted(runs, tokdir):
