@@ -1,4 +1,4 @@
-"""``glyph flywheel run | replicate | sweep | credit``."""
+"""``glyph flywheel run | aa | replicate | sweep | import | credit``."""
 
 from __future__ import annotations
 
@@ -99,6 +99,43 @@ def flywheel_run(out: _FwOut, opts: RunOptions) -> None:
     console.print(summary_table(doc), soft_wrap=True)
     err.print(f"wrote {out / 'run.json'}, {out / 'curve.png'}, {out / 'curve.html'}")
     _fw_timing(doc, fw)
+
+
+@app.command("aa")
+@_with_run_options("gate", "aa_runs")
+def flywheel_aa(
+    out: _FwOut, opts: RunOptions,
+    runs: Annotated[int, typer.Option("--runs", min=2, help="no-lesson re-rolls of the holdout")] = 8,
+) -> None:
+    """The measured noise floor: an A/A test on the sealed holdout.
+
+    Re-rolls the holdout RUNS times with no lesson, and reports the 95%
+    quantile of |rate_i - rate_j| over every pair of re-rolls beside the
+    formula band 1.96*sqrt(0.25/(n*K)) and the two-rate band (sqrt(2)
+    wider). Writes OUT/aa.json and aa.png; OUT is resumable, and `run --gate
+    aa --aa-runs RUNS --out OUT` with the same options reuses its re-rolls."""
+    from glyph.data import conventions
+    from glyph.flywheel.aggregate import write_json
+    from glyph.flywheel.loop import Flywheel
+    from glyph.flywheel.noise import aa_png, aa_table
+    from glyph.flywheel.runner import make_agent, make_writer
+
+    opts = opts.replace(gate="aa", aa_runs=runs)
+    config = opts.config()
+    tasks = conventions.load_tasks(config.tasks)
+    fw = Flywheel(config, out, make_agent(opts, config, tasks), make_writer(opts, config), tasks=tasks,
+                  concurrency=opts.concurrency, progress=not opts.quiet, console=err,
+                  retry_excluded=opts.retry_excluded)
+    try:
+        doc = fw.measure_aa(runs)
+    except KeyboardInterrupt:
+        err.print(f"[yellow]interrupted[/]: finished rollouts are stored in {out}; rerun the same command to resume")
+        raise typer.Exit(130)
+    write_json(out / "aa.json", doc)
+    (out / "aa.png").write_bytes(aa_png(doc))
+    console.print(aa_table(doc), soft_wrap=True)
+    err.print(f"wrote {out / 'aa.json'}, {out / 'aa.png'}; {fw.calls} agent call(s), {fw.reused} stored "
+              f"rollout(s) reused, {fw.seconds:.1f} s; excluded rollouts: {doc['excluded']['rollouts']}")
 
 
 def _fw_runs_table(title: str, rows: list[dict]):

@@ -10,7 +10,10 @@ with ``conventions.extract_code(reply)`` and grades it. Two agents:
   then ``reference_fixed``. Seeded noise (``p_lucky``: fixed without the
   lesson; ``p_slip``: broken with it) is drawn from a hash of (seed, phase,
   round, task id, rollout index), so results do not depend on execution
-  order, concurrency or resumption. A task with no mode (``mode == ""``)
+  order, concurrency or resumption. With ``noise_draw="task"`` the draw
+  leaves out the rollout index, so a task's K rollouts in one phase are
+  alike (perfectly correlated rollouts, for measuring what that does to
+  the noise floor). A task with no mode (``mode == ""``)
   has no lesson it recognises: it is fixed only by luck.
 * :class:`OpenAIAgent`: any OpenAI-compatible endpoint through the
   ``openai`` SDK, which retries rate limits (429), 408/409, 5xx, timeouts
@@ -105,7 +108,10 @@ class ReferenceAgent:
     name = "reference"
 
     def __init__(self, tasks: Iterable[ConventionTask], *, seed: int, p_lucky: float, p_slip: float,
-                 mode_lessons: dict[str, str] | None = None) -> None:
+                 mode_lessons: dict[str, str] | None = None, noise_draw: str = "rollout") -> None:
+        if noise_draw not in ("rollout", "task"):
+            raise ValueError(f"noise_draw must be 'rollout' or 'task', got {noise_draw!r}")
+        self.noise_draw = noise_draw
         for p, what in ((p_lucky, "p_lucky"), (p_slip, "p_slip")):
             if not 0 <= p <= 1:
                 raise ValueError(f"{what} must be in [0, 1], got {p}")
@@ -138,6 +144,8 @@ class ReferenceAgent:
         knows = lesson is not None and lesson.strip() in text
         if key is None:  # served without a key: draw from the prompt itself
             u = unit_draw(self.seed, "prompt", text)
+        elif self.noise_draw == "task":
+            u = unit_draw(self.seed, key.phase, key.round, task.id)
         else:
             u = unit_draw(self.seed, key.phase, key.round, task.id, key.k)
         fixed = (u >= self.p_slip) if knows else (u < self.p_lucky)

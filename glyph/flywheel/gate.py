@@ -17,6 +17,22 @@ measurement. Two ways to say what that noise is:
   population of tasks and accounts for per-task difficulty (each task is
   its own control); it needs enough tasks for the t interval to mean
   something (with fewer than 2 it never keeps).
+* ``aa``: the measured noise floor. The sealed holdout is re-rolled R times
+  with no lesson (an A/A test: the same policy against itself); the
+  holdout rate of each re-roll is recorded, and the A/A band is the 95%
+  quantile of ``|rate_i - rate_j|`` over all R(R-1)/2 pairs of re-rolls
+  (:func:`aa_band`); keep if ``gain > aa band``. It assumes only that the
+  re-rolls are exchangeable with the comparison a round makes (same
+  agent, same holdout, same K), so it measures whatever correlation the
+  rollouts have (per-task effects, a deterministic server, a cache)
+  instead of assuming none. It costs R holdout passes, and its quantile
+  is itself an estimate from R re-rolls (the pairs share re-rolls, so
+  they are not independent; R >= 8 is a floor, not a luxury).
+
+Besides the formula band, :func:`two_rate_band` is the half-width for the
+difference of two independent rates (``sqrt(2)`` times the formula band),
+which is what a gain is; under the formula's own assumptions (independent
+Bernoulli rollouts, p = 0.5) the A/A band converges to it.
 
 Guarantees: pure functions of their inputs, no randomness; the t quantile
 is exact for integer degrees of freedom (Abramowitz & Stegun 26.7.3-4,
@@ -26,12 +42,14 @@ inverted by bisection), so no scipy is needed.
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass
-from typing import Literal, Mapping
+from typing import Literal, Mapping, Sequence
 
-Gate = Literal["band", "paired"]
-GATES: tuple[str, ...] = ("band", "paired")
+Gate = Literal["band", "paired", "aa"]
+GATES: tuple[str, ...] = ("band", "paired", "aa")
 Z95 = 1.96
+AA_QUANTILE = 0.95
 
 
 def band(n_holdout: int, K: int) -> float:
@@ -43,6 +61,61 @@ def band_for(n_rollouts: int) -> float:
     """The band for a rate measured from ``n_rollouts`` scored rollouts (equal
     to :func:`band` when none is excluded); ``inf`` for none."""
     return Z95 * math.sqrt(0.25 / n_rollouts) if n_rollouts > 0 else math.inf
+
+
+def two_rate_band(n_rollouts: int) -> float:
+    """The 95% half-width of the difference of two independent rates, each from
+    ``n_rollouts`` Bernoulli(0.5) rollouts: ``sqrt(2) * band_for(n_rollouts)``."""
+    return math.sqrt(2) * band_for(n_rollouts)
+
+
+def quantile(xs: Sequence[float], q: float) -> float:
+    """The ``q`` quantile of ``xs`` by linear interpolation between order
+    statistics (numpy's default, "linear"); ``nan`` for no values."""
+    v = sorted(xs)
+    if not v:
+        return math.nan
+    pos = q * (len(v) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(v) - 1)
+    return v[lo] + (v[hi] - v[lo]) * (pos - lo)
+
+
+@dataclass(frozen=True)
+class AABand:
+    """The A/A measurement: the holdout rate of each no-lesson re-roll, and the
+    95% quantile of the absolute differences between every pair of re-rolls."""
+
+    rates: tuple[float, ...]
+    band: float
+    """``quantile(|rate_i - rate_j| over i < j, 0.95)`` (``inf`` with fewer than 2 re-rolls)."""
+    mean_abs: float
+    sd_rate: float
+
+    @property
+    def pairs(self) -> int:
+        return len(self.rates) * (len(self.rates) - 1) // 2
+
+    def to_json(self) -> dict:
+        pp = lambda x: None if not math.isfinite(x) else round(100 * x, 4)  # noqa: E731
+        return {"runs": len(self.rates), "pairs": self.pairs, "quantile": AA_QUANTILE, "band_pp": pp(self.band),
+                "mean_abs_diff_pp": pp(self.mean_abs), "sd_rate_pp": pp(self.sd_rate),
+                "normal_two_rate_pp": pp(Z95 * math.sqrt(2) * self.sd_rate),
+                "rates": [round(r, 6) for r in self.rates]}
+
+
+def aa_band(rates: Sequence[float]) -> AABand:
+    """The A/A band from the holdout rates of R no-lesson re-rolls.
+
+    ``normal_two_rate_pp`` in :meth:`AABand.to_json` is the same spread
+    assuming normal differences (``1.96 * sqrt(2) * sd(rates)``): a smoother
+    estimate to read beside the empirical quantile, not the gate."""
+    rates = tuple(rates)
+    diffs = [abs(a - b) for i, a in enumerate(rates) for b in rates[i + 1:]]
+    if not diffs:
+        return AABand(rates, math.inf, math.nan, math.nan)
+    sd = statistics.stdev(rates)
+    return AABand(rates, quantile(diffs, AA_QUANTILE), math.fsum(diffs) / len(diffs), sd)
 
 
 def t_cdf_two_sided(t: float, df: int) -> float:
@@ -116,10 +189,15 @@ def paired(with_rates: Mapping[str, float], without_rates: Mapping[str, float]) 
     return Paired(mean, mean - half, mean + half, n)
 
 
-def decide(gate: Gate, gain: float, band_value: float, paired_result: Paired) -> bool:
-    """Keep the candidate? ``band``: gain > band; ``paired``: lower bound > 0."""
+def decide(gate: Gate, gain: float, band_value: float, paired_result: Paired, aa: AABand | None = None) -> bool:
+    """Keep the candidate? ``band``: gain > band; ``paired``: lower bound > 0;
+    ``aa``: gain > the A/A band (``aa`` must be given)."""
     if gate == "band":
         return math.isfinite(gain) and gain > band_value
     if gate == "paired":
         return paired_result.keep
+    if gate == "aa":
+        if aa is None:
+            raise ValueError("gate 'aa' needs the A/A measurement")
+        return math.isfinite(gain) and gain > aa.band
     raise ValueError(f"unknown gate {gate!r} (expected one of {', '.join(GATES)})")

@@ -11,6 +11,11 @@
    decides. A kept lesson's holdout rate becomes the accepted level. The
    loop stops after two consecutive rejections, when no untried cluster is
    left, or at ``max_rounds``.
+3. With ``--gate aa``, between the two: the holdout re-rolled ``aa_runs``
+   times with no lesson (phase ``aa``, round = re-roll index), whose
+   pairwise rate differences give the A/A band (``gate.aa_band``) every
+   round's gain is held to. ``Flywheel.measure_aa`` does this step alone
+   (``glyph flywheel aa``), into a directory ``run --gate aa`` resumes.
 
 What it guarantees:
 
@@ -167,6 +172,7 @@ class Flywheel:
         self._count_lock = threading.Lock()
         self._excluded: dict[str, int] = {}
         self.dropped = 0  # (comparison, task) pairs left out: every rollout of the task excluded
+        self.aa: gates.AABand | None = None
 
     # -- rollouts
 
@@ -254,6 +260,59 @@ class Flywheel:
             self.calls += 1
         return self._rollout(task, lessons, key, fp)
 
+    def _aa(self, store: Store, bars, runs: int) -> gates.AABand:
+        """The holdout re-rolled ``runs`` times with no lesson; the A/A band of their rates."""
+        fp, K = fingerprint([]), self.config.K
+        keys = [(t, RolloutKey("aa", r, t.id, k)) for r in range(runs) for t in self.holdout for k in range(K)]
+        todo = [(t, key) for t, key in keys if store.get(("aa", key.round, t.id, key.k, fp)) is None]
+        bar = (bars.add_task(f"A/A ({runs} re-rolls)", total=len(keys), completed=len(keys) - len(todo))
+               if bars else None)
+        if todo:
+            self._run_jobs(store, bars, bar, todo, [], fp)
+        rates = []
+        for r in range(runs):
+            rows = [store.get(("aa", r, t.id, k, fp)) for t in self.holdout for k in range(K)]
+            scored = [x["reward"] for x in rows if not x["excluded"]]
+            if len(scored) < len(rows):
+                self._excluded["aa"] = self._excluded.get("aa", 0) + len(rows) - len(scored)
+            if not scored:
+                raise FlywheelError(f"every rollout of A/A re-roll {r} was excluded (model calls failed after "
+                                    "their retries); fix the endpoint and rerun with --retry-excluded")
+            rates.append(sum(scored) / len(scored))
+        return gates.aa_band(rates)
+
+    def measure_aa(self, runs: int) -> dict:
+        """Only the A/A measurement (``runs`` no-lesson re-rolls of the holdout),
+        stored in the run directory; returns the bands document (:meth:`bands`)."""
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        t0 = time.perf_counter()
+        with Store(self.out, self.config, retry_excluded=self.retry_excluded) as store:
+            bars_cm = (Progress(TextColumn("{task.description:<22}"), BarColumn(), MofNCompleteColumn(),
+                                TimeElapsedColumn(), console=self.console, transient=False)
+                       if self.progress else nullcontext(None))
+            with bars_cm as bars:
+                self.aa = self._aa(store, bars, runs)
+            self.reused = store.reused
+        self.seconds = time.perf_counter() - t0
+        return {"K": self.config.K, "n_holdout": len(self.holdout), "seed": self.config.seed,
+                "agent": self._agent_json(), "bands": self.bands(),
+                "excluded": {"rollouts": sum(self._excluded.values()), "by_phase": dict(sorted(self._excluded.items()))},
+                "tasks": self.config.tasks, "tasks_sha256": self.config.tasks_sha256}
+
+    def bands(self) -> dict:
+        """The three noise bands side by side (pp), and which one gates."""
+        n = len(self.holdout) * self.config.K
+        return {"formula_pp": _r(100 * gates.band_for(n), 4), "two_rate_pp": _r(100 * gates.two_rate_band(n), 4),
+                "aa_pp": None if self.aa is None else _r(100 * self.aa.band, 4),
+                "aa": None if self.aa is None else self.aa.to_json(),
+                "gated_by": {"band": "formula", "paired": "paired", "aa": "aa"}[self.config.gate]}
+
+    def _agent_json(self) -> dict:
+        cfg = self.config
+        return {"kind": cfg.agent, "base_url": cfg.base_url, "model": cfg.model, "p_lucky": cfg.p_lucky,
+                "p_slip": cfg.p_slip}
+
     # -- comparison
 
     def _compare(self, cand: dict[str, list[dict]], level: dict[str, list[dict]]) -> dict:
@@ -265,7 +324,7 @@ class Flywheel:
         gain = (with_rate - level_rate) if with_rate is not None and level_rate is not None else math.nan
         band = gates.band_for(n_with) if n_with else math.inf
         paired = gates.paired({t: cr[t] for t in common}, {t: lr[t] for t in common})
-        keep = gates.decide(self.config.gate, gain, band, paired)
+        keep = gates.decide(self.config.gate, gain, band, paired, self.aa)
         return {"gain": gain, "band": band, "paired": paired, "keep": keep, "n_tasks": len(common)}
 
     # -- the run
@@ -294,6 +353,8 @@ class Flywheel:
         level_rows = baseline
         base_rate, _ = pooled(baseline)
         level = base_rate
+        if cfg.gate == "aa":
+            self.aa = self._aa(store, bars, cfg.aa_runs)
         kept: list[str] = []
         tried: set[str] = set()
         lessons: list[dict] = []
@@ -336,7 +397,8 @@ class Flywheel:
             else:
                 rejections += 1
             curve.append({"round": rnd, "accepted": _r(level), "candidate": _r(cand_rate), "kept": cmp["keep"],
-                          "level_before": _r(band_level), "band_pp": _r(100 * cmp["band"], 4)})
+                          "level_before": _r(band_level),
+                          "band_pp": _r(100 * (self.aa.band if cfg.gate == "aa" else cmp["band"]), 4)})
             if rejections >= MAX_REJECTIONS:
                 stop = f"{MAX_REJECTIONS} consecutive rejections"
                 break
@@ -351,12 +413,12 @@ class Flywheel:
             "noise_band_pp": _r(100 * gates.band(len(self.holdout), cfg.K), 4),
             "K": cfg.K, "n_holdout": len(self.holdout), "n_train": len(self.train), "gate": cfg.gate,
             "seed": cfg.seed,
-            "agent": {"kind": cfg.agent, "base_url": cfg.base_url, "model": cfg.model,
-                      "p_lucky": cfg.p_lucky, "p_slip": cfg.p_slip},
+            "agent": self._agent_json(),
             "writer": {"kind": cfg.writer, "base_url": cfg.writer_base_url, "model": cfg.writer_model},
             "excluded": {"rollouts": sum(excluded.values()), "by_phase": dict(sorted(excluded.items())),
                          "tasks_dropped": self.dropped, "writer_failures": writer_failures},
             "rounds": len(curve) - 1, "stop": stop, "kept_lessons": kept,
             "lessons": lessons, "curve": curve,
             "tasks": cfg.tasks, "tasks_sha256": cfg.tasks_sha256,
+            "bands": self.bands(),
         }

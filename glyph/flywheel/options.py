@@ -39,6 +39,7 @@ CALL = _Call()
 OPENAI_AGENT = Only("agent", "openai")
 REFERENCE_AGENT = Only("agent", "reference")
 OPENAI_WRITER = Only("writer", "openai")
+AA_GATE = Only("gate", "aa")
 Kind = Literal["reference", "openai"]
 
 
@@ -71,15 +72,20 @@ class RunOptions(BaseModel):
         None, description="writer endpoint (default: --base-url)")
     writer_model: Annotated[Optional[str], OPENAI_WRITER] = Field(
         None, description="writer model (default: --model)")
-    gate: Literal["band", "paired"] = Field(
+    gate: Literal["band", "paired", "aa"] = Field(
         "band", description="band: gain > 1.96*sqrt(0.25/(n*K)); paired: the per-task t interval's lower "
-                            "bound > 0 (docs/flywheel.md)")
+                            "bound > 0; aa: gain > the measured A/A band (docs/flywheel.md)")
+    aa_runs: Annotated[int, AA_GATE] = Field(
+        8, ge=2, description="--gate aa: no-lesson re-rolls of the holdout that measure the A/A band")
     max_rounds: int = Field(20, ge=1, description="at most this many lesson rounds")
     concurrency: Annotated[int, CALL] = Field(8, ge=1, description="threads for model calls and grading")
     p_lucky: Annotated[float, REFERENCE_AGENT] = Field(
         0.1, ge=0, le=1, description="reference agent noise: chance of the fixed reference without the lesson")
     p_slip: Annotated[float, REFERENCE_AGENT] = Field(
         0.05, ge=0, le=1, description="reference agent noise: chance of the broken reference with the lesson")
+    noise_draw: Literal["rollout", "task"] = Field(
+        "rollout", description="reference agent noise: one draw per rollout (independent), or per task and "
+                               "phase (a task's K rollouts alike: correlated); reference agent only")
     timeout: Annotated[float, CALL] = Field(120.0, description="seconds per model request")
     retries: Annotated[int, CALL] = Field(
         6, ge=0, description="retries of a rate-limited or failed model call before its rollout is excluded")
@@ -133,8 +139,20 @@ def _marker(field, kind):
     return next((m for m in field.metadata if isinstance(m, kind)), None)
 
 
+OMIT_AT_DEFAULT = ("aa_runs", "noise_draw")
+"""Fields added after run directories existed: left out of ``config.json`` at
+their default (``None`` where not applicable), so a run that does not use
+them writes the configuration an older version wrote, and resumes one."""
+
+
 class _ConfigBase(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    def stored(self) -> dict:
+        """What ``config.json`` holds: every field, but :data:`OMIT_AT_DEFAULT` at its default."""
+        fields = type(self).model_fields
+        return {k: v for k, v in self.model_dump().items()
+                if not (k in OMIT_AT_DEFAULT and v == fields[k].default)}
 
     def identity(self) -> dict:
         """What must match to resume: everything but the task file's path (its hash counts)."""

@@ -109,13 +109,22 @@ def html_page(title: str, intro: str, figures: list[tuple[str, bytes]], columns:
             f"<h2>Lessons</h2>{table}{cap}</body></html>\n")
 
 
+def _bands_text(doc: dict) -> str:
+    b = doc.get("bands")
+    if not b:
+        return ""
+    aa = "not measured" if b.get("aa_pp") is None else f"{b['aa_pp']:.2f} pp ({b['aa']['runs']} re-rolls)"
+    return f" (two-rate {b['two_rate_pp']:.2f} pp, A/A {aa}; gated by {b['gated_by']})"
+
+
 def run_intro(doc: dict) -> str:
     ex = doc["excluded"]
     return escape(
         f"Holdout pass rate {pct(doc['baseline'])} -> {pct(doc['final'])} ({pp(doc['gain_pp'])} pp) over "
         f"{doc['rounds']} round(s); stopped: {doc['stop']}. K = {doc['K']} rollouts per task, "
         f"{doc['n_holdout']} holdout and {doc['n_train']} train tasks; noise band "
-        f"1.96*sqrt(0.25/(n*K)) = {doc['noise_band_pp']:.2f} pp; gate: {doc['gate']}; seed {doc['seed']}; "
+        f"1.96*sqrt(0.25/(n*K)) = {doc['noise_band_pp']:.2f} pp{_bands_text(doc)}; gate: {doc['gate']}; "
+        f"seed {doc['seed']}; "
         f"agent {doc['agent']['kind']}{' ' + doc['agent']['model'] if doc['agent']['model'] else ''}, "
         f"writer {doc['writer']['kind']}{' ' + doc['writer']['model'] if doc['writer']['model'] else ''}. "
         f"Excluded (model calls failed after retries, never scored): {ex['rollouts']} rollout(s), "
@@ -127,10 +136,17 @@ def write_run(out: str | Path, doc: dict) -> dict[str, Path]:
     out = Path(out)
     paths = {"json": out / "run.json", "png": out / "curve.png", "html": out / "curve.html"}
     paths["json"].write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    figures = []
     image = curve_png(doc)
+    figures.append(("Learning curve: accepted level, candidates and the band", image))
+    if (doc.get("bands") or {}).get("aa"):
+        from glyph.flywheel.noise import aa_png
+        paths["aa_png"] = out / "aa.png"
+        paths["aa_png"].write_bytes(aa_png(doc))
+        figures.append(("Noise floor: A/A pair differences and the three bands", paths["aa_png"].read_bytes()))
     paths["png"].write_bytes(image)
     paths["html"].write_text(html_page(
-        "glyph flywheel run", run_intro(doc), [("Learning curve: accepted level, candidates and the band", image)],
+        "glyph flywheel run", run_intro(doc), figures,
         LESSON_COLUMNS, lesson_rows(doc),
         "gain: candidate rate minus the accepted level, over the tasks scored on both sides. band: "
         "1.96*sqrt(0.25/N) for the N scored candidate rollouts. paired: per-task difference, t interval "

@@ -20,7 +20,8 @@ def _endpoint(options: RunOptions, base_url: str, model: str) -> Endpoint:
 
 def make_agent(options: RunOptions, config: RunConfig, tasks: Sequence[ConventionTask]) -> Agent:
     if config.agent == "reference":
-        return ReferenceAgent(tasks, seed=config.seed, p_lucky=config.p_lucky, p_slip=config.p_slip)
+        return ReferenceAgent(tasks, seed=config.seed, p_lucky=config.p_lucky, p_slip=config.p_slip,
+                              noise_draw=config.noise_draw)
     return OpenAIAgent(_endpoint(options, config.base_url, config.model), temperature=config.temperature,
                        max_tokens=config.max_tokens, seed=config.seed)
 

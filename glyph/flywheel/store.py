@@ -124,7 +124,7 @@ class Store:
             if (self.out / "rollouts.jsonl").exists():
                 raise ConfigMismatch(f"{self.out} holds rollouts.jsonl but no config.json: it is not a "
                                      "flywheel run directory this version can resume; use a new --out")
-            path.write_text(json.dumps(self.config.model_dump(), indent=2) + "\n", encoding="utf-8")
+            path.write_text(json.dumps(self.config.stored(), indent=2) + "\n", encoding="utf-8")
             return
         try:
             stored = RunConfig.model_validate_json(path.read_text(encoding="utf-8"))
