@@ -228,6 +228,84 @@ def flywheel_sweep(
     err.print(f"wrote {out / 'sweep.json'}, {out / 'sweep.png'} in {time.perf_counter() - t0:.1f} s")
 
 
+# ---------------------------------------------------------------- glyph flywheel import
+
+@app.command("import")
+def flywheel_import(
+    files: Annotated[list[Path], typer.Argument(help="the original flywheel's result files (results/*.json: "
+                                                "runs such as rep1.json, replication.json, credit-real.json)")],
+    out: Annotated[Path, typer.Option("--out", help="output directory (one folder per file, plus bands.json "
+                                      "and bands.png)")],
+) -> None:
+    """The original flywheel's results, read into glyph's documents and redrawn.
+
+    A run file becomes OUT/<name>/run.json, curve.png, curve.html; a
+    replication file OUT/<name>/replicate.json and replicate.png (its runs
+    matched to the run files given beside it); a credit report
+    OUT/<name>/credit.json and credit.png (Wilson intervals per step); all
+    runs' bands OUT/bands.json and bands.png. Fields a file does not hold are
+    null and listed under imported.unknown; the paired gate is reported
+    unavailable (no per-task rates)."""
+    from rich.progress import track
+    from rich.table import Table
+
+    from glyph.flywheel import aggregate, original
+    from glyph.flywheel.outputs import write_run
+
+    parsed = []
+    for f in files:
+        if not f.is_file():
+            fail(f"{f}: no such file")
+        try:
+            src, prov = original.load(f)
+            parsed.append((f, src, prov, original.kind_of(src)))
+        except original.OriginalFormatError as exc:
+            fail(f"{f}: {exc}")
+    out.mkdir(parents=True, exist_ok=True)
+    runs: dict[str, dict] = {}
+    t = Table(title="imported from the original flywheel")
+    for c in ("file", "kind", "K", "holdout", "baseline", "final", "gain (pp)", "band recorded", "formula",
+              "two-rate", "kept", "checks"):
+        t.add_column(c, justify="left" if c in ("file", "kind", "checks") else "right")
+    pct = lambda x: "-" if x is None else f"{100 * x:.1f}%"  # noqa: E731
+    num = lambda x, f="{:.1f}": "-" if x is None else f.format(x)  # noqa: E731
+    order = sorted(parsed, key=lambda p: {"run": 0, "replication": 1, "credit": 2}[p[3]])  # runs first: matched
+    for f, src, prov, kind in track(order, description="importing", console=err, transient=True):
+        where = out / f.stem
+        where.mkdir(parents=True, exist_ok=True)
+        if kind == "run":
+            doc = original.run_doc(src, prov)
+            write_run(where, doc)
+            runs[f.name] = doc
+            t.add_row(f.name, kind, str(doc["K"]), str(doc["n_holdout"]), pct(doc["baseline"]), pct(doc["final"]),
+                      num(doc["gain_pp"], "{:+.1f}"), num(doc["imported"]["reported"]["noise_band_pp"]),
+                      num(doc["bands"]["formula_pp"], "{:.2f}"), num(doc["bands"]["two_rate_pp"], "{:.2f}"),
+                      str(sum(x["kept"] for x in doc["lessons"])), str(len(doc["imported"]["checks"])))
+        elif kind == "replication":
+            rep, docs, names = original.replicate_doc(src, prov, runs)
+            aggregate.write_json(where / "replicate.json", rep)
+            (where / "replicate.png").write_bytes(aggregate.replicate_png(
+                docs, names=[n.split(" (")[0] for n in names],
+                title=f"The original's replication: {rep['n_runs']} runs, mean final {pct(rep['final']['mean'])}"))
+            g = rep["gain_pp"]
+            t.add_row(f.name, f"{kind} ({rep['n_runs']} runs)", str(rep["K"]), str(rep["n_holdout"]),
+                      pct(rep["baseline"]["mean"]), f"mean {pct(rep['final']['mean'])}",
+                      f"{g['min']:+.1f}..{g['max']:+.1f}", "-", "-", "-", "-", str(len(rep["imported"]["checks"])))
+        else:
+            doc = original.credit_doc(src, prov)
+            aggregate.write_json(where / "credit.json", doc)
+            (where / "credit.png").write_bytes(original.credit_png(doc))
+            t.add_row(f.name, kind, "-", "-", "-", "-", "-", "-", "-", "-", "-", str(len(doc["imported"]["checks"])))
+    if runs:
+        bands = original.bands_doc(runs)
+        aggregate.write_json(out / "bands.json", bands)
+        (out / "bands.png").write_bytes(original.bands_png(bands))
+    t.caption = ("band recorded: the file's noise_band_pp; formula and two-rate: from its holdout and K (pp). "
+                 "checks: disagreements between what a file reports and what its own fields give")
+    console.print(t, soft_wrap=True)
+    err.print(f"wrote {out}")
+
+
 # ---------------------------------------------------------------- glyph flywheel credit
 
 @app.command("credit")

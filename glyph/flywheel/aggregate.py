@@ -30,7 +30,10 @@ def _spread(xs: Sequence[float | None]) -> dict:
             "sd": round(statistics.stdev(v), 6) if len(v) > 1 else None, "n": len(v)}
 
 
-def climbed(doc: dict) -> bool:
+def climbed(doc: dict) -> bool | None:
+    """final > baseline + band; ``None`` where the band is unknown (an imported run)."""
+    if doc["noise_band_pp"] is None:
+        return None
     return (doc["baseline"] is not None and doc["final"] is not None
             and doc["final"] > doc["baseline"] + doc["noise_band_pp"] / 100)
 
@@ -52,7 +55,7 @@ def run_row(doc: dict, where: str) -> dict:
     return {"seed": doc["seed"], "K": doc["K"], "dir": where, "baseline": doc["baseline"], "final": doc["final"],
             "gain_pp": doc["gain_pp"], "noise_band_pp": doc["noise_band_pp"], "climbed": climbed(doc),
             "rounds": doc["rounds"], "kept": sum(bool(x["kept"]) for x in doc["lessons"]),
-            "excluded": doc["excluded"]["rollouts"], "stop": doc["stop"]}
+            "excluded": None if doc["excluded"] is None else doc["excluded"]["rollouts"], "stop": doc["stop"]}
 
 
 def replicate_doc(docs: Sequence[dict], dirs: Sequence[str]) -> dict:
@@ -94,20 +97,22 @@ def sweep_doc(by_k: dict[int, list[tuple[dict, str]]]) -> dict:
             "keep_rate_by_mode": keep_rates(all_docs)}
 
 
-def replicate_png(docs: Sequence[dict]) -> bytes:
+def replicate_png(docs: Sequence[dict], names: Sequence[str] | None = None, title: str | None = None) -> bytes:
+    """The runs' accepted levels overlaid, labelled by seed (or by ``names``)."""
     from matplotlib import colormaps
 
     fig = figure(7.5, 4.2)
     ax = fig.add_subplot()
     cmap = colormaps["tab10"]
     for i, d in enumerate(docs):
-        draw_curve(ax, d, label=f"seed {d['seed']}: {d['gain_pp']:+.1f} pp" if d["gain_pp"] is not None else
-                   f"seed {d['seed']}", details=False, colour=cmap(i % 10))
+        name = names[i] if names is not None else f"seed {d['seed']}"
+        draw_curve(ax, d, label=f"{name}: {d['gain_pp']:+.1f} pp" if d["gain_pp"] is not None else name,
+                   details=False, colour=cmap(i % 10))
     ax.set_xlabel("round")
     ax.set_ylabel("accepted holdout pass rate (%)")
     ax.set_ylim(0, 100)
     ax.grid(alpha=0.3)
-    ax.set_title(f"{len(docs)} replicate runs (K={docs[0]['K']}, band {docs[0]['noise_band_pp']:.1f} pp)",
+    ax.set_title(title or f"{len(docs)} replicate runs (K={docs[0]['K']}, band {docs[0]['noise_band_pp']:.1f} pp)",
                  fontsize=10)
     ax.legend(fontsize=8, loc="lower right")
     return png(fig)

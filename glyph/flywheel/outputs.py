@@ -37,6 +37,11 @@ def draw_curve(ax, doc: dict, *, label: str | None = "accepted holdout rate", de
         ax.step(xs + [xs[-1] + 0.45], ys + [ys[-1]], where="post", color=colour, lw=2, label=label)
     if not details:
         return
+    iv = [c for c in curve if c.get("lo") is not None and c.get("hi") is not None and c["accepted"] is not None]
+    if iv:  # a per-round interval on the accepted level, where the document has one (an imported run)
+        ax.errorbar([c["round"] for c in iv], [100 * c["accepted"] for c in iv],
+                    yerr=[[100 * (c["accepted"] - c["lo"]) for c in iv], [100 * (c["hi"] - c["accepted"]) for c in iv]],
+                    fmt="none", ecolor=colour, capsize=4, alpha=0.7, label="accepted level, 95% interval (recorded)")
     first = True
     for c in curve[1:]:
         if c.get("band_pp") is None or c.get("level_before") is None:
@@ -117,7 +122,22 @@ def _bands_text(doc: dict) -> str:
     return f" (two-rate {b['two_rate_pp']:.2f} pp, A/A {aa}; gated by {b['gated_by']})"
 
 
+def imported_intro(doc: dict) -> str:
+    imp = doc["imported"]
+    checks = "; ".join(imp["checks"]) or "none"
+    return escape(
+        f"Imported from the original flywheel's {imp['file']} (sha256 {imp['sha256'][:12]}): holdout pass rate "
+        f"{pct(doc['baseline'])} -> {pct(doc['final'])} ({pp(doc['gain_pp'])} pp) over {doc['rounds']} round(s). "
+        f"K = {doc['K']}, {doc['n_holdout']} holdout and {doc['n_train']} train tasks; agent "
+        f"{doc['agent']['kind']}, writer {doc['writer']['kind']}. Noise band recorded "
+        f"{imp['reported']['noise_band_pp']} pp; formula {doc['noise_band_pp']:.2f} pp{_bands_text(doc)}. "
+        f"Paired gate: {imp['paired']}. Unknown (not in the file): {', '.join(imp['unknown'])}. "
+        f"Disagreements with what the file reports: {checks}.")
+
+
 def run_intro(doc: dict) -> str:
+    if doc.get("imported"):
+        return imported_intro(doc)
     ex = doc["excluded"]
     return escape(
         f"Holdout pass rate {pct(doc['baseline'])} -> {pct(doc['final'])} ({pp(doc['gain_pp'])} pp) over "
@@ -146,7 +166,7 @@ def write_run(out: str | Path, doc: dict) -> dict[str, Path]:
         figures.append(("Noise floor: A/A pair differences and the three bands", paths["aa_png"].read_bytes()))
     paths["png"].write_bytes(image)
     paths["html"].write_text(html_page(
-        "glyph flywheel run", run_intro(doc), figures,
+        "glyph flywheel import" if doc.get("imported") else "glyph flywheel run", run_intro(doc), figures,
         LESSON_COLUMNS, lesson_rows(doc),
         "gain: candidate rate minus the accepted level, over the tasks scored on both sides. band: "
         "1.96*sqrt(0.25/N) for the N scored candidate rollouts. paired: per-task difference, t interval "
