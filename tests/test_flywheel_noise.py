@@ -118,6 +118,6 @@ def test_aa_help_names_its_defaults():
 
     r = CliRunner().invoke(app, ["flywheel", "aa", "--help"], env={"COLUMNS": "200"})
     assert r.exit_code == 0
-    assert "--runs" in r.output and "default: 8" in r.output and "--noise-draw" in r.output
+    assert "--runs" in r.output and "default: 20" in r.output and "--noise-draw" in r.output
     options = re.findall(r"^│\s+(--[\w-]+)", r.output, re.MULTILINE)
     assert "--runs" in options and "--gate" not in options and "--aa-runs" not in options  # it sets both

@@ -27,7 +27,7 @@ measurement. Two ways to say what that noise is:
   rollouts have (per-task effects, a deterministic server, a cache)
   instead of assuming none. It costs R holdout passes, and its quantile
   is itself an estimate from R re-rolls (the pairs share re-rolls, so
-  they are not independent; R >= 8 is a floor, not a luxury).
+  they are not independent; docs/flywheel.md gives its spread by R).
 
 Besides the formula band, :func:`two_rate_band` is the half-width for the
 difference of two independent rates (``sqrt(2)`` times the formula band),

@@ -76,7 +76,7 @@ class RunOptions(BaseModel):
         "band", description="band: gain > 1.96*sqrt(0.25/(n*K)); paired: the per-task t interval's lower "
                             "bound > 0; aa: gain > the measured A/A band (docs/flywheel.md)")
     aa_runs: Annotated[int, AA_GATE] = Field(
-        8, ge=2, description="--gate aa: no-lesson re-rolls of the holdout that measure the A/A band")
+        20, ge=2, description="--gate aa: no-lesson re-rolls of the holdout that measure the A/A band")
     max_rounds: int = Field(20, ge=1, description="at most this many lesson rounds")
     concurrency: Annotated[int, CALL] = Field(8, ge=1, description="threads for model calls and grading")
     p_lucky: Annotated[float, REFERENCE_AGENT] = Field(
