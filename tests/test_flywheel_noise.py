@@ -67,6 +67,8 @@ def test_aa_band_matches_the_two_rate_band_for_independent_rollouts(tmp_path, wi
     assert b["aa"]["runs"] == R and b["aa"]["pairs"] == R * (R - 1) // 2
     assert b["aa_pp"] == pytest.approx(b["two_rate_pp"], rel=0.10)
     assert b["aa_pp"] > 1.2 * b["formula_pp"]  # the one-rate formula is too narrow for a difference
+    q = b["aa"]["abs_diff_quantiles_pp"]
+    assert q["0.5"] < q["0.9"] < q["0.95"] == b["aa_pp"] < q["0.99"]
     assert b["gated_by"] == "aa"
 
 

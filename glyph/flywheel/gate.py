@@ -101,7 +101,12 @@ class AABand:
         return {"runs": len(self.rates), "pairs": self.pairs, "quantile": AA_QUANTILE, "band_pp": pp(self.band),
                 "mean_abs_diff_pp": pp(self.mean_abs), "sd_rate_pp": pp(self.sd_rate),
                 "normal_two_rate_pp": pp(Z95 * math.sqrt(2) * self.sd_rate),
+                "abs_diff_quantiles_pp": {str(q): pp(quantile(self.differences(), q)) for q in (0.5, 0.9, 0.95, 0.99)},
                 "rates": [round(r, 6) for r in self.rates]}
+
+    def differences(self) -> list[float]:
+        """``|rate_i - rate_j|`` over every pair ``i < j``."""
+        return [abs(a - b) for i, a in enumerate(self.rates) for b in self.rates[i + 1:]]
 
 
 def aa_band(rates: Sequence[float]) -> AABand:
@@ -111,7 +116,7 @@ def aa_band(rates: Sequence[float]) -> AABand:
     assuming normal differences (``1.96 * sqrt(2) * sd(rates)``): a smoother
     estimate to read beside the empirical quantile, not the gate."""
     rates = tuple(rates)
-    diffs = [abs(a - b) for i, a in enumerate(rates) for b in rates[i + 1:]]
+    diffs = AABand(rates, math.inf, math.nan, math.nan).differences()
     if not diffs:
         return AABand(rates, math.inf, math.nan, math.nan)
     sd = statistics.stdev(rates)
