@@ -283,8 +283,9 @@ def credit_png(doc: dict) -> bytes:
     ax.errorbar(steps, rates, yerr=[lo, hi], fmt="o-", capsize=4, color="#1f77b4",
                 label=f"pass rate of {doc['forks']} forks (Wilson 95%)")
     if doc.get("located") is not None:
-        ax.axvline(doc["located"] + 0.5, color="#d62728", ls="--", label=f"located: step {doc['located']}")
-    ax.set_xlabel("continued after step")
+        ax.axvline(doc["located"] + 0.5, color="#d62728", ls="--", label=f"located: step {doc['located']} (0-based; between checkpoints "
+                   f"{doc['located']} and {doc['located'] + 1})")
+    ax.set_xlabel("checkpoint k (the state after k steps), continued by forks")
     ax.set_ylabel("pass rate (%)")
     ax.set_ylim(-5, 105)
     ax.set_xticks(steps)
