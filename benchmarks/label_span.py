@@ -289,7 +289,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     from glyph.render import load_tokenizer
 
     torch.set_num_threads(2)
-    console = Console()
+    console = Console(width=160)  # the table unwrapped when piped to a file
     tok = load_tokenizer()
     for lab, word in CUES.items():
         assert len(tok(" " + word, add_special_tokens=False)["input_ids"]) == 1, (lab, word)
