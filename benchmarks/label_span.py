@@ -12,7 +12,7 @@ credit. Which tokens are "the label" is the span rule (``span_tokens``):
   leaves a lone ``>`` before ASSERTION_FAILURE, SYNTAX_ERROR, TIMEOUT and
   OTHER, so the token where ``>`` competes with ``>P`` / ``>R`` is a CE target
   for PASS and RUNTIME_ERROR only, and keeps its RL credit for the other four.
-* ``decision``: glyph's rule (``glyph.predict.annotate.label_spans``): from the
+* ``decision``: glyph's rule (``glyph.predict.annotate.label_token_span``): from the
   token holding the tag's ``>`` through the token holding the label's last
   byte, so every label's CE reaches that first decision token.
 
@@ -57,13 +57,12 @@ import argparse
 import copy
 import dataclasses
 import random
-import re
 import statistics
 import time
 from collections.abc import Sequence
 from typing import Any
 
-from glyph.predict.annotate import TokenBytes, label_spans
+from glyph.predict.annotate import PredictionNotFound, TokenBytes, label_token_span
 
 LABELS = ("PASS", "RUNTIME_ERROR", "ASSERTION_FAILURE", "SYNTAX_ERROR", "TIMEOUT", "OTHER")
 # The study's verified-outcome mix at RL step 100 (its docs/blog.md:178-182: ASSERTION_FAILURE
@@ -79,38 +78,22 @@ HELD_OUT_NAMES = ["parse_date", "bubble_sort", "lcm", "word_count", "clamp"]
 RULES = ("study", "decision")
 ALPHA = 0.1  # the study's alpha (its configs/arm_b_rl.toml:27) and glyph's default
 QWEN3_VOCAB = 151936  # Qwen3's embedding rows (the tokenizer's ids, padded)
-_LABEL = re.compile(rb"<PREDICTION>\s*([A-Z_]+)\s*</PREDICTION>")  # the study's pattern, on bytes
 
 
 def span_tokens(token_ids: Sequence[int], tokenizer: Any, rule: str) -> list[int]:
     """Indices into ``token_ids`` of the label tokens of the one
-    ``<PREDICTION>LABEL</PREDICTION>`` they hold, under ``rule``:
-
-    * ``"decision"``: from the token holding the tag's ``>`` through the token
-      holding the label's last byte (``glyph.predict.annotate.label_spans``);
-    * ``"study"``: the tokens whose bytes overlap the label's bytes. The study
-      finds them in the re-encoded text's character offsets (its
-      ``src/glyph/prime_rl.py:67-68``, ``:159-161``) and locates that encoding
-      inside the ids (``:60-64``), so it sees only ids that are the text's own
-      encoding; for those, bytes and characters pick the same tokens (the
-      labels and tags are ASCII).
-
-    Computed from the ids' own bytes (the tokenizer's byte-level vocabulary);
-    raises ``ValueError`` unless the ids hold exactly one prediction.
-    """
-    token_bytes = TokenBytes(tokenizer)
-    found = label_spans(token_ids, token_bytes)
-    if len(found) != 1:
-        raise ValueError(f"{len(found)} predictions in the ids; expected one")
-    first, end, _, _ = found[0]
-    if rule == "decision":
-        return list(range(first, end))
-    if rule == "study":
-        data, starts = token_bytes.offsets(token_ids)
-        match = next(_LABEL.finditer(data))
-        lo, hi = match.span(1)
-        return [i for i in range(len(token_ids)) if starts[i + 1] > lo and starts[i] < hi]
-    raise ValueError(f"unknown span rule {rule!r}; expected one of {RULES}")
+    ``<PREDICTION>LABEL</PREDICTION>`` they hold, under ``rule``: PREDICT's own
+    span (``glyph.predict.annotate.label_token_span``, the rule its
+    ``label_span`` config names), so the benchmark trains exactly what
+    PREDICT trains. Raises ``ValueError`` for an unknown rule or unless the ids
+    hold exactly one valid prediction."""
+    if rule not in RULES:
+        raise ValueError(f"unknown span rule {rule!r}; expected one of {RULES}")
+    try:
+        start, end = label_token_span(token_ids, TokenBytes(tokenizer), rule)
+    except PredictionNotFound as exc:
+        raise ValueError(str(exc)) from None
+    return list(range(start, end))
 
 
 # ---- the experiment (torch from here on) ---------------------------------------------------------
