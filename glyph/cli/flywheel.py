@@ -234,6 +234,8 @@ def flywheel_credit(
 
     if (base_url is None) != (model is None):
         fail("--base-url and --model go together (a model continuation)")
+    if base_url is None and temperature != 0.0:
+        fail("--temperature goes with --base-url and --model (the repair policy samples nothing)")
     try:
         traj = load_trajectory(source, task, index, budget=budget, test_cost=test_cost)
         tasks = mbpp.load(mbpp_path)

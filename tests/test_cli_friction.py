@@ -1,0 +1,193 @@
+"""A new user's frictions (issue 22: items 1, 2, 3, 7 and 8), each pinned by a test.
+
+In-process (``CliRunner``) and against 127.0.0.1 only; no test waits out a real
+backoff (the endpoints here get ``backoff`` of milliseconds and sub-second timeouts)."""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from typer.testing import CliRunner
+
+from glyph.cli.app import app
+from glyph.flywheel.agents import Endpoint, ModelCallFailed, ModelSetupError
+
+runner = CliRunner()
+MSGS = [{"role": "user", "content": "hi"}]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _one_line_error(r, *names: str) -> str:
+    assert r.exit_code == 2, r.output
+    assert "Traceback" not in r.output and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    for name in names:
+        assert name in r.stderr, r.stderr
+    return r.stderr
+
+
+# ---------------------------------------------------------------- 1. a dead endpoint fails fast
+
+
+class _Scripted(ThreadingHTTPServer):
+    """Answers the i-th chat request with ``statuses[i]`` (the last one repeats): an
+    HTTP status, or "hang" (no answer for 5 s)."""
+
+    daemon_threads = True
+
+    def __init__(self, statuses):
+        super().__init__(("127.0.0.1", 0), _ScriptedHandler)
+        self.statuses, self.requests, self.lock = list(statuses), 0, threading.Lock()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}/v1"
+
+
+class _ScriptedHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers["Content-Length"]))
+        with self.server.lock:
+            status = self.server.statuses[min(self.server.requests, len(self.server.statuses) - 1)]
+            self.server.requests += 1
+        if status == "hang":
+            time.sleep(5)
+            return
+        if status == 200:
+            body = {"id": "c", "object": "chat.completion", "created": 0, "model": "m",
+                    "choices": [{"index": 0, "finish_reason": "stop",
+                                 "message": {"role": "assistant", "content": "ok"}}]}
+        else:
+            body = {"error": {"message": f"scripted {status}"}}
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("Connection", "close")  # no kept-alive socket outlives a shutdown
+        self.close_connection = True
+        self.end_headers()
+        self.wfile.write(data)
+
+
+@pytest.fixture
+def scripted():
+    servers = []
+
+    def start(*statuses):
+        server = _Scripted(statuses)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        return server
+
+    yield start
+    for s in servers:
+        s.shutdown()
+        s.server_close()
+
+
+def _client(url: str, retries: int = 3, timeout: float = 5.0):
+    return Endpoint(url, "m", timeout=timeout, retries=retries, backoff=0.001).client()
+
+
+def test_a_refused_connection_is_a_setup_error_at_once_naming_base_url():
+    url = f"http://127.0.0.1:{_free_port()}/v1"
+    client = Endpoint(url, "m", timeout=5, retries=6).client()  # the default backoff: never reached
+    t0 = time.perf_counter()
+    with pytest.raises(ModelSetupError, match=rf"^--base-url {re.escape(url)}: cannot reach the endpoint"):
+        client.chat(MSGS)
+    assert time.perf_counter() - t0 < 2  # before: 7 tries with the SDK's backoff, 24 s
+
+
+@pytest.mark.parametrize("status,flag", [(400, "--model m at --base-url"), (404, "--model m at --base-url"),
+                                         (401, "--base-url"), (409, "--model m at --base-url")])
+def test_a_4xx_is_a_setup_error_never_retried(scripted, status, flag):
+    server = scripted(status)
+    with pytest.raises(ModelSetupError, match=rf"^{flag}.*HTTP {status}: scripted {status}"):
+        _client(server.url).chat(MSGS)
+    assert server.requests == 1
+
+
+@pytest.mark.parametrize("status", [429, 500, 503, 408])
+def test_429_5xx_and_408_are_retried_then_answered(scripted, status):
+    server = scripted(status, status, 200)
+    assert _client(server.url).chat(MSGS) == "ok"
+    assert server.requests == 3
+
+
+def test_a_timeout_is_retried_then_excluded(scripted):
+    server = scripted("hang")
+    with pytest.raises(ModelCallFailed, match=r"timed out after 0.2 s \(after 2 tries\)"):
+        _client(server.url, retries=1, timeout=0.2).chat(MSGS)
+    assert server.requests == 2
+
+
+def test_a_dropped_connection_after_the_endpoint_answered_is_retried(scripted):
+    """A server that answered once and then went away (a restart) is a transient fault."""
+    server = scripted(200)
+    client = _client(server.url, retries=1)
+    assert client.chat(MSGS) == "ok"
+    server.shutdown()
+    server.server_close()
+    with pytest.raises(ModelCallFailed, match=r"connection error: .*\(after 2 tries\)"):
+        client.chat(MSGS)
+
+
+def test_flywheel_run_on_a_dead_endpoint_fails_in_seconds_with_one_line(tmp_path):
+    url = f"http://127.0.0.1:{_free_port()}/v1"
+    t0 = time.perf_counter()
+    r = runner.invoke(app, ["flywheel", "run", "--out", str(tmp_path / "run"), "--quiet", "--agent", "openai",
+                            "--base-url", url, "--model", "m"])
+    seconds = time.perf_counter() - t0
+    _one_line_error(r, f"--base-url {url}", "cannot reach")
+    assert seconds < 10, seconds  # before: about 44 minutes (7 tries a rollout, every baseline rollout)
+
+
+def test_flywheel_run_on_an_unknown_model_names_model(tmp_path, scripted):
+    server = scripted(404)
+    r = runner.invoke(app, ["flywheel", "run", "--out", str(tmp_path / "run"), "--quiet", "--agent", "openai",
+                            "--base-url", server.url, "--model", "gpt-4o"])
+    _one_line_error(r, "--model gpt-4o", "HTTP 404: scripted 404")
+
+
+@pytest.mark.parametrize("args,names", [
+    (["--base-url", "http://127.0.0.1:9/v1"], ["--base-url goes with --agent openai", "--agent is reference"]),
+    (["--model", "m"], ["--model goes with --agent openai"]),
+    (["--temperature", "0.3"], ["--temperature goes with --agent openai"]),
+    (["--writer-model", "m"], ["--writer-model goes with --writer openai"]),
+    (["--agent", "openai", "--base-url", "http://127.0.0.1:9/v1", "--model", "m", "--p-slip", "0.2"],
+     ["--p-slip goes with --agent reference"]),
+    (["--agent", "openai", "--base-url", "notaurl", "--model", "m"], ["--base-url notaurl: not an http(s) URL"]),
+    (["--agent", "openai", "--base-url", "http://127.0.0.1:x/v1", "--model", "m"], ["not an http(s) URL"]),
+])
+def test_an_option_nothing_reads_or_a_url_that_is_none_is_refused_before_the_run(tmp_path, args, names):
+    r = runner.invoke(app, ["flywheel", "run", "--out", str(tmp_path / "run"), "--quiet", *args])
+    _one_line_error(r, *names)
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_agents_endpoint_serves_the_writer_too():
+    """``--base-url`` with ``--writer openai`` alone is read (the writer's default), so not refused."""
+    from glyph.flywheel.options import RunOptions
+
+    opts = RunOptions(writer="openai", base_url="http://127.0.0.1:9/v1", model="m")
+    assert opts.config().writer_base_url == "http://127.0.0.1:9/v1"
+
+
+def test_credit_refuses_temperature_without_a_model(tmp_path):
+    r = runner.invoke(app, ["flywheel", "credit", str(tmp_path), "--temperature", "0.5"])
+    _one_line_error(r, "--temperature goes with --base-url and --model")
