@@ -10,6 +10,8 @@ import re
 import socket
 import threading
 import time
+import urllib.error
+import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -191,3 +193,65 @@ def test_the_agents_endpoint_serves_the_writer_too():
 def test_credit_refuses_temperature_without_a_model(tmp_path):
     r = runner.invoke(app, ["flywheel", "credit", str(tmp_path), "--temperature", "0.5"])
     _one_line_error(r, "--temperature goes with --base-url and --model")
+
+
+# ---------------------------------------------------------------- 2. the cause of an errored rollout
+
+
+def test_the_report_shows_the_endpoints_own_reason_for_an_errored_rollout():
+    """Shaped as vf-eval 0.4.0 wrote a rollout of ``-m gpt-4o`` against ``glyph serve``: glyph's
+    record says HTTP 404; verifiers' error carries the server's message."""
+    from glyph.policies.policies import unknown_policy
+    from glyph.report.load import judge
+
+    body = json.dumps({"error": {"message": unknown_policy("gpt-4o")}})
+    trace = {"ok": False, "is_timeout": False,
+             "errors": [{"type": "ProviderError", "message": f"upstream 404: {body}", "status_code": 404}],
+             "info": {"glyph": {"reward": None, "reason": "endpoint_error: endpoint answered HTTP 404",
+                                "fault": "endpoint_error", "confirmed_by": None, "tamper": [], "candidates": [],
+                                "final_outcome": None, "final_detail": None, "base_outcome": None,
+                                "plus_outcome": None, "plus_detail": None, "reward_suite": "base",
+                                "metrics": {}, "visible_outcomes": None, "program": {},
+                                "visible_gradings": 0, "sandbox": None}}}
+    j = judge({"ok": False, "errors": []}, trace)
+    assert j.status == "errored"
+    assert j.reason.startswith("endpoint_error: endpoint answered HTTP 404 (upstream 404: unknown policy "
+                               "'gpt-4o'; policies: oracle"), j.reason
+    assert "{" not in j.reason and len(j.reason) < 300
+
+
+def test_serve_logs_an_unknown_model_once_with_the_valid_ones():
+    from glyph.policies.server import PolicyServer
+
+    lines: list[str] = []
+    with PolicyServer({}, log=lines.append) as server:
+        for _ in range(3):
+            req = urllib.request.Request(server.base_url + "/chat/completions",
+                                         json.dumps({"model": "gpt-4o", "messages": MSGS}).encode(),
+                                         {"Content-Type": "application/json"})
+            with pytest.raises(urllib.error.HTTPError) as err:
+                urllib.request.urlopen(req, timeout=5)
+            assert err.value.code == 404
+    assert len(lines) == 1 and "'gpt-4o'" in lines[0] and "oracle" in lines[0] and "conv-fixed" in lines[0]
+
+
+# ---------------------------------------------------------------- 3. arguments before data and network
+
+
+def test_serve_checks_the_policy_before_the_data(tmp_path):
+    absent = str(tmp_path / "absent.jsonl")  # loading it would be a DataError naming the file
+    r = runner.invoke(app, ["serve", "--policy", "nope", "--mbpp-path", absent])
+    _one_line_error(r, "--policy", "'nope'", "oracle", "mix")
+    assert "absent.jsonl" not in r.stderr
+
+
+def test_serve_checks_the_port_before_the_data(tmp_path):
+    absent = str(tmp_path / "absent.jsonl")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        t0 = time.perf_counter()
+        r = runner.invoke(app, ["serve", "--port", str(port), "--mbpp-path", absent])
+    _one_line_error(r, f"--port {port}", "in use")
+    assert time.perf_counter() - t0 < 2
