@@ -255,3 +255,43 @@ def test_serve_checks_the_port_before_the_data(tmp_path):
         r = runner.invoke(app, ["serve", "--port", str(port), "--mbpp-path", absent])
     _one_line_error(r, f"--port {port}", "in use")
     assert time.perf_counter() - t0 < 2
+
+
+def test_grade_checks_its_files_and_task_id_before_the_data(tmp_path):
+    absent = str(tmp_path / "absent.jsonl")
+    (tmp_path / "s.py").write_text("def f(x):\n    return x\n")
+    r = runner.invoke(app, ["grade", "--task", "11", "--solution", str(tmp_path / "s.py"), "--mbpp-path", absent])
+    _one_line_error(r, "--task 11", "mbpp_11")
+
+
+# ---------------------------------------------------------------- 8. glyph grade's words
+
+
+def test_grade_suggests_close_task_ids(tmp_path, mbpp_path):
+    (tmp_path / "s.py").write_text("def f(x):\n    return x\n")
+    r = runner.invoke(app, ["grade", "--task", "mbp_11", "--solution", str(tmp_path / "s.py"),
+                            "--mbpp-path", mbpp_path])
+    _one_line_error(r, "--task mbp_11", "did you mean mbpp_11", "glyph data list")
+
+
+def test_missing_solution_and_tests_files_are_worded_alike(tmp_path):
+    (tmp_path / "s.py").write_text("def f(x):\n    return x\n")
+    (tmp_path / "t.py").write_text("assert f(1) == 1\n")
+    a = _one_line_error(runner.invoke(app, ["grade", "--solution", str(tmp_path / "no.py"), "--tests",
+                                            str(tmp_path / "t.py")]), "--solution")
+    b = _one_line_error(runner.invoke(app, ["grade", "--solution", str(tmp_path / "s.py"), "--tests",
+                                            str(tmp_path / "no.py")]), "--tests")
+    assert a.replace("--solution", "OPT") == b.replace("--tests", "OPT") == f"error: OPT {tmp_path / 'no.py'}: " \
+        "no such file\n"
+    c = _one_line_error(runner.invoke(app, ["grade", "--solution", str(tmp_path), "--tests", str(tmp_path / "t.py")]))
+    assert c.strip() == f"error: --solution {tmp_path}: not a regular file"
+
+
+def test_a_non_python_file_is_named_as_given_and_the_path_is_explained(tmp_path):
+    (tmp_path / "notes.txt").write_text("Dear reader: not Python.\n")
+    (tmp_path / "t.py").write_text("assert f(1) == 1\n")
+    r = runner.invoke(app, ["grade", "--solution", str(tmp_path / "notes.txt"), "--tests", str(tmp_path / "t.py")],
+                      terminal_width=200)
+    assert r.exit_code == 1, r.output
+    assert "SYNTAX_ERROR" in r.stdout and "(notes.txt, line 1)" in r.stdout and "solution.py" not in r.stdout
+    assert "fast path: each assert compared outside the solution" in r.stdout
