@@ -14,7 +14,9 @@ import urllib.error
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import click
 import pytest
+import typer.main
 from typer.testing import CliRunner
 
 from glyph.cli.app import app
@@ -112,7 +114,7 @@ def test_a_refused_connection_is_a_setup_error_at_once_naming_base_url():
     t0 = time.perf_counter()
     with pytest.raises(ModelSetupError, match=rf"^--base-url {re.escape(url)}: cannot reach the endpoint"):
         client.chat(MSGS)
-    assert time.perf_counter() - t0 < 2  # before: 7 tries with the SDK's backoff, 24 s
+    assert time.perf_counter() - t0 < 5  # before: 7 tries with the SDK's backoff, 24 s
 
 
 @pytest.mark.parametrize("status,flag", [(400, "--model m at --base-url"), (404, "--model m at --base-url"),
@@ -254,7 +256,7 @@ def test_serve_checks_the_port_before_the_data(tmp_path):
         t0 = time.perf_counter()
         r = runner.invoke(app, ["serve", "--port", str(port), "--mbpp-path", absent])
     _one_line_error(r, f"--port {port}", "in use")
-    assert time.perf_counter() - t0 < 2
+    assert time.perf_counter() - t0 < 5  # before: the data loaded first (26 s of hub retries offline)
 
 
 def test_grade_checks_its_files_and_task_id_before_the_data(tmp_path):
@@ -295,3 +297,51 @@ def test_a_non_python_file_is_named_as_given_and_the_path_is_explained(tmp_path)
     assert r.exit_code == 1, r.output
     assert "SYNTAX_ERROR" in r.stdout and "(notes.txt, line 1)" in r.stdout and "solution.py" not in r.stdout
     assert "fast path: each assert compared outside the solution" in r.stdout
+
+
+# ---------------------------------------------------------------- 7. one CLI style
+
+
+def _commands(cmd: click.Command, path=()):
+    yield path, cmd
+    if isinstance(cmd, click.Group):
+        for name, sub in cmd.commands.items():
+            yield from _commands(sub, (*path, name))
+
+
+def test_version_and_short_help():
+    r = runner.invoke(app, ["--version"])
+    assert r.exit_code == 0 and re.fullmatch(r"glyph-rl \S+ \(verifiers \S+\)\n", r.stdout), r.stdout
+    for path, _ in _commands(typer.main.get_command(app)):
+        r = runner.invoke(app, [*path, "-h"], terminal_width=160)
+        assert r.exit_code == 0 and "Usage: " in r.stdout and "Show this message" in r.stdout, (path, r.output)
+
+
+def test_every_option_is_described_and_shows_its_default_as_it_is():
+    root = typer.main.get_command(app)
+    ctx = click.Context(root)
+    for path, cmd in _commands(root):
+        for p in cmd.get_params(ctx):
+            if isinstance(p, click.Option) and not p.hidden and p.name != "help":
+                assert (p.help or "").strip(), f"glyph {' '.join(path)} {p.opts[0]}: no description"
+            if isinstance(p, click.Argument):  # one case for what a usage line names: SOURCE, RUN_DIR
+                assert p.metavar and p.metavar.isupper(), (path, p.name, p.metavar)
+        r = runner.invoke(app, [*path, "--help"], terminal_width=200)
+        assert "<bool>" not in r.stdout, (path, r.stdout)  # a flag takes no value
+        for line in r.stdout.splitlines():  # one default per option, the one it has
+            assert not ("(default:" in line and "[default:" in line), (path, line)
+
+
+def test_report_pass_at_is_named_apart_from_the_flywheels_K(tmp_path):
+    r = runner.invoke(app, ["report", "--help"], terminal_width=200)
+    assert "--pass-at" in r.stdout and "--k " not in r.stdout
+    for flag in ("--pass-at", "--k"):  # the old name still works, unlisted
+        _one_line_error(runner.invoke(app, ["report", str(tmp_path), flag, "0"]), "--pass-at 0")
+
+
+def test_replicate_names_the_folders_it_writes(tmp_path):
+    r = runner.invoke(app, ["flywheel", "replicate", "--runs", "2", "--K", "1", "--max-rounds", "1", "--quiet",
+                            "--out", str(tmp_path)], terminal_width=160)
+    assert r.exit_code == 0, r.output
+    for i in (0, 1):
+        assert f"run-{i}: {i + 1} of 2, seed {i}" in r.stderr and (tmp_path / f"run-{i}" / "run.json").exists()

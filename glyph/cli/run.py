@@ -30,9 +30,10 @@ def demo(
 
 
 def serve(
-    policy: Annotated[Optional[str], typer.Option(help="oracle, recover, revise, hack or mix (default: the "
-                                                       "request's model name); each request is answered "
-                                                       "in its own profile's grammar (study or glyph)")] = None,
+    policy: Annotated[Optional[str], typer.Option(help="oracle, recover, revise, hack, mix, a conv-* or a "
+                                                       "fault-* policy (default: the request's model name); "
+                                                       "each request is answered in its own profile's "
+                                                       "grammar (study or glyph)")] = None,
     port: Annotated[int, typer.Option(min=0, max=65535, help="port on 127.0.0.1 (0: any free one)")] = 8000,
     mbpp_path: MbppPath = None,
 ) -> None:
