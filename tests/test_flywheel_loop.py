@@ -14,7 +14,7 @@ from glyph.data import conventions
 from glyph.flywheel import gate
 from glyph.flywheel.agents import Endpoint, ModelCallFailed, ReferenceAgent, RolloutKey, reference_lesson
 from glyph.flywheel.loop import signature_of
-from glyph.flywheel.options import RunOptions
+from glyph.flywheel.options import OptionsError, RunOptions
 from glyph.flywheel.runner import run_one
 from glyph.flywheel.store import ConfigMismatch
 from glyph.flywheel.writers import WRITER_SYSTEM, Cluster, Failure, ReferenceWriter, writer_prompt
@@ -328,13 +328,12 @@ def test_every_run_option_is_a_flag_with_the_models_default_and_help():
 
 def test_options_that_cannot_make_a_run_name_the_flag(tmp_path, tasks_file):
     from glyph.cli.app import app
-    from glyph.flywheel.options import OptionsError
 
     with pytest.raises(OptionsError, match="--tasks .*absent.jsonl: no such file"):
         RunOptions(tasks=tmp_path / "absent.jsonl").config()
     with pytest.raises(OptionsError, match="--writer openai needs --writer-base-url"):
         RunOptions(tasks=tasks_file, writer="openai").config()
-    assert RunOptions(tasks=tasks_file, writer="openai", base_url="u", model="m").config().writer_model == "m"
+    assert RunOptions(tasks=tasks_file, writer="openai", base_url="http://u/v1", model="m").config().writer_model == "m"
     for args, message in ((["--agent", "openai", "--base-url", "http://127.0.0.1:9/v1"],
                            "error: --agent openai needs --base-url and --model"),
                           (["--tasks", str(tmp_path / "absent.jsonl")], "absent.jsonl: no such file")):
@@ -424,16 +423,18 @@ def test_a_stored_identity_is_compared_on_what_changes_results_only(old_layout):
     with Store("fresh", opts.config()):
         pass
     assert (old_layout / "fresh" / "config.json").read_text() == OLD_OPENAI_CONFIG
-    calls = {"timeout": 1.0, "retries": 9, "concurrency": 1, "quiet": True, "retry_excluded": True,
-             "p_lucky": 0.5, "p_slip": 0.5}  # call options, and options of the reference agent only
+    calls = {"timeout": 1.0, "retries": 9, "concurrency": 1, "quiet": True, "retry_excluded": True}
     for o in (opts, opts.replace(**calls), opts.replace(tasks=old_layout.resolve() / "tasks.jsonl")):
         with Store("old-openai", o.config()):
             pass
     with pytest.raises(ConfigMismatch, match=r"temperature: 0.7 in config.json, 0.8 now"):
         Store("old-openai", opts.replace(temperature=0.8).config())
     reference = RunOptions(tasks="tasks.jsonl", max_rounds=1)
-    with Store("old-reference", reference.replace(temperature=0.1, max_tokens=5, base_url="x").config()):
+    with Store("old-reference", reference.config()):
         pass
+    for other in ({"p_lucky": 0.5}, {"temperature": 0.1}, {"max_tokens": 5}, {"base_url": "http://x/v1"}):
+        with pytest.raises(OptionsError, match="goes with --agent"):  # read by the other agent only: refused
+            (opts if "p_lucky" in other else reference).replace(**other).config()
     with pytest.raises(ConfigMismatch, match=r"p_slip: 0.05 in config.json, 0.2 now"):
         Store("old-reference", reference.replace(p_slip=0.2).config())
 
@@ -561,9 +562,9 @@ def test_a_call_that_keeps_failing_is_excluded_and_counted_not_scored(tmp_path, 
                for les in doc["lessons"] if les["band_pp"] is not None)
 
 
-def test_model_calls_go_through_the_sdks_retries(endpoint, tasks_file):
-    """The SDK retries (its own backoff where the server names no delay); what
-    fails after its retries is ModelCallFailed, a setup error stops at once."""
+def test_model_calls_retry_5xx_and_stop_at_setup_errors(endpoint, tasks_file):
+    """5xx is retried (glyph's backoff where the server names no delay); what
+    fails after the retries is ModelCallFailed, a setup error stops at once."""
     import socket
 
     from glyph.flywheel.agents import ModelSetupError
@@ -580,14 +581,14 @@ def test_model_calls_go_through_the_sdks_retries(endpoint, tasks_file):
 
     for status in (404, 401):
         server, url = endpoint(fail_first=[status])
-        with pytest.raises(ModelSetupError, match=f"answered HTTP {status} for model 'm'"):
+        with pytest.raises(ModelSetupError, match=f"HTTP {status}: injected {status}"):
             Endpoint(url, "m", timeout=5, retries=3).client().chat(msgs)
         assert server.requests == 1  # never retried
 
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    with pytest.raises(ModelCallFailed, match=r"connection error: .* \(after 2 tries\)"):
+    with pytest.raises(ModelSetupError, match=r"--base-url .*: cannot reach the endpoint"):  # never retried
         Endpoint(f"http://127.0.0.1:{port}/v1", "m", timeout=5, retries=1).client().chat(msgs)
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Annotated, NoReturn, Optional
 
 import typer
+import typer.core
 from rich.console import Console
 from rich.markup import escape
 
@@ -68,14 +69,53 @@ def named_errors_fail(func):
     return command
 
 
+HELP_OPTIONS = {"help_option_names": ["-h", "--help"]}
+"""``-h`` as well as ``--help``, on every command (a click context inherits it)."""
+
+
+def _untyped_flags(params: list) -> list:
+    """``params`` with each flag's type label (typer shows ``<bool>``) left out: a flag takes no value.
+    An empty metavar is what typer's help shows instead; click's own help never shows a flag's."""
+    for p in params:
+        if getattr(p, "is_flag", False) and not getattr(p, "count", False):
+            p.metavar = ""
+    return params
+
+
+class _Command(typer.core.TyperCommand):
+    def get_params(self, ctx):
+        return _untyped_flags(super().get_params(ctx))
+
+
+class _Group(typer.core.TyperGroup):
+    def get_params(self, ctx):
+        return _untyped_flags(super().get_params(ctx))
+
+
+def flowed(doc: str) -> str:
+    """A docstring as help text: each paragraph's lines joined, so the terminal wraps it
+    (typer's rich help keeps a docstring's line breaks); paragraphs stay apart."""
+    import inspect
+
+    return "\n\n".join(" ".join(p.split()) for p in inspect.cleandoc(doc).split("\n\n"))
+
+
 class App(typer.Typer):
-    """A Typer whose every command goes through :func:`named_errors_fail`."""
+    """A Typer whose every command goes through :func:`named_errors_fail`, answers ``-h``,
+    and shows no type for a flag."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("cls", _Group)
+        kwargs["context_settings"] = HELP_OPTIONS | kwargs.get("context_settings", {})
+        super().__init__(*args, **kwargs)
 
     def command(self, *args, **kwargs):
-        register = super().command(*args, **kwargs)
+        kwargs.setdefault("cls", _Command)
+        kwargs["context_settings"] = HELP_OPTIONS | kwargs.get("context_settings", {})
 
         def decorator(func):
-            register(named_errors_fail(func))
+            doc = {} if "help" in kwargs or not func.__doc__ else {"help": flowed(func.__doc__)}
+            super(App, self).command(*args, **kwargs, **doc)(named_errors_fail(func))
             return func
 
         return decorator

@@ -15,7 +15,8 @@ from glyph.data import SEED
 app = App(no_args_is_help=True, help="Task data.")
 
 Out = Annotated[Path, typer.Option("--out", help="folder of the generated data")]
-Jobs = Annotated[int, typer.Option(help="tasks in parallel (default: 2, or fewer CPUs)")]
+Jobs = Annotated[int | None, typer.Option(min=1, show_default=False,
+                                             help="tasks in parallel (default: 2, or fewer CPUs)")]
 
 
 @app.command("list")
@@ -30,8 +31,10 @@ def data_list(mbpp_path: MbppPath = None) -> None:
 @app.command("check-gold")
 def check_gold(
     mbpp_path: MbppPath = None,
-    jobs: Annotated[int, typer.Option(help="gradings in parallel (default: CPU count)")] = 0,
-    as_json: Annotated[bool, typer.Option("--json")] = False,
+    jobs: Annotated[int | None, typer.Option(min=1, show_default=False,
+                                                help="gradings in parallel (default: one per CPU)")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print the counts and every failure as JSON, "
+                                                         "no progress bar")] = False,
 ) -> None:
     """Grade every MBPP reference solution (tests, and challenge tests
     separately) and print the counts per outcome."""
@@ -75,7 +78,7 @@ def data_prepare(out: Out = Path("artifacts"), seed: Annotated[int, typer.Option
                  plus: Annotated[Optional[bool], typer.Option(
                      "--plus/--no-plus", help="also generate the plus tests (resumable; as `glyph data plus`); "
                      "glyph profile only, where it defaults to on")] = None,
-                 jobs: Jobs = 0,
+                 jobs: Jobs = None,
                  profile: Annotated[Profile, typer.Option(help="study: the PREDICT study's files as it wrote "
                                                           "them (check with `glyph study check`); glyph: "
                                                           "glyph's layout and traces (tasks/, sft/, plus/)")]
@@ -158,7 +161,7 @@ def data_plus(out: Out = Path("artifacts"), mbpp_path: MbppPath = None,
                                                                f"folder's, else {SEED})")] = None,
               task: Annotated[Optional[list[str]], typer.Option("--task", help="only these task ids "
                                                                 "(repeatable)")] = None,
-              jobs: Jobs = 0) -> None:
+              jobs: Jobs = None) -> None:
     """Generate the plus tests (differential tests from each reference
     solution) into OUT/plus, resumably; on a prepared folder, also into its
     task rows and manifest."""

@@ -170,7 +170,7 @@ def flywheel_replicate(
 
     docs, dirs, t0 = [], [], time.perf_counter()
     for i in range(runs):
-        err.rule(f"run {i + 1}/{runs} (seed {opts.seed + i})")
+        err.rule(f"run-{i}: {i + 1} of {runs}, seed {opts.seed + i}")
         doc, fw = _run(opts.replace(seed=opts.seed + i), out / f"run-{i}")
         _fw_timing(doc, fw)
         docs.append(doc)
@@ -214,8 +214,8 @@ def flywheel_sweep(
     t0 = time.perf_counter()
     for kv in values:
         for i in range(runs):
-            err.rule(f"K={kv}, run {i + 1}/{runs} (seed {opts.seed + i})")
             where = f"K{kv}/run-{i}"
+            err.rule(f"{where}: K={kv}, {i + 1} of {runs}, seed {opts.seed + i}")
             doc, fw = _run(opts.replace(K=kv, seed=opts.seed + i), out / where)
             _fw_timing(doc, fw)
             by_k.setdefault(kv, []).append((doc, where))
@@ -311,10 +311,11 @@ def flywheel_import(
 
 @app.command("credit")
 def flywheel_credit(
-    source: Annotated[Path, typer.Argument(help="a program trace (.glyph/trace.json) or an eval output "
+    source: Annotated[Path, typer.Argument(metavar="SOURCE", help="a program trace (.glyph/trace.json) or an eval output "
                                            "directory (vf-eval, eval, PRIME-RL)")],
     task: Annotated[Optional[str], typer.Option("--task", help="the rollout's task, e.g. mbpp_11 (an eval "
-                                                "output: which rollout; a trace: default from its prompt)")] = None,
+                                                "output of several tasks: needed, to pick the rollout; a trace: "
+                                                "default from its prompt)")] = None,
     index: Annotated[Optional[int], typer.Option("--index", min=0, help="the i-th rollout of --task in the "
                                                  "eval output, 0-based (default: the first that failed)")] = None,
     mbpp_path: MbppPath = None,
@@ -350,6 +351,8 @@ def flywheel_credit(
 
     if (base_url is None) != (model is None):
         fail("--base-url and --model go together (a model continuation)")
+    if base_url is None and temperature != 0.0:
+        fail("--temperature goes with --base-url and --model (the repair policy samples nothing)")
     try:
         traj = load_trajectory(source, task, index, budget=budget, test_cost=test_cost)
         tasks = mbpp.load(mbpp_path)

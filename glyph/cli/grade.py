@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -10,15 +11,47 @@ import typer
 
 from glyph.cli.common import MbppPath, console, fail
 
+PATHS = {"fast": "fast path: each assert compared outside the solution",
+         "referee": "referee path: the tests ran apart from the solution"}
+"""What each grading path is (``glyph.grading``'s docstring), for the one-line summary."""
+
+_WORKER_NAME = re.compile(r'(?<=[("])solution\.py(?=[",])')
+"""The name the sandbox compiles every solution under (``sandbox/runtime/worker.py``), as it
+appears in a SyntaxError's ``(solution.py, line 1)`` and a traceback's ``File "solution.py"``."""
+
+
+def _check_file(option: str, path: Path) -> None:
+    """One wording for a missing or odd input file, naming the option."""
+    if not path.exists():
+        fail(f"{option} {path}: no such file")
+    if not path.is_file():
+        fail(f"{option} {path}: not a regular file")
+
 
 def _read_solution(path: Path) -> bytes:
-    if not path.exists():
-        fail(f"{path}: no such file")
-    if not path.is_file():
-        fail(f"{path}: not a regular file")
-    with path.open("rb") as f:
-        from glyph.grading import MAX_SOLUTION_BYTES
-        return f.read(MAX_SOLUTION_BYTES + 1)
+    from glyph.grading import MAX_SOLUTION_BYTES
+
+    try:
+        with path.open("rb") as f:
+            return f.read(MAX_SOLUTION_BYTES + 1)
+    except OSError as exc:
+        fail(f"--solution {path}: cannot read it ({exc.strerror or exc})")
+
+
+def _read_tests(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as exc:
+        fail(f"--tests {path}: cannot read it ({exc.strerror or exc})")
+    except UnicodeDecodeError as exc:
+        fail(f"--tests {path}: not UTF-8 text ({exc.reason} at byte {exc.start})")
+
+
+def _task_id(task: str) -> str:
+    """``task`` when it looks like an MBPP id; a bare number is refused with the id it means."""
+    if task.isdigit():
+        fail(f"--task {task}: task ids look like mbpp_{task} (try --task mbpp_{task})")
+    return task
 
 
 def grade(
@@ -30,7 +63,8 @@ def grade(
                                                       "tests (`glyph data plus`)")] = False,
     plus_path: Annotated[Optional[Path], typer.Option("--plus-path", help="folder of plus tests (default: "
                                                       "$GLYPH_PLUS_PATH, else artifacts/plus)")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="print the grade as JSON")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="print the grade as JSON (outcome, each check, "
+                                                          "seconds, path, sandbox)")] = False,
     mbpp_path: MbppPath = None,
 ) -> None:
     """Grade a solution in the sandbox against hidden tests."""
@@ -44,10 +78,21 @@ def grade(
         fail("give exactly one of --task or --tests")
     if plus and (task is None or challenge):
         fail("--plus goes with --task, without --challenge")
+    _check_file("--solution", solution)
+    if tests is not None:
+        _check_file("--tests", tests)
+    if task is not None:
+        _task_id(task)
     source = _read_solution(solution)
     if task is not None:
         from glyph.data import mbpp
-        row = mbpp.get_task(task, mbpp_path)
+        known = mbpp.load(mbpp_path)
+        if task not in known:
+            import difflib
+            close = difflib.get_close_matches(task, list(known), n=3)
+            fail(f"--task {task}: no such MBPP task" + (f" (did you mean {', '.join(close)}?)" if close else "")
+                 + "; list the ids with `glyph data list`")
+        row = known[task]
         if challenge and not row.challenge_test_list:
             fail(f"{task} has no challenge tests")
         setup, program, filename = row.test_setup_code, row.tests(challenge), f"<{task} tests>"
@@ -56,23 +101,20 @@ def grade(
             extra = plus_tests.load_tests(plus_path, row)
             program, filename = "\n".join([program, *extra]), f"<{task} tests + {len(extra)} plus tests>"
     else:
-        try:
-            program = tests.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:  # an unreadable --tests file: one line naming it
-            fail(f"{tests}: cannot read the tests: {exc}")
-        setup, filename = "", str(tests)
+        program, setup, filename = _read_tests(tests), "", str(tests)
     result = run_grade(source, setup, program, filename=filename)
+    ours = lambda text: _WORKER_NAME.sub(solution.name, text)  # the user's file, by its name
     if as_json:
         print(json.dumps(result.to_json(), indent=2))
     else:
         colour = "green" if result.passed else "red"
-        console.print(f"[bold {colour}]{result.outcome}[/] in {result.seconds * 1000:.1f} ms"
-                      f" ({result.path} path)", highlight=False)
+        console.print(f"[bold {colour}]{result.outcome}[/] {escape(str(solution))} in "
+                      f"{result.seconds * 1000:.1f} ms ({PATHS.get(result.path, result.path)})", highlight=False)
         for c in result.checks:
             mark = {None: "[dim]·[/]", Outcome.PASS: "[green]✓[/]"}.get(c.outcome, "[red]✗[/]")
             console.print(f"  {mark} {escape(printable(c.source.splitlines()[0][:100]))}", highlight=False)
             if c.detail:  # text model code controls: no markup, no terminal controls
-                console.print(f"      {printable(c.detail)}", style="dim", highlight=False, markup=False)
+                console.print(f"      {printable(ours(c.detail))}", style="dim", highlight=False, markup=False)
         if result.detail and not any(c.detail for c in result.checks):
-            console.print(f"  {printable(result.detail)}", style="dim", highlight=False, markup=False)
+            console.print(f"  {printable(ours(result.detail))}", style="dim", highlight=False, markup=False)
     raise typer.Exit(0 if result.passed else 1)

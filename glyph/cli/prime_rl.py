@@ -14,7 +14,7 @@ app = App(no_args_is_help=True, help="PRIME-RL at glyph's pin, and glyph's patch
 
 @app.command("check")
 def prime_rl_check(
-    path: Annotated[Path, typer.Argument(help="a PRIME-RL checkout (or source tree)")],
+    path: Annotated[Path, typer.Argument(metavar="PATH", help="a PRIME-RL checkout (or source tree)")],
     apply: Annotated[bool, typer.Option("--apply", help="apply the patches not yet applied")] = False,
 ) -> None:
     """Whether a PRIME-RL checkout is at glyph's pin and glyph's patches apply (exit 0 when ready)."""

@@ -20,8 +20,9 @@ def report(
                         "or once for all); overrides what the runs record")] = None,
     out: Annotated[Optional[Path], typer.Option("--out", help="write report.json, report.md and report.html here")] = None,
     fmt: Annotated[str, typer.Option("--format", help="what to print: table, markdown, json or none")] = "table",
-    k: Annotated[str, typer.Option("--k", help="pass@k for these k, comma-separated (default: 1, 2, 5, 10, "
-                                               "... up to the most samples a task has)")] = "",
+    k: Annotated[str, typer.Option("--pass-at", help="pass@k for these k, comma-separated (default: 1, 2, 5, "
+                                                     "10, ... up to the most samples a task has)")] = "",
+    k_old: Annotated[str, typer.Option("--k", hidden=True, help="the former --pass-at")] = "",
     baseline: Annotated[str, typer.Option(help="the checkpoint the SFT-vs-RL comparisons start from")] = "sft",
     resamples: Annotated[int, typer.Option(help="bootstrap resamples")] = 2000,
     seed: Annotated[int, typer.Option(help="bootstrap seed")] = 0,
@@ -36,6 +37,7 @@ def report(
     from glyph.report import report as build_report
     from glyph.report.tables import markdown, rich_table, tables
 
+    k = k or k_old  # `--k` was this option's name; `--K` is the flywheel's rollouts per task
     if fmt not in ("table", "markdown", "json", "none"):
         fail(f"--format {fmt}: expected table, markdown, json or none")
     try:
@@ -43,7 +45,7 @@ def report(
     except ValueError:  # not integers: the same message as for non-positive ones
         ks = (0,)
     if ks is not None and min(ks) < 1:
-        fail(f"--k {k}: expected positive integers, e.g. 1,5,10")
+        fail(f"--pass-at {k}: expected positive integers, e.g. 1,5,10")
     from glyph.report.analysis import CONVENTIONS
 
     if convention not in CONVENTIONS:

@@ -13,7 +13,9 @@ app = App(no_args_is_help=True, help="The sandbox that runs model-written code."
 
 
 @app.command("info")
-def sandbox_info(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+def sandbox_info(as_json: Annotated[bool, typer.Option("--json", help="print the mode, each protection and "
+                                                                     "the failed attempts as JSON")] = False
+                 ) -> None:
     """Which sandbox mode starts on this machine, and each protection: on or
     off, how, and what off means; then, for every mode, what separates
     concurrent runs and what a later run finds of an earlier one. The mode

@@ -14,7 +14,7 @@ app = App(no_args_is_help=True, help="The PREDICT study's experiment, rebuilt an
 
 @app.command("check")
 def study_check(
-    folder: Annotated[Path, typer.Argument(help="a folder `glyph data prepare --profile study` wrote")],
+    folder: Annotated[Path, typer.Argument(metavar="FOLDER", help="a folder `glyph data prepare --profile study` wrote")],
     facts: Annotated[Optional[Path], typer.Option("--facts", help="the study facts file "
                                                   "(default: $GLYPH_STUDY_FACTS)")] = None,
 ) -> None:
@@ -35,7 +35,7 @@ def study_check(
 
 @app.command("replay")
 def study_replay(
-    sft: Annotated[Path, typer.Argument(help="an SFT JSONL file (the study's, or `glyph data prepare --profile "
+    sft: Annotated[Path, typer.Argument(metavar="SFT", help="an SFT JSONL file (the study's, or `glyph data prepare --profile "
                                              "study`'s sft/arm_X/train.jsonl)")],
     arm: Annotated[Optional[str], typer.Option("--arm", help="a or b (default: each row's own arm)")] = None,
 ) -> None:

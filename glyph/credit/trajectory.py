@@ -179,7 +179,7 @@ def load_eval_rollout(root: Path, task: str | None, index: int | None) -> Trajec
     if task is None:
         if len(found) > 1:
             raise CreditError(f"{root}: {len(found)} rollouts of {len(tasks)} tasks ({_few(tasks)}); "
-                              f"pick one with --task (and --index)")
+                              f"pick the task with --task (then --index picks its rollout; default: its first failed one)")
         task = found[0].task
     mine = [s for s in found if s.task == task]
     if not mine:

@@ -16,27 +16,33 @@ with ``conventions.extract_code(reply)`` and grades it. Two agents:
   the noise floor). A task with no mode (``mode == ""``)
   has no lesson it recognises: it is fixed only by luck.
 * :class:`OpenAIAgent`: any OpenAI-compatible endpoint through the
-  ``openai`` SDK, which retries rate limits (429), 408/409, 5xx, timeouts
-  and connection errors with its own backoff (:class:`Endpoint`); a call
+  ``openai`` SDK (:class:`Endpoint`). Only what may pass is retried, with
+  a short backoff or the server's ``Retry-After``: timeouts, 408, 429 and
+  5xx, and a dropped connection once the endpoint has answered; a call
   that still fails raises :class:`ModelCallFailed` (the loop records the
-  rollout as excluded, never as a wrong answer). An endpoint that refuses
-  the credentials or does not know the model (401/403/404) raises
-  :class:`ModelSetupError`, which stops the run: retrying every rollout
-  would only exclude them all.
+  rollout as excluded, never as a wrong answer). An endpoint that cannot
+  be reached before it ever answered (refused, unresolvable, not a URL)
+  or that answers any other 4xx (a bad key, an unknown model, a bad
+  request) raises :class:`ModelSetupError` at once, naming the option to
+  fix: it stops the run, since retrying every rollout would only exclude
+  them all.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-import threading
+import time
 from dataclasses import dataclass
 from typing import Iterable, Protocol, Sequence
 
 from glyph.data import conventions
 from glyph.data.conventions import ConventionTask
 
-SETUP_STATUSES = frozenset({401, 403, 404})
+RETRIED_STATUSES = frozenset({408, 429})
+"""HTTP statuses a call is retried on, besides 5xx; any other 4xx is a :class:`ModelSetupError`."""
+MAX_BACKOFF = 8.0
+"""Seconds: the longest wait between two tries (the server's ``Retry-After`` is capped at 60)."""
 
 
 @dataclass(frozen=True)
@@ -155,9 +161,9 @@ class ReferenceAgent:
 @dataclass(frozen=True)
 class Endpoint:
     """An OpenAI-compatible chat endpoint and how to call it: ``timeout`` seconds
-    per HTTP request, and up to ``retries`` retries by the SDK (its own backoff,
-    or the server's ``Retry-After``) of 408, 409, 429, 5xx, timeouts and
-    connection errors."""
+    per HTTP request, and up to ``retries`` retries (module docstring: which
+    failures), waiting ``backoff * 2**i`` seconds before retry ``i`` (at most
+    :data:`MAX_BACKOFF`) unless the server says how long (``Retry-After``)."""
 
     base_url: str
     model: str
@@ -165,53 +171,96 @@ class Endpoint:
     retries: int
     api_key: str | None = None
     """Default: ``$OPENAI_API_KEY``, else ``"EMPTY"`` (local servers ignore it)."""
+    backoff: float = 0.5
+    flags: tuple[str, str] = ("--base-url", "--model")
+    """The options that set ``base_url`` and ``model``: a setup error names them."""
 
     def client(self) -> Client:
         return Client(self)
 
 
+def _retry_after(response) -> float | None:
+    """The server's ``retry-after-ms`` / ``retry-after`` (seconds), capped; None if absent."""
+    headers = getattr(response, "headers", None) or {}
+    for name, scale in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
+        try:
+            return min(60.0, max(0.0, float(headers[name]) / scale))
+        except (KeyError, ValueError, TypeError):
+            continue
+    return None
+
+
 class Client:
-    """The SDK's client for one endpoint; safe to share between threads."""
+    """The SDK's client for one endpoint, with glyph's retry rule; safe to share
+    between threads. The SDK's own retries are off (it would retry a refused
+    connection and every 409 too)."""
 
     def __init__(self, endpoint: Endpoint) -> None:
-        from openai import DefaultHttpxClient, OpenAI
+        from openai import OpenAI
 
         self.endpoint = endpoint
-        self._sent = threading.local()  # HTTP requests of this thread's current call, retries included
+        self.reached = False  # whether the endpoint ever answered (any HTTP status)
         key = endpoint.api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY"
-        self._sdk = OpenAI(base_url=endpoint.base_url, api_key=key, timeout=endpoint.timeout,
-                           max_retries=endpoint.retries,
-                           http_client=DefaultHttpxClient(event_hooks={"request": [self._count]}))
-
-    def _count(self, request) -> None:
-        self._sent.n += 1
+        self._sdk = OpenAI(base_url=endpoint.base_url, api_key=key, timeout=endpoint.timeout, max_retries=0)
 
     def chat(self, messages: list[dict], **params) -> str:
-        """One chat completion's reply text. Raises :class:`ModelSetupError` on
-        401/403/404, :class:`ModelCallFailed` on any other failure left after the
-        SDK's retries."""
+        """One chat completion's reply text. Raises :class:`ModelSetupError` when no
+        retry can help, :class:`ModelCallFailed` when the retries ran out."""
         import openai
 
         ep = self.endpoint
-        self._sent.n = 0
-        try:
-            resp = self._sdk.chat.completions.create(model=ep.model, messages=messages, **params)
-        except openai.APIStatusError as exc:
-            if exc.status_code in SETUP_STATUSES:
-                raise ModelSetupError(f"{ep.base_url} answered HTTP {exc.status_code} for model "
-                                      f"{ep.model!r}: {exc.message}") from exc
-            raise ModelCallFailed(self._tries(f"HTTP {exc.status_code}: {exc.message}"[:500])) from exc
-        except openai.APITimeoutError as exc:
-            raise ModelCallFailed(self._tries(f"timed out after {ep.timeout:g} s")) from exc
-        except openai.APIConnectionError as exc:
-            raise ModelCallFailed(self._tries(f"connection error: {exc.__cause__ or exc}"[:500])) from exc
-        if not resp.choices:
-            raise ModelCallFailed("the response has no choices")
-        return resp.choices[0].message.content or ""
+        url = ep.flags[0]
+        for attempt in range(ep.retries + 1):
+            wait = None
+            try:
+                resp = self._sdk.chat.completions.create(model=ep.model, messages=messages, **params)
+            except openai.APIStatusError as exc:
+                self.reached = True
+                status, message = exc.status_code, _message(exc)
+                if status < 500 and status not in RETRIED_STATUSES:
+                    raise ModelSetupError(_setup_message(ep, status, message)) from exc
+                reason, wait = f"HTTP {status}: {message}"[:500], _retry_after(exc.response)
+            except openai.APITimeoutError:
+                reason = f"timed out after {ep.timeout:g} s"
+            except openai.APIConnectionError as exc:
+                cause = str(exc.__cause__ or exc)[:300]
+                if not self.reached:
+                    raise ModelSetupError(f"{url} {ep.base_url}: cannot reach the endpoint ({cause}); is the "
+                                          "server running, and is the URL right (e.g. http://127.0.0.1:8000/v1)?"
+                                          ) from exc
+                reason = f"connection error: {cause}"
+            else:
+                self.reached = True
+                if not resp.choices:
+                    raise ModelCallFailed("the response has no choices")
+                return resp.choices[0].message.content or ""
+            if attempt == ep.retries:
+                raise ModelCallFailed(reason if attempt == 0 else f"{reason} (after {attempt + 1} tries)")
+            time.sleep(wait if wait is not None else min(MAX_BACKOFF, ep.backoff * 2**attempt))
+        raise AssertionError("unreachable")  # pragma: no cover
 
-    def _tries(self, reason: str) -> str:
-        n = self._sent.n
-        return reason if n < 2 else f"{reason} (after {n} tries)"
+
+def _message(exc) -> str:
+    """The server's own error message (``{"error": {"message": ...}}``), else the SDK's."""
+    body = exc.body
+    if isinstance(body, dict):
+        inner = body.get("error", body)
+        if isinstance(inner, dict) and isinstance(inner.get("message"), str):
+            return inner["message"]
+        if isinstance(body.get("message"), str):
+            return body["message"]
+    return exc.message
+
+
+def _setup_message(ep: Endpoint, status: int, message: str) -> str:
+    url, model = ep.flags
+    said = f"HTTP {status}: {message[:300]}"
+    if status in (401, 403):
+        return f"{url} {ep.base_url} refused the key ({said}); set $OPENAI_API_KEY"
+    if status == 404:
+        return f"{model} {ep.model} at {url} {ep.base_url}: {said} (is the model name right, and does the " \
+               "URL end where the API does, e.g. .../v1?)"
+    return f"{model} {ep.model} at {url} {ep.base_url}: {said}"
 
 
 class OpenAIAgent:

@@ -88,7 +88,9 @@ class RunOptions(BaseModel):
                                "phase (a task's K rollouts alike: correlated); reference agent only")
     timeout: Annotated[float, CALL] = Field(120.0, description="seconds per model request")
     retries: Annotated[int, CALL] = Field(
-        6, ge=0, description="retries of a rate-limited or failed model call before its rollout is excluded")
+        6, ge=0, description="retries of a timed-out, rate-limited (429) or 5xx model call before its rollout "
+                              "is excluded (an endpoint that cannot be reached or answers another 4xx stops "
+                              "the run at once)")
     retry_excluded: Annotated[bool, CALL] = Field(
         False, description="on resume, request again the rollouts stored as excluded (their model call had "
                            "failed)")
@@ -104,16 +106,40 @@ class RunOptions(BaseModel):
         return self.tasks or conventions.DATA_FILE
 
     def check(self) -> None:
-        """Raise :class:`OptionsError` naming the flag when the options cannot make a run."""
+        """Raise :class:`OptionsError` naming the flag when the options cannot make a run:
+        a missing task file, an endpoint URL that is not one, a missing endpoint, or an
+        option given where nothing reads it (``--base-url`` with the reference agent and
+        writer: the run would silently ignore it)."""
         path = self.tasks_path()
         if not path.is_file():
             raise OptionsError(f"--tasks {path}: no such file")
+        for name, field in type(self).model_fields.items():
+            only = _marker(field, Only)
+            if only is None or getattr(self, name) == field.default or self.applies(name):
+                continue
+            also = " (or --writer openai)" if name in _WRITER_DEFAULTS else ""
+            raise OptionsError(f"{flag(name)} goes with {flag(only.option)} {only.value}{also}; without it "
+                               f"{flag(only.option)} is {getattr(self, only.option)}, which ignores it")
+        for name in ("base_url", "writer_base_url"):
+            url = getattr(self, name)
+            if url is not None and not _is_http_url(url):
+                raise OptionsError(f"{flag(name)} {url}: not an http(s) URL with a host, e.g. "
+                                   "http://127.0.0.1:8000/v1")
         if self.agent == "openai" and not (self.base_url and self.model):
             raise OptionsError("--agent openai needs --base-url and --model")
         if self.writer == "openai" and not ((self.writer_base_url or self.base_url)
                                             and (self.writer_model or self.model)):
             raise OptionsError("--writer openai needs --writer-base-url and --writer-model (or --base-url and "
                                "--model)")
+
+    def applies(self, name: str) -> bool:
+        """Whether option ``name`` is read by this run: an :class:`Only` option where its
+        agent or writer kind is in use (``--base-url`` and ``--model`` also by the OpenAI
+        writer, whose endpoint defaults to them)."""
+        only = _marker(type(self).model_fields[name], Only)
+        if only is None or getattr(self, only.option) == only.value:
+            return True
+        return name in _WRITER_DEFAULTS and self.writer == "openai"
 
     def config(self) -> RunConfig:
         """The run's identity, as stored in ``config.json`` (after :meth:`check`): the
@@ -133,6 +159,21 @@ class RunOptions(BaseModel):
         values["tasks"] = str(path)
         values["tasks_sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
         return RunConfig(**values)
+
+
+_WRITER_DEFAULTS = ("base_url", "model")
+"""Agent options the OpenAI writer also reads (the defaults of its own)."""
+
+
+def _is_http_url(url: str) -> bool:
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 (raises ValueError on a port that is not a number)
+    except ValueError:
+        return False
+    return parts.scheme in ("http", "https") and bool(parts.hostname)
 
 
 def _marker(field, kind):

@@ -14,8 +14,9 @@ from glyph.flywheel.options import RunConfig, RunOptions
 from glyph.flywheel.writers import OpenAIWriter, ReferenceWriter, Writer
 
 
-def _endpoint(options: RunOptions, base_url: str, model: str) -> Endpoint:
-    return Endpoint(base_url, model, timeout=options.timeout, retries=options.retries)
+def _endpoint(options: RunOptions, base_url: str, model: str,
+              flags: tuple[str, str] = ("--base-url", "--model")) -> Endpoint:
+    return Endpoint(base_url, model, timeout=options.timeout, retries=options.retries, flags=flags)
 
 
 def make_agent(options: RunOptions, config: RunConfig, tasks: Sequence[ConventionTask]) -> Agent:
@@ -29,7 +30,9 @@ def make_agent(options: RunOptions, config: RunConfig, tasks: Sequence[Conventio
 def make_writer(options: RunOptions, config: RunConfig) -> Writer:
     if config.writer == "reference":
         return ReferenceWriter()
-    return OpenAIWriter(_endpoint(options, config.writer_base_url, config.writer_model))
+    flags = (flag if getattr(options, name) else f"{flag.replace('--writer-', '--')} (writer)"
+             for name, flag in (("writer_base_url", "--writer-base-url"), ("writer_model", "--writer-model")))
+    return OpenAIWriter(_endpoint(options, config.writer_base_url, config.writer_model, tuple(flags)))
 
 
 def run_one(options: RunOptions, out: str | Path, *, console=None, agent: Agent | None = None,

@@ -27,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import threading
 import time
+from collections.abc import Callable
 from typing import Iterable
 
 from glyph.data.conventions import ConventionTask
@@ -64,11 +65,14 @@ class PolicyServer:
     def __init__(self, tasks: dict[str, MbppTask], policy: str | None = None, port: int = 0,
                  seed: int = 0, tokenizer: object | str | None = None,
                  conventions: Iterable[ConventionTask] | None = None,
-                 record: bool = False, record_replies: bool = False) -> None:
+                 record: bool = False, record_replies: bool = False,
+                 log: Callable[[str], None] | None = None) -> None:
         """``conventions``: the conventions tasks the ``conv-*`` policies know (default:
         glyph's own); ``record``: keep every request's messages in ``received`` (tests);
         ``record_replies``: keep every chat reply under the request's bearer token, as
-        verifiers' interception server records a rollout's replies (``take_replies``)."""
+        verifiers' interception server records a rollout's replies (``take_replies``); ``log``:
+        told once per unknown policy name a request asks for, with the valid ones (``glyph serve``
+        prints it, so the server's own log says why every rollout errored)."""
         if policy is not None and not known(policy):
             raise ValueError(unknown_policy(policy))
         self.planner = Planner(tasks, seed)
@@ -78,6 +82,7 @@ class PolicyServer:
         self._replies_lock = threading.Lock()
         self.policy = policy
         self.requests = 0
+        self._log, self._unknown_logged = log, set()
         self._tokenizer = tokenizer
         self._tokenizer_lock = threading.Lock()
         server = self
@@ -99,6 +104,7 @@ class PolicyServer:
                 if server.received is not None:
                     server.received.append(messages)
                 if not known(policy):
+                    server.log_unknown(policy)
                     return self.send_json(404, {"error": {"message": unknown_policy(policy)}})
                 if policy == "fault-500":
                     return self.send_json(500, {"error": {"message": "injected failure"}})
@@ -124,6 +130,14 @@ class PolicyServer:
                               "total_tokens": len(content) // 4}})
 
         self.httpd = LocalServer(Handler, port)
+
+    def log_unknown(self, policy: str) -> None:
+        with self._replies_lock:
+            first = policy not in self._unknown_logged
+            self._unknown_logged.add(policy)
+        if first and self._log is not None:
+            self._log(f"answering 404 to requests for model {policy!r}: {unknown_policy(policy)} "
+                      "(vf-eval -m NAME picks one)")
 
     @property
     def tokenizer(self):

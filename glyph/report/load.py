@@ -344,6 +344,19 @@ class Judged(NamedTuple):
     passed: bool
 
 
+def _error_text(error: object) -> str:
+    """An error verifiers recorded, as a line: its message, with a JSON error body
+    (``upstream 404: {"error": {"message": ...}}``, a model call's) reduced to the
+    endpoint's own message; at most 200 characters."""
+    message = str(error.get("message") or error.get("type") or "") if isinstance(error, dict) else str(error)
+    head, sep, body = message.partition(": ")
+    try:
+        inner = json.loads(body)["error"]["message"] if sep else None
+    except (ValueError, KeyError, TypeError):
+        inner = None
+    return (f"{head}: {inner}" if isinstance(inner, str) else message)[:200]
+
+
 def judge(episode: dict, trace: dict | None, where: str = "") -> Judged:
     """One rollout's status and reward, by ``glyph.record``'s rule, from a
     saved episode and one of its traces (None: the episode has none). A
@@ -358,7 +371,10 @@ def judge(episode: dict, trace: dict | None, where: str = "") -> Judged:
     ok = trace is not None and t.get("ok") is True and episode.get("ok") is True
     facts = {"ok": ok, "reward": reward, "timed_out": _timed_out(t, episode, errors)}
     status = record.status(rec, **facts)
-    reason = (rec.reason if rec is not None else "") or "; ".join(str(e.get("message", ""))[:200] for e in errors)
+    said = "; ".join(dict.fromkeys(filter(None, (_error_text(e) for e in errors))))
+    reason = (rec.reason if rec is not None else "") or said
+    if said and said not in reason:  # the framework's error says why (an unknown model's valid names)
+        reason = f"{reason} ({said})"
     if not reason:
         reason = "no trace" if trace is None else "no reward recorded" if reward is None else "not ok"
     return Judged(rec, status, reward, reason, record.passed(rec, **facts))
