@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from glyph.render import RENDERERS
+
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 ARMS = ("a", "b")
 SPLITS = ("validation", "test")
@@ -85,7 +87,7 @@ class Profile:
 STUDY = Profile(
     name="study",
     summary="the PREDICT study's recipe as it ran, at PRIME-RL's pin",
-    renderer={"name": "custom", "import_path": "glyph.render.StudyRenderer"},
+    renderer=RENDERERS["study"],  # glyph.render_study.StudyRenderer, by import path
     renderer_note="the study's chat format (its configs/chat_template.jinja, rendered by glyph)",
     label_span="study",
     ce_in_uniform_groups=False,
@@ -94,15 +96,15 @@ STUDY = Profile(
     sft_scheduler_note=("the study's (its configs/arm_{a,b}_sft.toml): linear warmup over 2 steps,",
                         "then linear decay to 0 over the other 58"),
     # 32 samples a step as the study's `stack` packing took them, in cat-packed rows (below).
-    sft_batch_size={"a": 16, "b": 19},
+    sft_batch_size={"a": 15, "b": 18},
     sft_batch_note=(
         "The study packed with `pack_function = \"stack\"`: with seq_len 1280 and micro batch 1 a row",
         "held one sample, so a step of 32 rows was 32 samples (1920 in 60 steps). The pin has only",
         "`cat` packing (prime_rl/trainer/sft/data.py, CatDataset): a row holds as many whole samples",
-        "as fit in seq_len, so 32 rows would be 65 (arm A) / 54 (arm B) of the study's traces a step.",
-        "The closest the pin gets is fewer rows: 16 (arm A) and 19 (arm B) rows carry 32.7 and 32.0",
-        "samples a step on average (1962 and 1917 in 60 steps; tests/pin/test_recipe_configs.py).",
-        "What still differs: the count varies from step to step (28-37, 28-36), and samples share rows.",
+        "as fit in seq_len, so 32 rows would be 70 (arm A) / 58 (arm B) of the study's traces a step.",
+        "The closest the pin gets is fewer rows: 15 (arm A) and 18 (arm B) rows carry 33.0 and 32.4",
+        "samples a step on average (1980 and 1946 in 60 steps; tests/pin/test_recipe_configs.py).",
+        "What still differs: the count varies from step to step (29-38, 26-37), and samples share rows.",
     ),
     costly=False,
 )
@@ -110,7 +112,7 @@ STUDY = Profile(
 GLYPH = Profile(
     name="glyph",
     summary="the study's recipe with glyph's departures (REPRODUCTION.md, the glyph profile)",
-    renderer={"name": "qwen3", "enable_thinking": False},
+    renderer=RENDERERS["glyph"],
     renderer_note="the Qwen3 renderer, thinking off: the model is not in renderers' map, so name it",
     label_span="decision",
     ce_in_uniform_groups=True,

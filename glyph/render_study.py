@@ -45,8 +45,9 @@ from renderers.base import (
 from renderers.configs import BaseRendererConfig
 
 from glyph.agent.study import CHAT_TURN
+from glyph.render import STUDY_IMPORT_PATH
 
-IMPORT_PATH = "glyph.render_study.StudyRenderer"
+IMPORT_PATH = STUDY_IMPORT_PATH  # this class's import path; one source: glyph/render.py
 IM_START, IM_END = "<|im_start|>", "<|im_end|>"
 
 

@@ -173,7 +173,7 @@ def test_the_profiles_differ_only_by_their_switches():
 
 
 def test_the_study_profile_takes_the_studys_renderer_and_sft_schedule():
-    study_renderer = {"name": "custom", "import_path": "glyph.render.StudyRenderer"}
+    study_renderer = {"name": "custom", "import_path": "glyph.render_study.StudyRenderer"}
     qwen3 = {"name": "qwen3", "enable_thinking": False}
     for profile, renderer in (("study", study_renderer), ("glyph", qwen3)):
         for arm in ARMS:
@@ -188,7 +188,7 @@ def test_the_study_profile_takes_the_studys_renderer_and_sft_schedule():
         assert s["data"]["name"] == f"artifacts/study/sft/arm_{arm}"
         g = load(f"glyph/sft_arm_{arm}")
         assert g["scheduler"] == {"type": "constant"} and g["data"]["batch_size"] == 32
-    assert (load("study/sft_arm_a")["data"]["batch_size"], load("study/sft_arm_b")["data"]["batch_size"]) == (16, 19)
+    assert (load("study/sft_arm_a")["data"]["batch_size"], load("study/sft_arm_b")["data"]["batch_size"]) == (15, 18)
 
 
 @pytest.mark.parametrize("profile", PROFILES)

@@ -13,11 +13,9 @@ each re-validates against the class its process parses it with. The SFT data
 SFT dataset code: every trace fits ``data.seq_len`` untruncated, and the
 packing gives the samples per step that the configs and REPRODUCTION.md state.
 
-The study profile's renderer is ``glyph.render.StudyRenderer``, which
-``CustomRendererConfig`` imports at validation time. Until glyph ships that
-class, a stand-in (``config_class`` = renderers' ``DefaultRendererConfig``)
-takes its name for these tests, so they check the configs, not the renderer;
-``test_the_study_renderer_is_glyphs_own_or_the_stand_in`` says which one ran.
+The study profile's renderer is glyph's own ``glyph.render_study.StudyRenderer``,
+which ``CustomRendererConfig`` imports at validation time, and the SFT counts
+are the study's traces as that renderer tokenizes them.
 """
 
 from __future__ import annotations
@@ -55,31 +53,19 @@ VERSIONS = tomllib.loads((CONFIGS / "versions.toml").read_text())
 SPLIT_SIZES = {"sft": 212, "rl": 212, "validation": 40, "test": 500}
 PROFILES = ("study", "glyph")
 FILES = [(p.name, name) for p in recipe.PROFILES.values() for name in recipe.profile_files(p)]
-STAND_IN = not hasattr(glyph.render, "StudyRenderer")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def study_renderer():
-    """``glyph.render.StudyRenderer``, or a stand-in while glyph lacks it (module docstring)."""
-    if not STAND_IN:
-        yield glyph.render.StudyRenderer
-        return
-    from renderers.configs import DefaultRendererConfig
+def test_the_study_configs_name_glyphs_study_renderer():
+    """The study configs' renderer is glyph's class itself, found by the path glyph.render states."""
+    from renderers.custom import custom_renderer_config, load_custom_renderer
 
-    stand_in = type("StudyRenderer", (), {"config_class": DefaultRendererConfig})
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(glyph.render, "StudyRenderer", stand_in, raising=False)
-        yield stand_in
+    from glyph.render_study import IMPORT_PATH, StudyRenderer, StudyRendererConfig
 
-
-def test_the_study_renderer_is_glyphs_own_or_the_stand_in(study_renderer):
-    from renderers.custom import load_custom_renderer
-
-    assert load_custom_renderer("glyph.render.StudyRenderer") is study_renderer
-    if STAND_IN:
-        print("glyph.render.StudyRenderer does not exist yet: the study configs ran with a stand-in")
-    else:
-        assert study_renderer.__module__.startswith("glyph")
+    assert recipe.STUDY.renderer == glyph.render.RENDERERS["study"]
+    assert recipe.STUDY.renderer["import_path"] == IMPORT_PATH == f"{StudyRenderer.__module__}.StudyRenderer"
+    assert load_custom_renderer(IMPORT_PATH) is StudyRenderer
+    c = sft_config("study", "a", Path("unused"))
+    assert type(custom_renderer_config(c.renderer)) is StudyRendererConfig
 
 
 def path(profile: str, name: str) -> str:
@@ -119,7 +105,7 @@ def renderer_of(c) -> tuple:
     return (c.name, getattr(c, "import_path", None), getattr(c, "enable_thinking", None))
 
 
-RENDERER = {"study": ("custom", "glyph.render.StudyRenderer", None), "glyph": ("qwen3", None, False)}
+RENDERER = {"study": ("custom", "glyph.render_study.StudyRenderer", None), "glyph": ("qwen3", None, False)}
 
 
 def check_glyph_source(source, profile: str, arm: str, split: str, costly: bool) -> None:
@@ -228,7 +214,7 @@ def test_sft_resolves_to_the_profiles_settings(profile, arm, tmp_path, mbpp_path
     assert c.model.name == VERSIONS["model"]["name"] and c.model.lora is None
     assert renderer_of(c.renderer) == RENDERER[profile]
     d = c.data
-    rows = {"study": {"a": 16, "b": 19}, "glyph": {"a": 32, "b": 32}}[profile][arm]
+    rows = {"study": {"a": 15, "b": 18}, "glyph": {"a": 32, "b": 32}}[profile][arm]
     assert (d.type, d.name, d.batch_size, d.micro_batch_size, d.seq_len, d.shuffle, d.seed) == (
         "sft", f"artifacts/{profile}/sft/arm_{arm}", rows, 1, 1280, True, 42)
     assert d.loss_mask.model_dump() == {"system": False, "user": False, "assistant": True, "tool": False}
@@ -346,7 +332,8 @@ def artifacts(tmp_path_factory, mbpp_path) -> dict[str, Path]:
 
 # Samples in the 60 steps under PRIME-RL's cat packing: what the configs' comments and
 # REPRODUCTION.md state. The study trained 32 a step, 1920 (stack packing, one sample a row).
-SAMPLES = {("study", "a"): 1962, ("study", "b"): 1917, ("glyph", "a"): 2662, ("glyph", "b"): 2003}
+STUDY_SAMPLES_A_STEP = 32  # the study's configs/arm_{a,b}_sft.toml [data]: batch_size 32, stack-packed, one a row
+SAMPLES = {("study", "a"): 1980, ("study", "b"): 1946, ("glyph", "a"): 2662, ("glyph", "b"): 2003}
 
 
 @pytest.mark.parametrize("profile", PROFILES)
@@ -358,12 +345,8 @@ def test_sft_traces_fit_and_train_on_assistant_turns_only(profile, arm, artifact
 
     c = sft_config(profile, arm, tmp_path, "--data.name", str(artifacts[profile] / "sft" / f"arm_{arm}"))
     tok = load_tokenizer(str(offline_tokenizer_dir()))  # the Qwen3 vocabulary, offline
-    renderer_config = c.renderer
-    if STAND_IN and profile == "study":  # the stand-in renders nothing: count with Qwen3's (thinking off)
-        from renderers.configs import Qwen3RendererConfig
-
-        renderer_config = Qwen3RendererConfig(enable_thinking=False)
-    renderer = create_renderer(tok, renderer_config)
+    renderer = create_renderer(tok, c.renderer)  # the profile's own: glyph's StudyRenderer for the study
+    assert type(renderer).__name__ == ("StudyRenderer" if profile == "study" else "Qwen3Renderer")
     raw = sft_data.load_sft_dataset(c.data)  # what the trainer loads: the folder's train.jsonl
     assert len(raw) == SPLIT_SIZES["sft"]
 
@@ -380,10 +363,18 @@ def test_sft_traces_fit_and_train_on_assistant_turns_only(profile, arm, artifact
         others = [m["content"] for m in row["messages"] if m["role"] != "assistant"]
         assert all(text in trained for text in assistant)
         assert not any(text in trained for text in others if len(text) > 40)
-    # PRIME-RL packs samples into rows of seq_len tokens; a step is batch_size rows.
-    rows = list(itertools.islice(sft_data.CatDataset(dataset(), c.data.seq_len * c.data.micro_batch_size),
-                                 c.data.batch_size * c.max_steps))
-    samples = sum(len(row["seq_lens"]) for row in rows)
+
+    def samples_in_the_run(batch_size: int) -> int:
+        """PRIME-RL packs samples into rows of seq_len tokens; a step is batch_size rows."""
+        rows = itertools.islice(sft_data.CatDataset(dataset(), c.data.seq_len * c.data.micro_batch_size),
+                                batch_size * c.max_steps)
+        return sum(len(row["seq_lens"]) for row in rows)
+
+    samples = samples_in_the_run(c.data.batch_size)
     print(f"{profile} arm {arm}: {samples} samples in {c.max_steps} steps ({samples / c.max_steps:.1f} a step, "
           f"{samples / len(raw):.2f} epochs)")
     assert samples == SAMPLES[profile, arm]
+    if profile == "study":  # the rows a step that come closest to the study's 32 samples a step
+        study = STUDY_SAMPLES_A_STEP * c.max_steps
+        for other in (c.data.batch_size - 1, c.data.batch_size + 1):
+            assert abs(samples_in_the_run(other) - study) > abs(samples - study), other
