@@ -8,10 +8,7 @@ study's SFT traces through PRIME-RL's own SFT dataset code
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-import types
 
 import pytest
 
@@ -37,28 +34,6 @@ seq_len = {seq_len}
 name = "custom"
 import_path = "{import_path}"
 """
-
-
-@pytest.fixture(scope="module")
-def sft_data():
-    """``prime_rl.trainer.sft.data``, with a stand-in for torchdata's
-    ``StatefulDataLoader`` while it is imported, where torchdata is missing
-    (the pinned test stack does not install it; nothing here uses it)."""
-    names = ("torchdata", "torchdata.stateful_dataloader", "prime_rl.trainer.sft.data")
-    saved = {name: sys.modules.get(name) for name in names}
-    if importlib.util.find_spec("torchdata") is None:
-        stand_in = types.ModuleType("torchdata.stateful_dataloader")
-        stand_in.StatefulDataLoader = object
-        sys.modules["torchdata"] = types.ModuleType("torchdata")
-        sys.modules["torchdata.stateful_dataloader"] = stand_in
-    from prime_rl.trainer.sft import data
-
-    yield data
-    for name, module in saved.items():
-        if module is None:
-            sys.modules.pop(name, None)
-        else:
-            sys.modules[name] = module
 
 
 @pytest.fixture(scope="module")
