@@ -554,7 +554,8 @@ def test_vf_eval_a_container_endpoint_fault_is_errored_when_the_interception_con
     confirmed = t["info"]["glyph_endpoint_fault_confirmed"]  # written by the container branch only
     if errored:
         assert not r["ok"] and r["reward"] is None
-        assert r["reason"] == "endpoint_error: endpoint answered HTTP 500"
+        # the reason, with what verifiers recorded of the upstream's answer (glyph.report.load)
+        assert r["reason"] == "endpoint_error: endpoint answered HTTP 500 (upstream 500: injected failure)"
         assert confirmed.startswith("the interception server recorded: ProviderError (HTTP 500)")
         assert t["info"]["glyph"]["confirmed_by"] == confirmed
         assert t["calls"][-1]["error"]["status_code"] == 500
