@@ -20,6 +20,7 @@ from typing import Any
 
 import msgspec
 
+from glyph.outcomes import Outcome
 from glyph.text import encodable_data
 
 INFO_KEY = "glyph"
@@ -55,6 +56,21 @@ class VerifiedCandidate(msgspec.Struct, frozen=True, kw_only=True):
     """The messages before the prediction turn, as the program recorded them."""
     prediction_turn: str | None = None
     prediction_call: str | None = None
+
+
+PASS = Outcome.PASS.value
+
+
+def study_episode(first_target: str | None, visible: list[str]) -> tuple[bool, bool, bool]:
+    """(first patch correct, had an executed failure, recovered) as the PREDICT study defines
+    them (its ``src/glyph/taskset.py`` metrics): the first prediction target's outcome
+    (``first_target``, None: no target) where there is one, else the first visible test's; a
+    visible test that did not pass; a visible PASS after the first visible failure, whatever
+    the reward. ``visible``: the trusted outcome of each visible python_test, in order. The one
+    place finalize's study metrics and ``glyph report``'s study definitions come from."""
+    first_fail = next((i for i, v in enumerate(visible) if v != PASS), None)
+    first = first_target == PASS if first_target is not None else bool(visible) and visible[0] == PASS
+    return first, first_fail is not None, first_fail is not None and PASS in visible[first_fail + 1:]
 
 
 class MbppRecord(msgspec.Struct, kw_only=True):

@@ -414,18 +414,13 @@ def _episode_metrics(g: record.MbppRecord, metrics: dict, profile: str) -> tuple
             metrics.get(k) == 1.0
             for k in ("first_patch_correct", "had_executed_failure", "recovered_after_executed_failure")
         )
-    pass_ = Outcome.PASS.value
     targets = [c for c in g.candidates if c.prediction_turn is not None]
+    first_target = targets[0].verified_label if targets else None
     visible = g.visible_outcomes
-    if targets:  # src/glyph/taskset.py (first_patch_correct): the first prediction target's outcome
-        first = targets[0].verified_label == pass_
-    else:  # else the first visible python_test's
-        first = None if visible is None else bool(visible) and visible[0] == pass_
     if visible is None:  # a record from before finalize kept the visible outcomes
+        first = None if first_target is None else record.study_episode(first_target, [])[0]
         return first, metrics.get("had_executed_failure") == 1.0, None
-    failed = next((i for i, v in enumerate(visible) if v != pass_), None)
-    recovered = failed is not None and pass_ in visible[failed + 1 :]
-    return first, failed is not None, recovered
+    return record.study_episode(first_target, visible)
 
 
 def _rollout(

@@ -78,7 +78,7 @@ from glyph.agent.protocol import PLACEHOLDER
 from glyph.agent.tools import sha256
 from glyph.grading import InvalidTests, grade
 from glyph.outcomes import Outcome
-from glyph.record import MbppRecord, VerifiedCandidate
+from glyph.record import MbppRecord, VerifiedCandidate, study_episode
 from glyph.sandbox import Limits
 
 
@@ -588,10 +588,9 @@ def study_metrics(targets, visible: list[str]) -> dict[str, float]:
     ``recovered_after_executed_failure`` is a visible PASS after the first visible failure,
     whatever the reward."""
     passes = [t.actual == Outcome.PASS.value for t in targets]
-    first_fail = next((i for i, v in enumerate(visible) if v != Outcome.PASS.value), None)
     bad = [t for t, ok in zip(targets, passes) if not ok]
     good = [t for t, ok in zip(targets, passes) if ok]
-    first = passes[0] if targets else bool(visible) and visible[0] == Outcome.PASS.value
+    first, _, recovered = study_episode(targets[0].actual if targets else None, visible)
     return {
         "first_patch_correct": float(first),
         "predictions": float(len(targets)),
@@ -600,8 +599,7 @@ def study_metrics(targets, visible: list[str]) -> dict[str, float]:
         "bad_patch_rejection_rate": _rate(sum(t.decision == "REVISE" for t in bad), len(bad)),
         "unnecessary_rejection_rate": _rate(sum(t.decision == "REVISE" for t in good), len(good)),
         "revise_count": float(sum(t.decision == "REVISE" for t in targets)),
-        "recovered_after_executed_failure": float(first_fail is not None and Outcome.PASS.value in
-                                                  visible[first_fail + 1:]),
+        "recovered_after_executed_failure": float(recovered),
     }
 
 
