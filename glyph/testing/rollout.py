@@ -26,7 +26,7 @@ from glyph.agent import program
 from glyph.data import study
 from glyph.data.mbpp import MbppTask
 from glyph.envs.mbpp.finalize import ModelReplies, TaskTests, verify
-from glyph.envs.mbpp.harness import LOCAL_SANDBOX, GlyphHarnessConfig, program_config, workspace_of
+from glyph.envs.mbpp.harness import LOCAL_SANDBOX, GlyphHarnessConfig, program_config
 from glyph.envs.mbpp.test_service import SandboxTestService
 from glyph.localhttp import JsonHandler, LocalServer
 from glyph.policies.server import PolicyServer
@@ -114,7 +114,7 @@ class Rollouts:
         profile = self.harness.profile
         st = study.from_mbpp(task) if profile == "study" else None
         setup, visible = (st.setup, list(st.tests)) if st else (task.test_setup_code, list(task.test_list))
-        solution, placeholder = workspace_of(profile, st and st.project)
+        solution, placeholder = program.workspace(profile, st and st.project)
         workspace.mkdir(parents=True, exist_ok=True)
         (workspace / solution).parent.mkdir(parents=True, exist_ok=True)
         (workspace / solution).write_text(placeholder)

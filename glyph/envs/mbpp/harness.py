@@ -171,12 +171,6 @@ def program_config(cfg: GlyphHarnessConfig, arm: str, task_text: str, visible_te
     return out
 
 
-def workspace_of(profile: str, project: str | None) -> tuple[str, str]:
-    """(the path of ``solution.py`` in the runtime, its placeholder) under ``profile``
-    (``program.workspace``: glyph's at the workspace root, the study's in the task's project folder)."""
-    return program.workspace(profile, project)
-
-
 def recorded_profile(info: dict) -> tuple[str, str | None]:
     """(profile, project) as the harness recorded them in ``trace.info["glyph_protocol"]``
     (trusted: the harness writes it before the program starts); glyph's where absent."""
@@ -228,7 +222,7 @@ class GlyphHarness(vf.Harness[GlyphHarnessConfig]):
         if study_task is not None:
             trace.info["glyph_protocol"].update(project=study_task.project,
                                                 switches=cfg.switches().as_dict())
-        solution, placeholder = workspace_of(cfg.profile, study_task and study_task.project)
+        solution, placeholder = program.workspace(cfg.profile, study_task and study_task.project)
         if local:
             from glyph.envs.mbpp.test_service import get_service
             service = get_service()

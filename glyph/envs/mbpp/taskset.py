@@ -26,7 +26,7 @@ from glyph.agent import program
 from glyph.data import mbpp, plus, study
 from glyph.envs.local import read_text
 from glyph.envs.mbpp.finalize import TaskTests, metric_defaults, verify
-from glyph.envs.mbpp.harness import interception_record, limits_from_record, recorded_profile, workspace_of
+from glyph.envs.mbpp.harness import interception_record, limits_from_record, recorded_profile
 from glyph.envs.mbpp.validate import validate_task
 from glyph.sandbox import get_sandbox
 from glyph.vfcompat import timed_out
@@ -72,7 +72,7 @@ class GlyphTask(vf.Task[GlyphData]):
         try:
             profile, project = recorded_profile(trace.info)
             raw = await read_text(runtime, program.TRACE, MAX_TRACE_BYTES)
-            final = await read_text(runtime, workspace_of(profile, project)[0], MAX_TRACE_BYTES)
+            final = await read_text(runtime, program.workspace(profile, project)[0], MAX_TRACE_BYTES)
             try:
                 data = json.loads(raw) if raw is not None else None
             except (ValueError, RecursionError):  # a deeply nested trace is as malformed as a broken one
