@@ -157,6 +157,12 @@ def result_for(outcome: str, timeout_text: str = "live", timeout_s: int = S.TOOL
     return Result(False, stderr=S.FAILURE_DETAILS[outcome], outcome=outcome)
 
 
+def call_line(tool: str, call_id: str, args: dict) -> str:
+    """The CALL line of ``tool`` with ``args`` (``parse_call_line``'s inverse), as the study's
+    SFT traces write it: compact JSON, the id first."""
+    return S.CALL_PREFIX + tool + " " + json.dumps({S.ID_KEY: call_id, **args}, separators=S.JSON_SEPARATORS)
+
+
 def parse_call_line(line: str) -> tuple[StudyCall | None, str | None]:
     """(call, None), (None, error) for a malformed CALL line, (None, None) for
     a line that is no CALL."""

@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from glyph.agent import study as S
-from glyph.agent.study_episode import Result, result_for
+from glyph.agent.study_episode import Result, call_line, result_for
 from glyph.data import mbpp
 from glyph.data.study_check import text_sha256
 
@@ -294,8 +294,7 @@ def _call(tool: str, call_id: str, *values: str) -> str:
     keys = S.TOOL_ARGS[tool]
     if len(values) != len(keys):
         raise ValueError(f"{tool} takes {len(keys)} arguments ({', '.join(keys)}), not {len(values)}")
-    return S.CALL_PREFIX + tool + " " + json.dumps({S.ID_KEY: call_id, **dict(zip(keys, values))},
-                                                   separators=S.JSON_SEPARATORS)
+    return call_line(tool, call_id, dict(zip(keys, values)))
 
 
 def _tool(call_id: str, result: Result) -> dict:

@@ -34,7 +34,6 @@ Fault injection, for tests: ``fault-malformed`` (bad CALL JSON),
 from __future__ import annotations
 
 import hashlib
-import json
 import random
 import re
 from dataclasses import dataclass
@@ -42,6 +41,7 @@ from dataclasses import dataclass
 from glyph.agent import protocol
 from glyph.agent import study as S
 from glyph.agent.protocol import Call
+from glyph.agent.study_episode import call_line
 from glyph.data import study
 from glyph.data.mbpp import MbppTask
 from glyph.policies.conventions import CONV_POLICIES
@@ -105,10 +105,7 @@ class Dialect:
         return dict(zip(protocol.TOOL_ARGS[tool], values, strict=True))
 
     def line(self, call: Call) -> str:
-        if self.study:  # data/prepare.py (_call): CALL <tool> <compact JSON with the id first>
-            return S.CALL_PREFIX + call.tool + " " + json.dumps({S.ID_KEY: call.id, **call.args},
-                                                                separators=S.JSON_SEPARATORS)
-        return call.line()
+        return call_line(call.tool, call.id, call.args) if self.study else call.line()
 
     def lines(self, text: str) -> str:
         """``text`` as it reads in this profile's workspace: the study's tools read and write in text
