@@ -161,9 +161,11 @@ def flywheel_replicate(
 ) -> None:
     """Independent runs of one configuration, and how they compare.
 
-    RUNS runs (OUT/run-<i>, each resumable), then OUT/replicate.json
-    and replicate.png: per-run baseline/final/gain, min/max gain, how many
-    climbed (final > baseline + band), keep rate per lesson mode."""
+    RUNS runs (OUT/run-<i>, each resumable), then OUT/replicate.json,
+    replicate.png and replicate.html: per-run baseline/final/gain with their
+    95% intervals and bands, min/max gain, how many climbed (final >
+    baseline + band), keep rate per lesson mode; the curves overlaid, each
+    with its per-round interval."""
     import time
 
     from glyph.flywheel import aggregate
@@ -177,12 +179,15 @@ def flywheel_replicate(
         dirs.append(f"run-{i}")
     rep = aggregate.replicate_doc(docs, dirs)
     aggregate.write_json(out / "replicate.json", rep)
-    (out / "replicate.png").write_bytes(aggregate.replicate_png(docs))
+    image = aggregate.replicate_png(docs)
+    (out / "replicate.png").write_bytes(image)
+    (out / "replicate.html").write_text(aggregate.replicate_html(rep, image), encoding="utf-8")
     g = rep["gain_pp"]
     console.print(_fw_runs_table(
         f"replicate: {rep['climbed']}/{runs} climbed; gain {g['min']:+.1f} to {g['max']:+.1f} pp", rep["runs"]),
         soft_wrap=True)
-    err.print(f"wrote {out / 'replicate.json'}, {out / 'replicate.png'} in {time.perf_counter() - t0:.1f} s")
+    err.print(f"wrote {out / 'replicate.json'}, {out / 'replicate.png'}, {out / 'replicate.html'} in "
+              f"{time.perf_counter() - t0:.1f} s")
 
 
 @app.command("sweep", context_settings={"allow_extra_args": True})
@@ -195,9 +200,10 @@ def flywheel_sweep(
 ) -> None:
     """Runs over K (rollouts per task): final and band vs K.
 
-    A run per K (and per seed) into OUT/K<k>/run-<i>, then OUT/sweep.json and
-    sweep.png: final vs K (mean and spread), band vs K with the least-squares
-    fit c/sqrt(K) (c and the largest relative residual), keep rate per mode."""
+    A run per K (and per seed) into OUT/K<k>/run-<i>, then OUT/sweep.json,
+    sweep.png and sweep.html: final vs K (mean and spread), band vs K with the
+    least-squares fit c/sqrt(K) (c and the largest relative residual), keep
+    rate per mode; every run's curve with its per-round interval."""
     import time
 
     from glyph.flywheel import aggregate
@@ -221,12 +227,16 @@ def flywheel_sweep(
             by_k.setdefault(kv, []).append((doc, where))
     sw = aggregate.sweep_doc(by_k)
     aggregate.write_json(out / "sweep.json", sw)
-    (out / "sweep.png").write_bytes(aggregate.sweep_png(sw))
+    image = aggregate.sweep_png(sw)
+    (out / "sweep.png").write_bytes(image)
+    (out / "sweep.html").write_text(aggregate.sweep_html(sw, image, aggregate.sweep_curves_png(by_k)),
+                                    encoding="utf-8")
     fit = sw["band_fit"]
     console.print(_fw_runs_table(
         f"sweep: band = {fit['c_pp']:.2f}/sqrt(K) pp (max relative residual {fit['max_rel_residual']:.3g})",
         [r for p in sw["per_K"] for r in p["runs"]]), soft_wrap=True)
-    err.print(f"wrote {out / 'sweep.json'}, {out / 'sweep.png'} in {time.perf_counter() - t0:.1f} s")
+    err.print(f"wrote {out / 'sweep.json'}, {out / 'sweep.png'}, {out / 'sweep.html'} in "
+              f"{time.perf_counter() - t0:.1f} s")
 
 
 # ---------------------------------------------------------------- glyph flywheel import
@@ -241,7 +251,7 @@ def flywheel_import(
     """The original flywheel's results, read into glyph's documents and redrawn.
 
     A run file becomes OUT/<name>/run.json, curve.png, curve.html; a
-    replication file OUT/<name>/replicate.json and replicate.png (its runs
+    replication file OUT/<name>/replicate.json, replicate.png and .html (its runs
     matched to the run files given beside it); a credit report
     OUT/<name>/credit.json and credit.png (Wilson intervals per step); all
     runs' bands OUT/bands.json and bands.png. Fields a file does not hold are
@@ -285,9 +295,13 @@ def flywheel_import(
         elif kind == "replication":
             rep, docs, names = original.replicate_doc(src, prov, runs)
             aggregate.write_json(where / "replicate.json", rep)
-            (where / "replicate.png").write_bytes(aggregate.replicate_png(
-                docs, names=[n.split(" (")[0] for n in names],
-                title=f"The original's replication: {rep['n_runs']} runs, mean final {pct(rep['final']['mean'])}"))
+            short = [n.split(" (")[0] for n in names]
+            image = aggregate.replicate_png(
+                docs, names=short,
+                title=f"The original's replication: {rep['n_runs']} runs, mean final {pct(rep['final']['mean'])}")
+            (where / "replicate.png").write_bytes(image)
+            (where / "replicate.html").write_text(aggregate.replicate_html(
+                rep, image, names, title="glyph flywheel import: the original's replication"), encoding="utf-8")
             g = rep["gain_pp"]
             t.add_row(f.name, f"{kind} ({rep['n_runs']} runs)", str(rep["K"]), str(rep["n_holdout"]),
                       pct(rep["baseline"]["mean"]), f"mean {pct(rep['final']['mean'])}",

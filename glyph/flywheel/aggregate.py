@@ -51,11 +51,24 @@ def keep_rates(docs: Sequence[dict]) -> dict[str, dict]:
     return dict(sorted(out.items()))
 
 
+CURVE_FIELDS = ("round", "accepted", "lo", "hi", "n")
+
+
+def curve_arrays(doc: dict) -> dict:
+    """A run's learning curve as parallel arrays: per round the accepted level,
+    its per-round interval (``lo``, ``hi``; ``None`` where the run has none) and
+    the scored count ``n``, with what the interval is (``interval``)."""
+    return {f: [c.get(f) for c in doc["curve"]] for f in CURVE_FIELDS} | {"interval": doc.get("curve_interval")}
+
+
 def run_row(doc: dict, where: str) -> dict:
+    b = doc.get("bands") or {}
     return {"seed": doc["seed"], "K": doc["K"], "dir": where, "baseline": doc["baseline"], "final": doc["final"],
             "gain_pp": doc["gain_pp"], "noise_band_pp": doc["noise_band_pp"], "climbed": climbed(doc),
             "rounds": doc["rounds"], "kept": sum(bool(x["kept"]) for x in doc["lessons"]),
-            "excluded": None if doc["excluded"] is None else doc["excluded"]["rollouts"], "stop": doc["stop"]}
+            "excluded": None if doc["excluded"] is None else doc["excluded"]["rollouts"], "stop": doc["stop"],
+            "bands": {k: b.get(k) for k in ("formula_pp", "two_rate_pp", "aa_pp", "gated_by")},
+            "curve": curve_arrays(doc)}
 
 
 def replicate_doc(docs: Sequence[dict], dirs: Sequence[str]) -> dict:
@@ -98,7 +111,8 @@ def sweep_doc(by_k: dict[int, list[tuple[dict, str]]]) -> dict:
 
 
 def replicate_png(docs: Sequence[dict], names: Sequence[str] | None = None, title: str | None = None) -> bytes:
-    """The runs' accepted levels overlaid, labelled by seed (or by ``names``)."""
+    """The runs' accepted levels overlaid, each with its per-round interval
+    shaded in its colour, labelled by seed (or by ``names``)."""
     from matplotlib import colormaps
 
     fig = figure(7.5, 4.2)
@@ -108,12 +122,16 @@ def replicate_png(docs: Sequence[dict], names: Sequence[str] | None = None, titl
         name = names[i] if names is not None else f"seed {d['seed']}"
         draw_curve(ax, d, label=f"{name}: {d['gain_pp']:+.1f} pp" if d["gain_pp"] is not None else name,
                    details=False, colour=cmap(i % 10))
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("round")
     ax.set_ylabel("accepted holdout pass rate (%)")
     ax.set_ylim(0, 100)
     ax.grid(alpha=0.3)
-    ax.set_title(title or f"{len(docs)} replicate runs (K={docs[0]['K']}, band {docs[0]['noise_band_pp']:.1f} pp)",
-                 fontsize=10)
+    band = "" if docs[0]["noise_band_pp"] is None else f", band {docs[0]['noise_band_pp']:.1f} pp"
+    ax.set_title((title or f"{len(docs)} replicate runs (K={docs[0]['K']}{band})")
+                 + "; shaded: each level's 95% interval", fontsize=10)
     ax.legend(fontsize=8, loc="lower right")
     return png(fig)
 
@@ -153,3 +171,106 @@ def sweep_png(doc: dict) -> bytes:
 
 def write_json(path: Path, doc: dict) -> None:
     path.write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+# ---------------------------------------------------------------- pages
+
+
+def _pp(x: float | None, fmt: str = "{:.1f}") -> str:
+    return "-" if x is None else fmt.format(x)
+
+
+RUN_COLUMNS = ["run", "K", "seed", "baseline [95%]", "final [95%]", "gain (pp)", "formula band (pp)",
+               "two-rate (pp)", "A/A (pp)", "gated by", "climbed", "kept", "rounds", "excluded"]
+BANDS_CAPTION = ("baseline and final: the holdout rate with its per-round interval (the run's curve_interval: "
+                 "95% Wilson over the scored rollouts; an imported run's as recorded). formula band: "
+                 "1.96*sqrt(0.25/(n*K)), the band a gain had to clear under gate band; two-rate: sqrt(2) x "
+                 "formula, the half-width of a difference of two rates; A/A: the measured noise floor (95% "
+                 "quantile of |diff| between no-lesson re-rolls, gate aa only). climbed: final > baseline + "
+                 "formula band.")
+
+
+def run_rows(rows: Sequence[dict], names: Sequence[str] | None = None) -> list[list[str]]:
+    """``run_row`` dicts as table rows: rates with their intervals, every band."""
+    from glyph.flywheel.outputs import interval, pct
+
+    out = []
+    for i, r in enumerate(rows):
+        c, b = r["curve"], r["bands"]
+        yes = {True: "yes", False: "no", None: "-"}
+        out.append([names[i] if names else r["dir"], _pp(r["K"], "{}"), _pp(r["seed"], "{}"),
+                    f"{pct(r['baseline'])} {interval(c['lo'][0], c['hi'][0])}",
+                    f"{pct(r['final'])} {interval(c['lo'][-1], c['hi'][-1])}", _pp(r["gain_pp"], "{:+.1f}"),
+                    _pp(b["formula_pp"], "{:.2f}"), _pp(b["two_rate_pp"], "{:.2f}"), _pp(b["aa_pp"], "{:.2f}"),
+                    b["gated_by"] or "-", yes[r["climbed"]], str(r["kept"]), str(r["rounds"]),
+                    _pp(r["excluded"], "{}")])
+    return out
+
+
+def _spread_text(s: dict, rate: bool = True) -> str:
+    from glyph.flywheel.outputs import pct
+
+    if s["mean"] is None:
+        return "-"
+    f = pct if rate else (lambda x: f"{x:+.1f}")
+    return f"{f(s['mean'])} ({f(s['min'])} to {f(s['max'])})"
+
+
+def replicate_html(rep: dict, png_bytes: bytes, names: Sequence[str] | None = None, title: str | None = None) -> str:
+    """replicate.html: the overlaid curves with their intervals, the runs' numbers and bands, the keep rates."""
+    from html import escape
+
+    from glyph.flywheel.outputs import html_page
+
+    climbed_text = "unknown (a run's band is unknown)" if rep["climbed"] is None else f"{rep['climbed']}/{rep['n_runs']}"
+    intro = escape(f"{rep['n_runs']} run(s), K = {rep['K']}, {rep['n_holdout']} holdout tasks, gate {rep['gate']}. "
+                   f"Baseline {_spread_text(rep['baseline'])}; final {_spread_text(rep['final'])}; gain "
+                   f"{_spread_text(rep['gain_pp'], rate=False)} pp (mean, min to max); climbed {climbed_text}.")
+    keep = [[mode, str(k["tried"]), str(k["kept"]), f"{100 * k['rate']:.0f}%"]
+            for mode, k in rep["keep_rate_by_mode"].items()]
+    foot = [("source", f"{len(rep['runs'])} run.json document(s): " + ", ".join(r["dir"] for r in rep["runs"]))]
+    if rep.get("imported"):
+        imp = rep["imported"]
+        foot = [("imported from the original flywheel's", f"{imp['file']} (sha256 {imp['sha256'][:12]})")]
+    return html_page(title or "glyph flywheel replicate", intro,
+                     [("Accepted holdout rate per round, each run's 95% interval shaded", png_bytes)],
+                     [("Runs", RUN_COLUMNS, run_rows(rep["runs"], names), BANDS_CAPTION),
+                      ("Keep rate by lesson mode", ["mode", "tried", "kept", "rate"], keep, "")], foot)
+
+
+PER_K_CAPTION = ("formula band: the mean over the K's runs of 1.96*sqrt(0.25/(n*K)) (fewer scored rollouts "
+                 "widen it); fitted: the least-squares c/sqrt(K).")
+
+
+def sweep_html(sw: dict, sweep_image: bytes, curves_image: bytes) -> str:
+    """sweep.html: final and band vs K, every run's curve with its interval, the numbers per K and per run."""
+    from html import escape
+
+    from glyph.flywheel.outputs import html_page
+
+    fit = sw["band_fit"]
+    intro = escape(f"K = {', '.join(map(str, sw['K']))}; {sw['n_runs_per_K']} run(s) per K; {sw['n_holdout']} "
+                   f"holdout tasks; gate {sw['gate']}. Band fit: {fit['formula']} with c = {fit['c_pp']:.2f} pp "
+                   f"(largest relative residual {_pp(fit['max_rel_residual'], '{:.3g}')}).")
+    per_k = [[str(p["K"]), str(len(p["runs"])), _spread_text(p["baseline"]), _spread_text(p["final"]),
+              _spread_text(p["gain_pp"], rate=False), f"{p['band_pp']:.2f}", f"{f:.2f}", str(p["climbed"])]
+             for p, f in zip(sw["per_K"], fit["fitted_pp"])]
+    runs = [r for p in sw["per_K"] for r in p["runs"]]
+    keep = [[mode, str(k["tried"]), str(k["kept"]), f"{100 * k['rate']:.0f}%"]
+            for mode, k in sw["keep_rate_by_mode"].items()]
+    return html_page("glyph flywheel sweep", intro,
+                     [("Final vs K, and the noise band vs K with its c/sqrt(K) fit", sweep_image),
+                      ("Accepted holdout rate per round for every run, each run's 95% interval shaded", curves_image)],
+                     [("Per K", ["K", "runs", "baseline (mean, min to max)", "final (mean, min to max)", "gain (pp)",
+                                 "formula band (pp)", "fitted c/sqrt(K) (pp)", "climbed"], per_k,
+                       PER_K_CAPTION),
+                      ("Runs", RUN_COLUMNS, run_rows(runs), BANDS_CAPTION),
+                      ("Keep rate by lesson mode", ["mode", "tried", "kept", "rate"], keep, "")],
+                     [("source", f"{len(runs)} run.json document(s) under K<k>/run-<i>")])
+
+
+def sweep_curves_png(by_k: dict[int, list[tuple[dict, str]]]) -> bytes:
+    """Every run of a sweep overlaid (labelled K and seed), each with its interval shaded."""
+    docs = [d for k in sorted(by_k) for d, _ in by_k[k]]
+    names = [f"K={d['K']}, seed {d['seed']}" for d in docs]
+    return replicate_png(docs, names, title=f"{len(docs)} sweep runs over K = {', '.join(map(str, sorted(by_k)))}")

@@ -56,6 +56,7 @@ from glyph.flywheel.agents import Agent, ModelCallFailed, RolloutKey
 from glyph.flywheel.options import RunConfig
 from glyph.flywheel.store import Store, fingerprint
 from glyph.flywheel.writers import Cluster, Failure, Writer
+from glyph.report.stats import wilson
 
 MAX_REJECTIONS = 2
 _EXC_CLASS = re.compile(r"^([A-Z][\w.]*):")
@@ -119,11 +120,41 @@ def task_rates(by_task: dict[str, list[dict]]) -> dict[str, float]:
     return out
 
 
-def pooled(by_task: dict[str, list[dict]], tasks: Iterable[str] | None = None) -> tuple[float | None, int]:
-    """(pass rate over the scored rollouts of ``tasks`` (default all), scored count)."""
+def counts(by_task: dict[str, list[dict]], tasks: Iterable[str] | None = None) -> tuple[int, int]:
+    """(passes, scored rollouts) over the scored rollouts of ``tasks`` (default all)."""
     keep = set(by_task) if tasks is None else set(tasks)
     scored = [r["reward"] for t, rows in by_task.items() if t in keep for r in rows if not r["excluded"]]
-    return (sum(scored) / len(scored) if scored else None), len(scored)
+    return sum(scored), len(scored)
+
+
+def pooled(by_task: dict[str, list[dict]], tasks: Iterable[str] | None = None) -> tuple[float | None, int]:
+    """(pass rate over the scored rollouts of ``tasks`` (default all), scored count)."""
+    passes, n = counts(by_task, tasks)
+    return (passes / n if n else None), n
+
+
+CURVE_INTERVAL = {"method": "wilson", "level": 0.95,
+                  "of": "each curve point's pass rate over the scored holdout rollouts of its measurement (n)"}
+"""What a curve point's ``lo``/``hi`` (the accepted level) and ``candidate_lo``/``candidate_hi`` are."""
+
+
+def rate_interval(by_task: dict[str, list[dict]] | None, prefix: str = "") -> dict:
+    """``{prefix}lo``, ``{prefix}hi``, ``{prefix}n``: the 95% Wilson interval
+    (``glyph.report.stats.wilson``, the report's) of the pooled rate of
+    ``by_task`` and its scored count; all ``None`` for no measurement."""
+    if by_task is None:
+        return {f"{prefix}lo": None, f"{prefix}hi": None, f"{prefix}n": None}
+    passes, n = counts(by_task)
+    ci = wilson(passes, n)
+    return {f"{prefix}lo": _r(ci[0]) if ci else None, f"{prefix}hi": _r(ci[1]) if ci else None, f"{prefix}n": n}
+
+
+def curve_point(round_: int, level: float | None, level_rows: dict[str, list[dict]], cand_rows=None, **fields) -> dict:
+    """One learning-curve point: the accepted level and the candidate (rate,
+    interval, count), then ``fields`` (kept, level_before, band_pp)."""
+    cand = None if cand_rows is None else pooled(cand_rows)[0]
+    return ({"round": round_, "accepted": _r(level), "candidate": _r(cand)} | fields | rate_interval(level_rows)
+            | rate_interval(cand_rows, "candidate_"))
 
 
 def clusters(train: dict[str, list[dict]], tasks: dict[str, ConventionTask]) -> list[Cluster]:
@@ -358,7 +389,7 @@ class Flywheel:
         kept: list[str] = []
         tried: set[str] = set()
         lessons: list[dict] = []
-        curve: list[dict] = [{"round": 0, "accepted": _r(level), "candidate": None, "kept": None, "band_pp": None}]
+        curve: list[dict] = [curve_point(0, level, level_rows, kept=None, band_pp=None)]
         rejections, writer_failures, stop = 0, 0, f"max rounds ({cfg.max_rounds})"
         for rnd in range(1, cfg.max_rounds + 1):
             train = self._phase(store, bars, "train", rnd, self.train, kept, f"round {rnd} train")
@@ -380,8 +411,7 @@ class Flywheel:
                 writer_failures += 1
                 lessons.append(entry | {"gain_pp": None, "band_pp": None, "paired": None, "candidate": None,
                                         "kept": False, "error": stored["error"]})
-                curve.append({"round": rnd, "accepted": _r(level), "candidate": None, "kept": False,
-                              "band_pp": None})
+                curve.append(curve_point(rnd, level, level_rows, kept=False, band_pp=None))
                 continue
             hold = self._phase(store, bars, "holdout", rnd, self.holdout, kept + [stored["text"]],
                                f"round {rnd} holdout")
@@ -396,9 +426,8 @@ class Flywheel:
                 level_rows, level, rejections = hold, cand_rate, 0
             else:
                 rejections += 1
-            curve.append({"round": rnd, "accepted": _r(level), "candidate": _r(cand_rate), "kept": cmp["keep"],
-                          "level_before": _r(band_level),
-                          "band_pp": _r(100 * (self.aa.band if cfg.gate == "aa" else cmp["band"]), 4)})
+            curve.append(curve_point(rnd, level, level_rows, hold, kept=cmp["keep"], level_before=_r(band_level),
+                                     band_pp=_r(100 * (self.aa.band if cfg.gate == "aa" else cmp["band"]), 4)))
             if rejections >= MAX_REJECTIONS:
                 stop = f"{MAX_REJECTIONS} consecutive rejections"
                 break
@@ -418,7 +447,7 @@ class Flywheel:
             "excluded": {"rollouts": sum(excluded.values()), "by_phase": dict(sorted(excluded.items())),
                          "tasks_dropped": self.dropped, "writer_failures": writer_failures},
             "rounds": len(curve) - 1, "stop": stop, "kept_lessons": kept,
-            "lessons": lessons, "curve": curve,
+            "lessons": lessons, "curve": curve, "curve_interval": CURVE_INTERVAL,
             "tasks": cfg.tasks, "tasks_sha256": cfg.tasks_sha256,
             "bands": self.bands(),
         }

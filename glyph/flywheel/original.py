@@ -39,6 +39,7 @@ import math
 from pathlib import Path
 
 from glyph.flywheel import gate as gates
+from glyph.report.stats import wilson
 
 PAIRED_UNAVAILABLE = "unavailable: the original's result files hold no per-task rates"
 RUN_UNKNOWN = ("seed", "excluded", "stop", "tasks", "tasks_sha256", "paired", "agent.model", "writer.model")
@@ -87,6 +88,17 @@ def _bands(n_holdout: int | None, K: int | None) -> dict:
             "aa_pp": None, "aa": None, "gated_by": "formula"}
 
 
+RECORDED_INTERVAL = {"method": "recorded", "level": None,
+                     "of": "the accepted level's lo/hi as the original's curve records them"}
+"""A run file's curve interval: the original's own (its method is not in the file)."""
+NO_INTERVAL = {f"{p}{k}": None for p in ("", "candidate_") for k in ("lo", "hi", "n")}
+
+
+def _recorded(c: dict) -> dict:
+    """A curve point's interval fields: the accepted level's lo/hi as recorded, none for the candidate."""
+    return NO_INTERVAL | {"lo": _r(c.get("lo")), "hi": _r(c.get("hi"))}
+
+
 def run_doc(src: dict, provenance: dict) -> dict:
     """A run file as glyph's ``run.json`` document (plus ``imported``)."""
     K, n_holdout, n_train = src["repeats"], src["holdout"], src.get("train")
@@ -98,7 +110,7 @@ def run_doc(src: dict, provenance: dict) -> dict:
                       f"holdout {n_holdout}, K {K}")
     curve_src = sorted(src["curve"], key=lambda c: c["round"])
     curve = [{"round": curve_src[0]["round"], "accepted": _r(curve_src[0]["mean"]), "candidate": None,
-              "kept": None, "band_pp": None, "lo": _r(curve_src[0].get("lo")), "hi": _r(curve_src[0].get("hi"))}]
+              "kept": None, "band_pp": None, **_recorded(curve_src[0])}]
     candidates: dict[int, float] = {}
     for prev, c in zip(curve_src, curve_src[1:]):
         kept = c.get("status") == "learned"
@@ -112,8 +124,7 @@ def run_doc(src: dict, provenance: dict) -> dict:
         if cand is not None and kept != (c["gain"] > band_pp / 100):
             checks.append(f"round {c['round']}: status {c.get('status')!r} disagrees with gain > band")
         curve.append({"round": c["round"], "accepted": _r(c["mean"]), "candidate": _r(cand), "kept": kept,
-                      "level_before": _r(prev["mean"]), "band_pp": band_pp, "lo": _r(c.get("lo")),
-                      "hi": _r(c.get("hi"))})
+                      "level_before": _r(prev["mean"]), "band_pp": band_pp, **_recorded(c)})
     lessons = [{"round": les["round"], "mode": les["mode"], "text": les.get("lesson", ""),
                 "cluster_size": les.get("cluster"), "candidate": _r(candidates.get(les["round"])),
                 "gain_pp": _r(100 * les["gain"], 4) if les.get("gain") is not None else None,
@@ -132,8 +143,8 @@ def run_doc(src: dict, provenance: dict) -> dict:
         "writer": {"kind": src.get("lesson_writer"), "base_url": None, "model": None},
         "excluded": None, "rounds": len(curve) - 1, "stop": None,
         "kept_lessons": [p["text"] for p in src.get("policy", [])],
-        "lessons": lessons, "curve": curve, "tasks": None, "tasks_sha256": None,
-        "bands": _bands(n_holdout, K),
+        "lessons": lessons, "curve": curve, "curve_interval": RECORDED_INTERVAL, "tasks": None,
+        "tasks_sha256": None, "bands": _bands(n_holdout, K),
         "imported": provenance | {
             "schema": "run", "backend": src.get("backend"), "unknown": list(RUN_UNKNOWN), "paired": PAIRED_UNAVAILABLE,
             "reported": {k: src.get(k) for k in ("noise_band_pp", "gain_pp", "lessons_kept")},
@@ -154,7 +165,7 @@ def _partial_run(run: dict) -> dict:
     """A replication run with no run file of its own: its curve rebuilt from its
     lessons by the original's rule (a kept lesson moves the level by its gain)."""
     level = run["baseline"]
-    curve = [{"round": 0, "accepted": _r(level), "candidate": None, "kept": None, "band_pp": None}]
+    curve = [{"round": 0, "accepted": _r(level), "candidate": None, "kept": None, "band_pp": None} | NO_INTERVAL]
     lessons = []
     for les in sorted(run.get("lessons", []), key=lambda x: x["round"]):
         kept = les.get("status") == "learned"
@@ -165,12 +176,12 @@ def _partial_run(run: dict) -> dict:
         before = level
         level = cand if kept else level
         curve.append({"round": les["round"], "accepted": _r(level), "candidate": _r(cand), "kept": kept,
-                      "level_before": _r(before), "band_pp": None})
+                      "level_before": _r(before), "band_pp": None} | NO_INTERVAL)
     return {"baseline": _r(run["baseline"]), "final": _r(run["final"]),
             "gain_pp": _r(100 * (run["final"] - run["baseline"]), 4), "noise_band_pp": None, "K": None,
             "n_holdout": None, "n_train": None, "gate": "band", "seed": None, "agent": None, "writer": None,
             "excluded": None, "rounds": len(curve) - 1, "stop": None, "lessons": lessons, "curve": curve,
-            "bands": _bands(None, None)}
+            "curve_interval": None, "bands": _bands(None, None)}
 
 
 def replicate_doc(src: dict, provenance: dict, runs: dict[str, dict]) -> tuple[dict, list[dict], list[str]]:
@@ -210,21 +221,11 @@ def replicate_doc(src: dict, provenance: dict, runs: dict[str, dict]) -> tuple[d
     return doc, docs, names
 
 
-def wilson(passes: int, n: int, z: float = gates.Z95) -> tuple[float, float]:
-    """The Wilson score interval of ``passes / n``."""
-    if n <= 0:
-        return (0.0, 1.0)
-    p = passes / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return (max(0.0, centre - half), min(1.0, centre + half))
-
-
 def credit_doc(src: dict, provenance: dict) -> dict:
     """A credit report: the pass rate after each step with its Wilson interval."""
     rows, checks = [], []
     for c in sorted(src["checkpoints"], key=lambda c: c["checkpoint"]):
-        lo, hi = wilson(c["pass"], c["forks"])
+        lo, hi = wilson(c["pass"], c["forks"]) or (None, None)
         if c.get("passRate") is not None and abs(c["passRate"] - c["pass"] / c["forks"]) > TOL:
             checks.append(f"checkpoint {c['checkpoint']}: passRate is not pass / forks")
         rows.append({"step": c["checkpoint"], "forks": c["forks"], "passes": c["pass"],

@@ -9,7 +9,6 @@ the HTML page embeds it as base64 and loads nothing from anywhere.
 
 from __future__ import annotations
 
-import base64
 import json
 from html import escape
 from pathlib import Path
@@ -25,23 +24,51 @@ def pp(x: float | None, nd: int = 1) -> str:
     return "-" if x is None else f"{x:+.{nd}f}"
 
 
+def interval_label(doc: dict) -> str:
+    """What the curve's per-round interval is, for a legend or caption."""
+    iv = doc.get("curve_interval")
+    if not iv:
+        return "no per-round interval (the measurement's size is unknown)"
+    if iv["method"] == "wilson":
+        return f"{round(100 * iv['level'])}% Wilson interval"
+    return "95% interval (recorded)" if iv["method"] == "recorded" else iv["method"]
+
+
+def _step(xs: list, ys: list) -> tuple[list, list]:
+    """A step line's points, the last level drawn on to the edge of its round."""
+    return xs + [xs[-1] + 0.45], ys + [ys[-1]]
+
+
+def _err(points: list[dict], value: str, lo: str, hi: str) -> tuple[list, list, list]:
+    """(x, y, [below, above]) in pp for the points that have ``value`` and its interval."""
+    pts = [c for c in points if c.get(value) is not None and c.get(lo) is not None and c.get(hi) is not None]
+    ys = [100 * c[value] for c in pts]
+    return ([c["round"] for c in pts], ys,
+            [[max(0.0, y - 100 * c[lo]) for y, c in zip(ys, pts)], [max(0.0, 100 * c[hi] - y) for y, c in zip(ys, pts)]])
+
+
 def draw_curve(ax, doc: dict, *, label: str | None = "accepted holdout rate", details: bool = True,
                colour: str = "#1f77b4") -> None:
-    """The accepted level per round as a step line; with ``details``, each
-    candidate as a point (filled: kept) and the band as a shaded region
-    above the level it had to clear."""
+    """The accepted level per round as a step line, with its per-round
+    interval (``lo``/``hi``): error bars with ``details``, else a shaded band
+    in the line's colour (for overlaying runs). With ``details``, each
+    candidate as a point (filled: kept) with its own interval, and the noise
+    band as a shaded region above the level it had to clear."""
     curve = doc["curve"]
     xs = [c["round"] for c in curve if c["accepted"] is not None]
     ys = [100 * c["accepted"] for c in curve if c["accepted"] is not None]
-    if xs:  # the last level drawn on to the edge of its round
-        ax.step(xs + [xs[-1] + 0.45], ys + [ys[-1]], where="post", color=colour, lw=2, label=label)
+    if xs:
+        ax.step(*_step(xs, ys), where="post", color=colour, lw=2, label=label)
+    ix, iy, yerr = _err(curve, "accepted", "lo", "hi")
     if not details:
+        if ix:
+            lo, hi = [y - b for y, b in zip(iy, yerr[0])], [y + a for y, a in zip(iy, yerr[1])]
+            ax.fill_between(_step(ix, lo)[0], _step(ix, lo)[1], _step(ix, hi)[1], step="post", color=colour,
+                            alpha=0.15, lw=0)
         return
-    iv = [c for c in curve if c.get("lo") is not None and c.get("hi") is not None and c["accepted"] is not None]
-    if iv:  # a per-round interval on the accepted level, where the document has one (an imported run)
-        ax.errorbar([c["round"] for c in iv], [100 * c["accepted"] for c in iv],
-                    yerr=[[100 * (c["accepted"] - c["lo"]) for c in iv], [100 * (c["hi"] - c["accepted"]) for c in iv]],
-                    fmt="none", ecolor=colour, capsize=4, alpha=0.7, label="accepted level, 95% interval (recorded)")
+    if ix:
+        ax.errorbar(ix, iy, yerr=yerr, fmt="none", ecolor=colour, capsize=4, alpha=0.7,
+                    label=f"accepted level, {interval_label(doc)}")
     first = True
     for c in curve[1:]:
         if c.get("band_pp") is None or c.get("level_before") is None:
@@ -50,12 +77,16 @@ def draw_curve(ax, doc: dict, *, label: str | None = "accepted holdout rate", de
         ax.fill_between([c["round"] - 0.4, c["round"] + 0.4], lo, lo + c["band_pp"], color="#999999",
                         alpha=0.3, lw=0, label="noise band above the level" if first else None)
         first = False
-    for kept, style in ((True, dict(color="#2ca02c", marker="o", label="candidate, kept")),
-                        (False, dict(color="#d62728", marker="x", label="candidate, rejected"))):
-        pts = [(c["round"], 100 * c["candidate"]) for c in curve[1:]
-               if c["candidate"] is not None and bool(c["kept"]) is kept]
+    for kept, style in ((True, {"color": "#2ca02c", "marker": "o", "label": "candidate, kept"}),
+                        (False, {"color": "#d62728", "marker": "x", "label": "candidate, rejected"})):
+        pts = [c for c in curve[1:] if c["candidate"] is not None and bool(c["kept"]) is kept]
         if pts:
-            ax.scatter([p[0] for p in pts], [p[1] for p in pts], zorder=3, s=40, **style)
+            ax.scatter([c["round"] + 0.12 for c in pts], [100 * c["candidate"] for c in pts], zorder=3, s=40,
+                       **style)
+            cx, cy, cerr = _err(pts, "candidate", "candidate_lo", "candidate_hi")
+            if cx:
+                ax.errorbar([x + 0.12 for x in cx], cy, yerr=cerr, fmt="none", ecolor=style["color"], capsize=3,
+                            alpha=0.6, lw=1)
 
 
 def curve_png(doc: dict) -> bytes:
@@ -67,16 +98,11 @@ def curve_png(doc: dict) -> bytes:
     ax.set_title(f"Flywheel: {pct(doc['baseline'])} -> {pct(doc['final'])} "
                  f"(K={doc['K']}, {doc['n_holdout']} holdout tasks, band {doc['noise_band_pp']:.1f} pp, "
                  f"gate {doc['gate']})", fontsize=10)
-    ax.set_xticks(range(0, len(doc["curve"])))
+    ax.set_xticks(range(len(doc["curve"])))
     ax.set_ylim(0, 100)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="lower right")
     return png(fig)
-
-
-def _css() -> str:
-    from glyph.report.html import CSS
-    return CSS
 
 
 def _bound(x: float | None, infinite: str) -> str:
@@ -100,18 +126,58 @@ LESSON_COLUMNS = ["round", "mode / cluster", "lesson", "failures", "candidate", 
                   "paired mean [95% CI] (pp)", "verdict"]
 
 
-def html_page(title: str, intro: str, figures: list[tuple[str, bytes]], columns: list[str],
-              rows: list[list[str]], caption: str = "") -> str:
-    figs = "".join(f"<figure><figcaption>{escape(name)}</figcaption>"
-                   f"<img alt='{escape(name)}' src='data:image/png;base64,{base64.b64encode(png).decode()}'>"
-                   "</figure>" for name, png in figures)
-    head = "".join(f"<th>{escape(c)}</th>" for c in columns)
-    body = "".join("<tr>" + "".join(f"<td>{escape(v)}</td>" for v in row) + "</tr>" for row in rows)
-    table = f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>" if rows else "<p>(none)</p>"
-    cap = f"<p class=caption>{escape(caption)}</p>" if caption else ""
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{escape(title)}</title>"
-            f"<style>{_css()}</style></head><body><h1>{escape(title)}</h1><p>{intro}</p>{figs}"
-            f"<h2>Lessons</h2>{table}{cap}</body></html>\n")
+def interval(lo: float | None, hi: float | None) -> str:
+    return "-" if lo is None or hi is None else f"[{pct(lo)}, {pct(hi)}]"
+
+
+CURVE_COLUMNS = ["round", "accepted level", "95% interval", "n", "candidate", "95% interval", "n", "kept",
+                 "band (pp)"]
+
+
+def _num(x) -> str:
+    return "-" if x is None else str(x)
+
+
+LESSON_CAPTION = ("gain: candidate rate minus the accepted level, over the tasks scored on both sides. band: "
+                  "1.96*sqrt(0.25/N) for the N scored candidate rollouts. paired: per-task difference, t interval "
+                  "over tasks.")
+
+
+def curve_caption(doc: dict) -> str:
+    return (f"Per round: the accepted level and the candidate, each with its {interval_label(doc)} over the n "
+            "scored holdout rollouts it was measured from. band: the noise band the candidate's gain had to clear.")
+
+
+def curve_rows(doc: dict) -> list[list[str]]:
+    """The learning curve as table rows: each point's rate with its interval and count."""
+    kept = {True: "kept", False: "rejected", None: "-"}
+    return [[str(c["round"]), pct(c["accepted"]), interval(c.get("lo"), c.get("hi")), _num(c.get("n")),
+             pct(c["candidate"]), interval(c.get("candidate_lo"), c.get("candidate_hi")), _num(c.get("candidate_n")),
+             kept[c["kept"]], "-" if c.get("band_pp") is None else f"{c['band_pp']:.1f}"] for c in doc["curve"]]
+
+
+def provenance(doc: dict) -> list[tuple[str, str]]:
+    """Where a run's numbers come from (the page's foot line): the imported
+    file, or the task file (its name and sha256), seed, agent and writer."""
+    if doc.get("imported"):
+        imp = doc["imported"]
+        return [("imported from the original flywheel's", f"{imp['file']} (sha256 {imp['sha256'][:12]})")]
+    tasks = Path(doc["tasks"]).name if doc.get("tasks") else "glyph's own conventions tasks"
+    sha = f" (sha256 {doc['tasks_sha256'][:12]})" if doc.get("tasks_sha256") else ""
+    return [("tasks", tasks + sha), ("seed", str(doc["seed"])), ("agent", doc["agent"]["kind"]),
+            ("writer", doc["writer"]["kind"]), ("gate", doc["gate"])]
+
+
+def html_page(title: str, intro: str, figures: list[tuple[str, bytes]],
+              sections: list[tuple[str, list[str], list[list[str]], str]],
+              foot: list[tuple[str, str]] = ()) -> str:
+    """A flywheel page in the report's look (``glyph.report.page``): the intro
+    (HTML), the figures, then each (title, columns, rows, caption) as a table."""
+    from glyph.report import page
+
+    body = f"<p>{intro}</p>{page.figures(figures)}" + "".join(
+        page.section(name, columns, rows, 0, cap) for name, columns, rows, cap in sections)
+    return page.document(title, body, page.provenance(foot) if foot else "")
 
 
 def _bands_text(doc: dict) -> str:
@@ -158,7 +224,8 @@ def write_run(out: str | Path, doc: dict) -> dict[str, Path]:
     paths["json"].write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     figures = []
     image = curve_png(doc)
-    figures.append(("Learning curve: accepted level, candidates and the band", image))
+    title = f"Learning curve: accepted level and candidates with their {interval_label(doc)}, and the noise band"
+    figures.append((title, image))
     if (doc.get("bands") or {}).get("aa"):
         from glyph.flywheel.noise import aa_png
         paths["aa_png"] = out / "aa.png"
@@ -167,10 +234,9 @@ def write_run(out: str | Path, doc: dict) -> dict[str, Path]:
     paths["png"].write_bytes(image)
     paths["html"].write_text(html_page(
         "glyph flywheel import" if doc.get("imported") else "glyph flywheel run", run_intro(doc), figures,
-        LESSON_COLUMNS, lesson_rows(doc),
-        "gain: candidate rate minus the accepted level, over the tasks scored on both sides. band: "
-        "1.96*sqrt(0.25/N) for the N scored candidate rollouts. paired: per-task difference, t interval "
-        "over tasks."), encoding="utf-8")
+        [("Lessons", LESSON_COLUMNS, lesson_rows(doc), LESSON_CAPTION),
+         ("Learning curve", CURVE_COLUMNS, curve_rows(doc), curve_caption(doc))],
+        provenance(doc)), encoding="utf-8")
     return paths
 
 
