@@ -14,7 +14,8 @@ import urllib.error
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-import click
+from enum import Enum
+
 import pytest
 import typer.main
 from typer.testing import CliRunner
@@ -302,11 +303,18 @@ def test_a_non_python_file_is_named_as_given_and_the_path_is_explained(tmp_path)
 # ---------------------------------------------------------------- 7. one CLI style
 
 
-def _commands(cmd: click.Command, path=()):
+def _commands(cmd, path=()):
+    """Every command under ``cmd``, with its path. Typer (0.29) builds its commands on its own copy of
+    click (``typer._click``), so a group is told by its ``commands``, not by ``isinstance(click.Group)``."""
     yield path, cmd
-    if isinstance(cmd, click.Group):
-        for name, sub in cmd.commands.items():
-            yield from _commands(sub, (*path, name))
+    for name, sub in (getattr(cmd, "commands", None) or {}).items():
+        yield from _commands(sub, (*path, name))
+
+
+def test_the_walk_reaches_every_command():
+    paths = {" ".join(p) for p, _ in _commands(typer.main.get_command(app))}
+    assert {"report", "data prepare", "flywheel run", "flywheel sweep", "flywheel import", "study replay"} <= paths
+    assert len(paths) > 25, sorted(paths)
 
 
 def test_version_and_short_help():
@@ -317,19 +325,64 @@ def test_version_and_short_help():
         assert r.exit_code == 0 and "Usage: " in r.stdout and "Show this message" in r.stdout, (path, r.output)
 
 
+def _option_rows(path, cmd, ctx) -> dict[str, str]:
+    """Each visible option's row of ``glyph PATH --help``, drawn wide enough that a row is one line."""
+    r = runner.invoke(app, [*path, "--help"], env={"COLUMNS": "400"})
+    assert r.exit_code == 0, (path, r.output)
+    rows = [line for line in r.stdout.splitlines() if line.startswith("│")]
+    out = {}
+    for p in cmd.get_params(ctx):
+        if p.param_type_name != "option" or p.hidden:
+            continue
+        mine = [line for line in rows if re.search(rf"(?<![\w-]){re.escape(p.opts[0])}(?![\w-])", line)]
+        assert mine, (path, p.opts[0], r.stdout)
+        out[p.opts[0]] = mine[0]
+    return out
+
+
 def test_every_option_is_described_and_shows_its_default_as_it_is():
+    """Every option of every command has a description, and its --help names its default: typer's
+    ``[default: X]`` (X as the option has it), or the description's own ``(default: ...)`` for a default
+    computed at run time; a plain on/off flag (default off) is the one exception."""
     root = typer.main.get_command(app)
-    ctx = click.Context(root)
+    ctx = typer._click.Context(root)
+    checked = 0
     for path, cmd in _commands(root):
+        rows = _option_rows(path, cmd, ctx)
         for p in cmd.get_params(ctx):
-            if isinstance(p, click.Option) and not p.hidden and p.name != "help":
-                assert (p.help or "").strip(), f"glyph {' '.join(path)} {p.opts[0]}: no description"
-            if isinstance(p, click.Argument):  # one case for what a usage line names: SOURCE, RUN_DIR
+            if p.param_type_name == "option" and not p.hidden and p.name != "help":
+                flag = f"glyph {' '.join(path)} {p.opts[0]}"
+                assert (p.help or "").strip(), f"{flag}: no description"
+                row = rows[p.opts[0]]
+                assert not ("(default:" in row and "[default:" in row), (flag, row)  # one default, the one it has
+                plain_flag = p.is_flag and not p.secondary_opts and not p.default
+                if p.default is not None and not plain_flag:
+                    assert "[default:" in row or "(default:" in row, f"{flag}: default {p.default!r} not shown"
+                    if "[default:" in row and not p.is_flag:
+                        shown = re.search(r"\[default: ([^\]]*)\]", row).group(1)
+                        value = p.default.value if isinstance(p.default, Enum) else p.default
+                        expect = ", ".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
+                        assert shown == expect, (flag, shown, expect)
+                    checked += 1
+            if p.param_type_name == "argument":  # one case for what a usage line names: SOURCE, RUN_DIR
                 assert p.metavar and p.metavar.isupper(), (path, p.name, p.metavar)
+                assert (getattr(p, "help", "") or "").strip(), (path, p.name)
         r = runner.invoke(app, [*path, "--help"], terminal_width=200)
         assert "<bool>" not in r.stdout, (path, r.stdout)  # a flag takes no value
-        for line in r.stdout.splitlines():  # one default per option, the one it has
-            assert not ("(default:" in line and "[default:" in line), (path, line)
+    assert checked > 50, checked  # the walk reached the commands' options, not the root's alone
+
+
+def test_a_progress_bar_drawn_on_richs_global_console_goes_to_stderr(capsys):
+    """glyph's data preparation draws its bars with ``rich.progress.track`` (rich's global console);
+    under the glyph command that console is stderr, so stdout keeps only what a command prints."""
+    from rich.progress import track
+
+    import glyph.cli.common  # noqa: F401  (the command's import sets it)
+
+    for _ in track(range(3), description="grading gold solutions"):
+        pass
+    captured = capsys.readouterr()
+    assert "grading gold solutions" in captured.err and "grading gold solutions" not in captured.out, captured
 
 
 def test_report_pass_at_is_named_apart_from_the_flywheels_K(tmp_path):

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Annotated, NoReturn, Optional
 
+import rich
 import typer
 import typer.core
 from rich.console import Console
@@ -16,6 +17,10 @@ from rich.markup import escape
 
 console = Console()
 err = Console(stderr=True)
+rich.reconfigure(stderr=True)
+"""rich's global console writes to stderr: a progress bar that a library module
+draws on it (``rich.progress.track``, a ``Progress`` given no console: glyph's
+data preparation) never mixes into what a command prints on stdout."""
 
 MbppPath = Annotated[Optional[Path], typer.Option("--mbpp-path", help="MBPP JSONL (default: $GLYPH_MBPP_PATH)")]
 

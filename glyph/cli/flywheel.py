@@ -243,8 +243,9 @@ def flywheel_sweep(
 
 @app.command("import")
 def flywheel_import(
-    files: Annotated[list[Path], typer.Argument(help="the original flywheel's result files (results/*.json: "
-                                                "runs such as rep1.json, replication.json, credit-real.json)")],
+    files: Annotated[list[Path], typer.Argument(metavar="FILE", help="the original flywheel's result files "
+                                                "(results/*.json: runs such as rep1.json, replication.json, "
+                                                "credit-real.json)")],
     out: Annotated[Path, typer.Option("--out", help="output directory (one folder per file, plus bands.json "
                                       "and bands.png)")],
 ) -> None:

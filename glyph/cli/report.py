@@ -33,8 +33,9 @@ def report(
 ) -> None:
     """The study's tables (pass@k, first patch and recovery, REVISE split, gate, tool calls, confusion, paired
     tests) with 95% intervals; each rollout's metrics by its protocol profile's definitions (study or glyph)."""
-    from glyph.report import Options, parse_label, write
-    from glyph.report import report as build_report
+    from rich.markup import escape
+
+    from glyph.report import Options, build, load, parse_label, write
     from glyph.report.tables import markdown, rich_table, tables
 
     k = k or k_old  # `--k` was this option's name; `--K` is the flywheel's rollouts per task
@@ -57,8 +58,11 @@ def report(
         fail(f"{len(specs)} --label for {len(runs)} RUN_DIR: give one per RUN_DIR ('' for none), "
              f"or one for all")
     labels = [parse_label(s) for s in (specs * len(runs) if len(specs) == 1 else specs)] or None
-    doc = build_report(runs, labels, Options(ks=ks, baseline=baseline, resamples=resamples, seed=seed,
-                                                           convention=convention))
+    with err.status(f"reading {len(runs)} run folder(s)") as status:  # stderr, and only on a terminal
+        found, rollouts, notes = load(runs, labels)
+        status.update(f"building the report: {len(rollouts)} rollouts, {resamples} bootstrap resamples")
+        doc = build(found, rollouts, Options(ks=ks, baseline=baseline, resamples=resamples, seed=seed,
+                                             convention=convention), notes)
     tabs = tables(doc)
     if fmt == "table":
         for t in tabs:
@@ -70,7 +74,8 @@ def report(
     elif fmt == "json":
         print(json.dumps(doc, indent=1))
     if out is not None:
-        paths = write(doc, out)
+        with err.status(f"writing report.json, report.md and report.html (the figures) to {escape(str(out))}"):
+            paths = write(doc, out)
         err.print("wrote " + ", ".join(str(p) for p in paths.values()), highlight=False, soft_wrap=True)
     if strict and doc["incidents"]:
         err.print(f"[red]--strict:[/red] {len(doc['incidents'])} rollout(s) errored, timed out or were "
