@@ -12,9 +12,8 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
 from enum import Enum
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import typer.main
