@@ -344,7 +344,7 @@ def test_every_option_is_described_and_shows_its_default_as_it_is():
     ``[default: X]`` (X as the option has it), or the description's own ``(default: ...)`` for a default
     computed at run time; a plain on/off flag (default off) is the one exception."""
     root = typer.main.get_command(app)
-    ctx = typer._click.Context(root)
+    ctx = root.context_class(root)
     checked = 0
     for path, cmd in _commands(root):
         rows = _option_rows(path, cmd, ctx)
