@@ -14,10 +14,12 @@ import pytest
 from typer.testing import CliRunner
 
 from glyph.agent import program, protocol
+from glyph.credit import rates
 from glyph.credit import replay as credit
 from glyph.credit.trajectory import load_trajectory, resolve_task
 from glyph.envs.mbpp.harness import GlyphHarnessConfig, program_config
 from glyph.grading import grade
+from glyph.report.stats import Z95
 from glyph.sandbox import Limits
 
 TASK = "mbpp_11"
@@ -257,12 +259,13 @@ def test_cli_continues_with_a_model_endpoint(tmp_path, monkeypatch, task, mbpp_p
 
     path = run_program(tmp_path, monkeypatch, task, junk_replies(task, "a"))
     monkeypatch.undo()  # the program's own chat client again: it is what the model continuation uses
-    asked = []
+    asked, seeds = [], []
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_POST(self):
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             asked.append((body["model"], [m["role"] for m in body["messages"]]))
+            seeds.append((body["model"], body.get("seed"), body.get("temperature")))
             if body["model"] == "broken":
                 self.send_response(500)
                 self.send_header("Content-Length", "0")
@@ -289,6 +292,9 @@ def test_cli_continues_with_a_model_endpoint(tmp_path, monkeypatch, task, mbpp_p
                                      "--base-url", url, "--model", "stub"])
         broken = CliRunner().invoke(app, ["flywheel", "credit", str(path), "--mbpp-path", mbpp_path,
                                           "--base-url", url, "--model", "broken"])
+        forked = CliRunner().invoke(app, ["flywheel", "credit", str(path), "--json", "--mbpp-path", mbpp_path,
+                                          "--base-url", url, "--model", "forked", "--forks", "3", "--seed", "5",
+                                          "--temperature", "0.7"])
     finally:
         server.shutdown()
         server.server_close()
@@ -296,10 +302,18 @@ def test_cli_continues_with_a_model_endpoint(tmp_path, monkeypatch, task, mbpp_p
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
     assert doc["continuation"] == "model stub" and doc["earliest_unreachable"] == 0
-    assert len(asked) == 10 and asked[0] == ("stub", ["system", "user"])
-    assert asked[4][1] == ["system", "user"] + ["assistant", "user"] * 4
+    stub = [a for a in asked if a[0] != "forked"]
+    assert len(stub) == 10 and stub[0] == ("stub", ["system", "user"])
+    assert stub[4][1] == ["system", "user"] + ["assistant", "user"] * 4
     # a failed model call is an error, never scored as an unreachable snapshot
     assert broken.exit_code == 2 and "HTTP 500" in broken.stderr and len(broken.stderr.strip().splitlines()) == 1
+    # forks: each snapshot's forks ask with their own sampling seed, seed + fork
+    assert forked.exit_code == 0, forked.output
+    doc = json.loads(forked.stdout)
+    assert doc["forks"] == 3 and doc["seed"] == 5 and [s["passes"] for s in doc["steps"]] == [0] * 7
+    mine = [(seed, t) for m, seed, t in seeds if m == "forked"]
+    assert len(mine) == 7 * 3 and sorted(set(mine)) == [(5, 0.7), (6, 0.7), (7, 0.7)]
+    assert {seed for m, seed, _ in seeds if m == "stub"} == {0}
 
 
 def test_credit_assignment_imports_no_verifiers():
@@ -310,3 +324,152 @@ def test_credit_assignment_imports_no_verifiers():
     probe = "import sys, glyph.credit.replay, glyph.credit.trajectory; print('verifiers' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+# ---------------------------------------------------------------- forks: pass rates per step
+
+def test_pass_rate_and_wilson_bounds_on_a_constructed_case():
+    r = rates.rate_of(["PASS"] * 3 + ["BUDGET_EXHAUSTED"] * 4 + ["NO_PASSING_TEST"], [True] * 3 + [False] * 5)
+    assert (r.forks, r.passes, r.pass_rate) == (8, 3, 3 / 8)
+    assert r.outcomes == {"BUDGET_EXHAUSTED": 4, "NO_PASSING_TEST": 1, "PASS": 3}
+    # Wilson's bounds are the two roots p of (rate - p)^2 = z^2 p (1 - p) / n, one each side of the rate
+    assert r.wilson_lo < r.pass_rate < r.wilson_hi
+    for p in (r.wilson_lo, r.wilson_hi):
+        assert abs((r.pass_rate - p) ** 2 - Z95 ** 2 * p * (1 - p) / 8) < 1e-12
+    # no pass in n: [0, z^2 / (n + z^2)]; all pass: the mirror image
+    for n in (1, 3, 4, 6, 10):
+        none, every = rates.rate_of(["X"] * n, [False] * n), rates.rate_of(["PASS"] * n, [True] * n)
+        assert none.wilson_lo == 0 and abs(none.wilson_hi - Z95 ** 2 / (n + Z95 ** 2)) < 1e-12
+        assert every.wilson_hi == pytest.approx(1) and abs(every.wilson_lo - n / (n + Z95 ** 2)) < 1e-12
+    assert round(rates.rate_of(["X"] * 10, [False] * 10).wilson_hi, 4) == 0.2775  # the textbook 0/10
+
+
+def _rates(*counts: tuple[int, int]) -> list[rates.Rate]:
+    return [rates.rate_of(["PASS"] * k + ["X"] * (n - k), [True] * k + [False] * (n - k)) for k, n in counts]
+
+
+def test_threshold_verdict_names_where_the_rate_stays_below_with_its_range():
+    # a dip that recovers (step 1) is not the verdict: the rate must stay below from there on
+    v = rates.threshold_verdict(_rates((8, 8), (1, 8), (7, 8), (2, 8), (0, 8), (0, 8)), 0.5)
+    assert (v.earliest_below_possible, v.earliest_below, v.earliest_below_certain) == (3, 3, 4)
+    # 2/8's interval reaches above 50% ([7%, 59%]), 0/8's does not ([0, 32%])
+    assert _rates((2, 8))[0].wilson_hi > 0.5 > _rates((0, 8))[0].wilson_hi
+    # a rate that ends at or above the threshold: no step, though the interval allows one
+    v = rates.threshold_verdict(_rates((8, 8), (4, 8)), 0.5)
+    assert v.earliest_below is None and v.earliest_below_certain is None and v.earliest_below_possible == 1
+    assert "no step took it below" in rates.describe(v, 8, ["the start", "step 1 (x)"])
+    # one fork: 0/1 is never certainly below 50% (its interval is [0, 79%]), and 1/1's reaches below ([21%, 1])
+    v = rates.threshold_verdict(_rates((1, 1), (0, 1), (0, 1)), 0.5)
+    assert (v.earliest_below, v.earliest_below_certain, v.earliest_below_possible) == (1, None, 0)
+    text = rates.describe(v, 1, ["the start", "step 1 (a)", "step 2 (b)"])
+    assert text.startswith("step 1 (a) is the earliest") and "likely, not certain" in text
+    assert "allow from the start to none" in text
+    v = rates.threshold_verdict(_rates((0, 6), (0, 6)), 0.5)
+    assert v.earliest_below == 0 == v.earliest_below_certain
+    with pytest.raises(ValueError):
+        rates.threshold_verdict(_rates((1, 1)), 0.0)
+
+
+def test_the_original_flywheels_fields():
+    doc = rates.original_fields(_rates((6, 6), (6, 6), (5, 6), (0, 6), (0, 6)))
+    assert doc["forks"] == 6 and doc["experiment"] == "credit-assignment"
+    assert doc["checkpoints"][2] == {"checkpoint": 2, "forks": 6, "pass": 5, "passRate": 5 / 6}
+    assert doc["pivot"] == 3 and doc["located"] == 2  # the largest drop: into checkpoint 3, step index 2 (0-based)
+    flat = rates.original_fields(_rates((2, 4), (2, 4)))
+    assert flat["pivot"] is None and flat["located"] is None
+
+
+def burn_trace(tmp_path, monkeypatch, task):
+    """The budget-burning reads of test_burning_the_budget_with_reads: snapshot k >= 3 has the
+    mutant (one hunk from correct: a repair needs 3 calls) and 8 - k calls left."""
+    replies = [call(1, "read_file", path="solution.py"),
+               call(2, "apply_patch", path="solution.py", find=protocol.PLACEHOLDER, replace=mutant(task)),
+               call(3, "python_test")] + [call(i, "read_file", path="solution.py") for i in range(4, 10)]
+    return run_program(tmp_path, monkeypatch, task, replies)
+
+
+@pytest.mark.parametrize("forks,certain,possible", [(3, None, 0), (4, 6, 6)])
+def test_forks_of_the_deterministic_repair_and_the_verdicts_certainty(tmp_path, monkeypatch, task, forks, certain,
+                                                                      possible):
+    """slip 0: every fork plays alike, so the rates are 0 or 1. 0/3 is not certainly below 50%
+    (its Wilson upper bound is 56%), and 3/3 could be (its lower bound is 44%); 4 forks settle
+    both (0/4: below 49%; 4/4: above 51%)."""
+    traj = load_trajectory(burn_trace(tmp_path, monkeypatch, task))
+    seen = []
+    report = credit.assign(traj, task, forks=forks, on_progress=lambda done, total: seen.append((done, total)))
+    assert seen == [(i, 10 * forks) for i in range(1, 10 * forks + 1)]
+    assert [r.forks for r in report.steps] == [forks] * 10
+    assert [r.passes for r in report.steps] == [forks] * 6 + [0] * 4
+    assert report.earliest_unreachable == 6
+    v = report.rate_verdict
+    assert (v.earliest_below, v.earliest_below_certain, v.earliest_below_possible) == (6, certain, possible)
+    assert report.rate_verdict_text.startswith("step 6 (read_file solution.py, 2 calls left after it) is the earliest")
+
+
+def test_forks_of_the_slipping_repair_draw_apart_reproducibly(tmp_path, monkeypatch, task):
+    """With detours, snapshot k of the burning trace passes iff at most (8 - k) - 3 of the repair's
+    3 planned calls are preceded by a detour: each fork draws its own, the seed fixes them."""
+    traj = load_trajectory(burn_trace(tmp_path, monkeypatch, task))
+    grader = credit.Grader(task)
+    forks, slip = 40, 0.3
+    report = credit.assign(traj, task, credit.Repair(slip=slip, seed=7), forks=forks, grader=grader)
+    again = credit.assign(traj, task, credit.Repair(slip=slip, seed=7), forks=forks, grader=grader)
+    other = credit.assign(traj, task, credit.Repair(slip=slip, seed=8), forks=forks, grader=grader)
+    assert report.continuation == "repair, slip 0.3" and report.forks == forks and report.seed == 7
+    assert [r.outcomes for r in again.steps] == [r.outcomes for r in report.steps]  # reproducible
+    assert [r.passes for r in other.steps] != [r.passes for r in report.steps]  # another seed, other draws
+    grid = credit.Repair(slip=slip, seed=7)
+    snaps = credit.replay(traj).snapshots
+    detours = []
+    for r, snap in zip(report.steps, snaps):
+        assert r.forks == forks and sum(r.outcomes.values()) == forks
+        # every fork plays the repair's 3 calls plus its detours (read_file): it passes iff they fit the budget
+        for fork in range(forks):
+            a = credit.continue_from(snap, traj, task, grid, grader, fork)
+            w = sum(c.startswith("read_file") for c in a.calls)
+            assert a.reachable == (3 + w <= r.budget_left), (r.index, fork, a.calls)
+            if r.index <= 2:  # budget for every detour: all 3 draws are seen
+                detours.append(w)
+    # the detours are drawn at the rate asked: 360 draws, 0.3 +- 3.5 standard deviations
+    assert abs(sum(detours) / (3 * len(detours)) - slip) < 3.5 * (slip * (1 - slip) / (3 * len(detours))) ** 0.5
+    # where the slack is 1 or 0 call, the forks drew apart
+    assert [r.index for r in report.steps if 0 < r.pass_rate < 1] == [4, 5]
+    assert {k for r in report.steps[4:6] for k in r.outcomes} == {"PASS", "BUDGET_EXHAUSTED"}
+    # success stays possible up to step 5, but there the pass rate (34% expected) is already below half
+    v = report.rate_verdict
+    assert report.earliest_unreachable == 6 and v.earliest_below == 5 == v.earliest_below_certain
+    assert v.earliest_below_possible == 4  # seed 7 drew 22/40 at step 4 (78% expected): its interval reaches below
+
+
+def test_cli_forks_write_json_png_and_html(tmp_path, monkeypatch, task, mbpp_path):
+    from glyph.cli.app import app
+
+    path = burn_trace(tmp_path, monkeypatch, task)
+    out, png, html = tmp_path / "c" / "credit.json", tmp_path / "c" / "credit.png", tmp_path / "c" / "credit.html"
+    r = CliRunner().invoke(app, ["flywheel", "credit", str(path), "--forks", "5", "--seed", "3", "--threshold",
+                                 "0.6", "--json", "--out", str(out), "--png", str(png), "--html", str(html),
+                                 "--mbpp-path", mbpp_path])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert json.loads(out.read_text()) == doc
+    assert doc["forks"] == 5 and doc["seed"] == 3 and doc["continuation"] == "repair, slip 0.2"  # the forks' default
+    assert all(s["forks"] == 5 and sum(s["outcomes"].values()) == 5 for s in doc["steps"])
+    for s in doc["steps"]:
+        assert s["wilson_lo"] <= s["pass_rate"] == s["passes"] / 5 <= s["wilson_hi"]
+    assert [c["checkpoint"] for c in doc["checkpoints"]] == list(range(10)) and doc["backend"] == "glyph"
+    assert [c["pass"] for c in doc["checkpoints"]] == [s["passes"] for s in doc["steps"]]
+    assert doc["located"] == doc["pivot"] - 1 and doc["experiment"] == "credit-assignment"
+    v = doc["rate_verdict"]
+    assert v["threshold"] == 0.6 and v["level"] == 0.95 and doc["rate_verdict_text"]
+    assert v["earliest_below_possible"] <= v["earliest_below"] <= v["earliest_below_certain"]
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    page = html.read_text()
+    assert page.startswith("<!doctype html>") and "data:image/png;base64," in page
+    assert page.count("<tr") == 11 and "5/5" in page  # a header and one row per snapshot
+    table = CliRunner().invoke(app, ["flywheel", "credit", str(path), "--forks", "4", "--slip", "0",
+                                     "--mbpp-path", mbpp_path])
+    assert table.exit_code == 0, table.output
+    assert "4/4" in table.stdout and "0/4" in table.stdout and "play alike" in table.stdout
+    assert "pass rate: step 6 (read_file" in table.stdout
+    bad = CliRunner().invoke(app, ["flywheel", "credit", str(path), "--threshold", "0", "--mbpp-path", mbpp_path])
+    assert bad.exit_code == 2 and "--threshold 0" in bad.stderr

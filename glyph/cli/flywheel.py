@@ -324,6 +324,10 @@ def flywheel_import(
 
 # ---------------------------------------------------------------- glyph flywheel credit
 
+DEFAULT_SLIP = 0.2
+"""--slip where more than one fork is asked for and --slip is not given (``glyph.credit.replay.Repair``)."""
+
+
 @app.command("credit")
 def flywheel_credit(
     source: Annotated[Path, typer.Argument(metavar="SOURCE", help="a program trace (.glyph/trace.json) or an eval output "
@@ -338,6 +342,17 @@ def flywheel_credit(
                                                   "(default: as recorded)")] = None,
     test_cost: Annotated[Optional[int], typer.Option("--test-cost", min=1, help="budget units per python_test "
                                                      "(default: as recorded)")] = None,
+    forks: Annotated[int, typer.Option("--forks", min=1, help="continuations per snapshot; the report gives each "
+                                       "step's pass rate with its 95% Wilson interval")] = 1,
+    threshold: Annotated[float, typer.Option("--threshold", min=0.0, max=1.0,
+                                             help="the pass rate the verdict names the earliest step below")]
+        = 0.5,
+    slip: Annotated[float | None, typer.Option("--slip", min=0.0, max=1.0,
+                                                  help="the repair policy's chance of a detour (a wasted "
+                                                  "read_file) before each call (default: 0 with one fork, "
+                                                  f"{DEFAULT_SLIP} with more)")] = None,
+    seed: Annotated[int, typer.Option("--seed", help="seeds each fork's draws (the repair's detours; a model's "
+                                      "sampling seed, seed + fork)")] = 0,
     base_url: Annotated[Optional[str], typer.Option("--base-url", help="continue with a model at this "
                                                     "OpenAI-compatible endpoint instead of the repair policy "
                                                     "(key: $OPENAI_API_KEY)")] = None,
@@ -345,14 +360,19 @@ def flywheel_credit(
     temperature: Annotated[float, typer.Option("--temperature", help="model sampling temperature")] = 0.0,
     as_json: Annotated[bool, typer.Option("--json", help="print the report as JSON")] = False,
     out: Annotated[Optional[Path], typer.Option("--out", help="also save the JSON report here")] = None,
+    png: Annotated[Path | None, typer.Option("--png", help="also draw the pass rate by step here (PNG)")] = None,
+    html: Annotated[Path | None, typer.Option("--html", help="also write a page of the report here (HTML, "
+                                                 "the PNG embedded)")] = None,
 ) -> None:
     """Which step of a failed glyph-mbpp trajectory made success unreachable.
 
     Replays the trajectory's steps in a scratch workspace (a snapshot before
-    the first and after each), continues from every snapshot with a fixed
-    policy (default: repair, one patch per hunk to the reference solution)
-    on the budget left, grades it on the hidden tests, and names the earliest
-    step from which no continuation succeeds. See docs/credit.md."""
+    the first and after each), continues --forks times from every snapshot
+    with a fixed policy (default: repair, one patch per hunk to the reference
+    solution) on the budget left, grades it on the hidden tests, and names
+    the earliest step from which no continuation succeeds, and the earliest
+    from which the pass rate stays below --threshold, with the range of
+    steps the Wilson intervals allow. See docs/credit.md."""
     import json
 
     from rich.console import Console
@@ -360,6 +380,7 @@ def flywheel_credit(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from glyph.agent.program import EndpointError
+    from glyph.credit import page
     from glyph.credit import replay as credit
     from glyph.credit.trajectory import load_trajectory, resolve_task
     from glyph.data import mbpp
@@ -368,34 +389,63 @@ def flywheel_credit(
         fail("--base-url and --model go together (a model continuation)")
     if base_url is None and temperature != 0.0:
         fail("--temperature goes with --base-url and --model (the repair policy samples nothing)")
+    if threshold == 0.0:
+        fail("--threshold 0: no pass rate is below 0; give a rate in (0, 1]")
+    if slip == 1.0:
+        fail("--slip 1: every call would be preceded by a detour forever; give a chance in [0, 1)")
+    if base_url is not None and slip is not None:
+        fail("--slip goes with the repair policy, not a model continuation (a model samples: --temperature)")
     try:
         traj = load_trajectory(source, task, index, budget=budget, test_cost=test_cost)
         tasks = mbpp.load(mbpp_path)
         found, notes = resolve_task(traj, tasks, task, str(mbpp.resolve_path(mbpp_path)))
-        continuation = credit.Repair() if base_url is None else \
-            credit.ChatContinuation(credit.endpoint_chat(base_url, model, temperature), f"model {model}")
-        with Progress(TextColumn("continuing from snapshot"), BarColumn(), MofNCompleteColumn(),
-                      TimeElapsedColumn(), console=err, transient=True) as progress:
+        if base_url is None:
+            continuation = credit.Repair(slip=(0.0 if forks == 1 else DEFAULT_SLIP) if slip is None else slip,
+                                         seed=seed)
+            if forks > 1 and continuation.slip == 0:
+                notes.append(f"--slip 0: the repair policy is deterministic, so its {forks} forks play alike")
+        else:
+            continuation = credit.ChatContinuation(
+                credit.endpoint_chat(base_url, model, temperature, seed=seed), f"model {model}", forked=True)
+            continuation.seed = seed
+            if forks > 1 and temperature == 0.0:
+                notes.append(f"temperature 0: a greedy model's {forks} forks may all play alike")
+        with Progress(TextColumn(f"continuing from each snapshot, {forks} fork(s)"), BarColumn(),
+                      MofNCompleteColumn(), TimeElapsedColumn(), console=err, transient=True) as progress:
             bar = progress.add_task("", total=None)
-            report = credit.assign(traj, found, continuation, notes=notes,
-                                   on_snapshot=lambda done, total: progress.update(bar, completed=done, total=total))
+            report = credit.assign(traj, found, continuation, forks=forks, threshold=threshold, notes=notes,
+                                   on_progress=lambda done, total: progress.update(bar, completed=done, total=total))
     except EndpointError as exc:  # name the endpoint, and that no report was made
         fail(f"{base_url}: {exc} (the model continuation stopped; no report)")
     doc = report.to_json()
+    written = []
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(doc, indent=2) + "\n")
+        written.append(out)
+    if png is not None or html is not None:
+        image = page.credit_png(doc)
+        if png is not None:
+            png.parent.mkdir(parents=True, exist_ok=True)
+            png.write_bytes(image)
+            written.append(png)
+        if html is not None:
+            html.parent.mkdir(parents=True, exist_ok=True)
+            html.write_text(page.credit_html(doc, image), encoding="utf-8")
+            written.append(html)
     if as_json:
         print(json.dumps(doc, indent=2))
-        return
-    shown = Console(soft_wrap=True, highlight=False)
-    shown.print(f"{report.source}: {report.task}, arm {report.arm}; recorded: {report.recorded}", markup=False)
-    shown.print(credit.table(report))
-    for line in report.divergences:
-        shown.print(f"[yellow]divergence[/]: {escape(line)}")
-    for line in report.notes:
-        shown.print(f"note: {line}", markup=False)
-    shown.print(f"final state on the hidden tests: {report.final_outcome}", markup=False)
-    shown.print(f"[bold]{escape(report.verdict)}[/]")
-    if out is not None:
-        err.print(f"wrote {out}", markup=False)
+    else:
+        shown = Console(soft_wrap=True, highlight=False)
+        shown.print(f"{report.source}: {report.task}, arm {report.arm}; recorded: {report.recorded}", markup=False)
+        shown.print(credit.table(report))
+        for line in report.divergences:
+            shown.print(f"[yellow]divergence[/]: {escape(line)}")
+        for line in report.notes:
+            shown.print(f"note: {line}", markup=False)
+        shown.print(f"final state on the hidden tests: {report.final_outcome}", markup=False)
+        shown.print(f"[bold]{escape(report.verdict)}[/]")
+        if forks > 1:
+            shown.print(f"[bold]pass rate: {escape(report.rate_verdict_text)}[/]")
+    for path in written:
+        err.print(f"wrote {path}", markup=False)

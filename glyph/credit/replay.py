@@ -40,9 +40,11 @@ reference policy's privilege, like the oracle knowing the reference). See
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import itertools
 import os
+import random
 import tempfile
 from collections.abc import Callable, Generator
 from dataclasses import asdict, dataclass, field
@@ -50,6 +52,7 @@ from typing import Protocol
 
 from glyph.agent import program, protocol
 from glyph.agent.tools import sha256
+from glyph.credit import rates
 from glyph.credit.trajectory import CreditError, Trajectory
 from glyph.data.mbpp import MbppTask
 from glyph.outcomes import Outcome
@@ -243,6 +246,7 @@ class Context:
     expect_prediction: bool  # Arm B: this turn must carry <PREDICTION> and <DECISION>
     seen_ids: frozenset[str]  # call ids already used in the episode
     snapshot: Snapshot  # where the continuation started
+    fork: int = 0  # which of the snapshot's forks this is (0-based)
 
 
 Policy = Callable[[Context], str]
@@ -290,13 +294,25 @@ def repair_patches(source: str, reference: str) -> list[tuple[str, str]] | None:
 
 class Repair:
     """The built-in continuation: test; PASS -> FINAL; else one apply_patch
-    per hunk to the reference solution, test, FINAL (see the module docstring)."""
+    per hunk to the reference solution, test, FINAL (see the module docstring).
 
-    name = "repair"
+    ``slip``: the chance, before each planned call, of a detour first (one
+    ``read_file`` of ``solution.py``, which changes nothing and costs one
+    call), drawn from ``random.Random`` seeded with (``seed``, task,
+    snapshot, fork): each fork of a snapshot draws its own detours, and the
+    same seed gives the same draws. No detour is taken on Arm B's prediction
+    turn (the protocol lets only a REVISE precede a read). ``slip = 0`` (the
+    default) is the deterministic yardstick: every fork plays alike."""
+
+    def __init__(self, slip: float = 0.0, seed: int = 0) -> None:
+        if not 0.0 <= slip < 1.0:
+            raise ValueError(f"slip is a probability in [0, 1), not {slip}")
+        self.slip, self.seed = slip, seed
+        self.name = "repair" if slip == 0 else f"repair, slip {slip:g}"
 
     def needed(self, task: MbppTask, snapshot: Snapshot, test_cost: int,
                visible: Callable[[str], str]) -> int | None:
-        """The budget a full repair takes from ``snapshot``; None: it cannot succeed (empty file)."""
+        """The budget a full repair takes from ``snapshot`` without detours; None: it cannot succeed (empty file)."""
         if visible(snapshot.solution) == Outcome.PASS.value:
             return test_cost
         patches = repair_patches(snapshot.solution, task.code)
@@ -305,9 +321,9 @@ class Repair:
     def start(self, task: MbppTask, snapshot: Snapshot) -> Policy:
         return _GeneratorPolicy(self._play(task, snapshot))
 
-    @staticmethod
-    def _play(task: MbppTask, snapshot: Snapshot) -> Generator[str, Context, None]:
+    def _play(self, task: MbppTask, snapshot: Snapshot) -> Generator[str, Context, None]:
         ctx = yield ""
+        rng = random.Random(f"{self.seed}:{task.task_id}:{snapshot.step}:{ctx.fork}") if self.slip else None
         ids = (f"repair-{n}" for n in itertools.count(1) if f"repair-{n}" not in snapshot.seen_ids)
         seen_outcome = Outcome.ASSERTION_FAILURE.value
 
@@ -318,7 +334,13 @@ class Repair:
             label = Outcome.PASS.value if decision == "KEEP" else seen_outcome
             return f"<PREDICTION>{label}</PREDICTION>\n<DECISION>{decision}</DECISION>\n{line}"
 
-        ctx = yield turn("python_test", ctx, "KEEP")
+        def planned(tool: str, ctx: Context, decision: str, **args: str) -> Generator[str, Context, Context]:
+            """A detour first (with chance ``slip``), then the call; the context after the call."""
+            if rng is not None and rng.random() < self.slip and not ctx.expect_prediction:
+                ctx = yield turn("read_file", ctx, decision, path=protocol.SOLUTION_FILE)
+            return (yield turn(tool, ctx, decision, **args))
+
+        ctx = yield from planned("python_test", ctx, "KEEP")
         status = _last_status(ctx)
         if status == Outcome.PASS.value:
             yield "FINAL: the state already passes the tests."
@@ -330,11 +352,12 @@ class Repair:
             yield "FINAL: cannot repair: solution.py is empty, so apply_patch has no anchor."
             return
         for find, replace in patches:
-            ctx = yield turn("apply_patch", ctx, "REVISE", path=protocol.SOLUTION_FILE, find=find, replace=replace)
+            ctx = yield from planned("apply_patch", ctx, "REVISE", path=protocol.SOLUTION_FILE, find=find,
+                                     replace=replace)
             if _last_status(ctx) != "ok":
                 yield f"FINAL: a planned patch failed ({_last_status(ctx)})."
                 return
-        ctx = yield turn("python_test", ctx, "KEEP")
+        ctx = yield from planned("python_test", ctx, "KEEP")
         yield "FINAL: repaired."
 
 
@@ -359,25 +382,37 @@ def _last_status(ctx: Context) -> str:
 
 class ChatContinuation:
     """A model continues: each turn is ``chat(messages)`` on the conversation
-    so far (the original turns up to the snapshot, then its own). Use
+    so far (the original turns up to the snapshot, then its own); with
+    ``forked``, ``chat(messages, fork)``, so each fork can sample its own
+    draw (:func:`endpoint_chat` sends a seed per fork). Use
     :func:`endpoint_chat` for an OpenAI-compatible endpoint."""
 
-    def __init__(self, chat: Callable[[list[dict]], str], name: str = "chat") -> None:
-        self.chat, self.name = chat, name
+    def __init__(self, chat: Callable[..., str], name: str = "chat", *, forked: bool = False) -> None:
+        self.chat, self.name, self.forked = chat, name, forked
 
     def start(self, task: MbppTask, snapshot: Snapshot) -> Policy:
+        if self.forked:
+            return lambda ctx: self.chat([dict(m) for m in ctx.messages], ctx.fork)
         return lambda ctx: self.chat([dict(m) for m in ctx.messages])
 
 
 def endpoint_chat(base_url: str, model: str, temperature: float = 0.0, timeout: float = 300.0,
-                  api_key: str | None = None) -> Callable[[list[dict]], str]:
+                  api_key: str | None = None, seed: int | None = None) -> Callable[..., str]:
     """One chat completion per turn from an OpenAI-compatible endpoint, through
     the agent program's own client (``glyph.agent.program.chat``: retries on
     429/502/503/504 and dropped connections; a final failure raises
-    ``program.EndpointError``). The key: ``api_key``, else ``$OPENAI_API_KEY``."""
-    endpoint = {"base_url": base_url, "model": model, "sampling": {"temperature": temperature}}
+    ``program.EndpointError``). The key: ``api_key``, else ``$OPENAI_API_KEY``.
+    The returned ``chat(messages, fork=0)`` sends ``seed + fork`` as the
+    request's sampling ``seed`` when ``seed`` is given (a server that honours
+    it, vLLM's for one, then draws each fork reproducibly)."""
     key = api_key or os.environ.get("OPENAI_API_KEY", "")
-    return lambda messages: program.chat(endpoint, messages, timeout, key)
+
+    def chat(messages: list[dict], fork: int = 0) -> str:
+        sampling = {"temperature": temperature} | ({} if seed is None else {"seed": seed + fork})
+        endpoint = {"base_url": base_url, "model": model, "sampling": sampling}
+        return program.chat(endpoint, messages, timeout, key)
+
+    return chat
 
 
 # ---------------------------------------------------------------- continuing from a snapshot
@@ -406,26 +441,34 @@ class Grader:
 
         tests = TaskTests(task.test_setup_code, tuple(task.test_list), tuple(task.test_list))
         self.rg = Regrader(tests, limits or Limits(cpu_s=10, wall_s=20))
+        self._hidden: dict[str, str] = {}  # by sha256 (the Regrader caches the visible outcomes itself)
 
     def visible(self, source: str) -> str:
         return self.rg.visible(source)
 
     def hidden(self, source: str) -> str:
-        return self.rg.hidden(source)["base"][0]
+        key = sha256(source)
+        if key not in self._hidden:
+            self._hidden[key] = self.rg.hidden(source)["base"][0]
+        return self._hidden[key]
 
 
 def continue_from(snap: Snapshot, traj: Trajectory, task: MbppTask, continuation: Continuation,
-                  grader: Grader) -> Attempt:
-    """Play ``continuation`` on from ``snap`` under the runtime's turn semantics."""
-    with tempfile.TemporaryDirectory(prefix="glyph-credit-") as root:
-        ws = Workspace(root, snap.solution, snap.budget, traj.test_cost, traj.arm, snap.expect_prediction,
+                  grader: Grader, fork: int = 0, root: str | None = None) -> Attempt:
+    """Play ``continuation`` on from ``snap`` under the runtime's turn semantics (as fork ``fork``),
+    in a scratch directory of its own, or in ``root``: the tools write no file but ``solution.py``
+    (``apply_patch`` creates none), which the workspace rewrites first, so one directory serves
+    many continuations (``assign`` reuses one: removing a directory per fork costs more than the fork)."""
+    with contextlib.nullcontext(root) if root is not None else tempfile.TemporaryDirectory(
+            prefix="glyph-credit-") as where:
+        ws = Workspace(where, snap.solution, snap.budget, traj.test_cost, traj.arm, snap.expect_prediction,
                        snap.seen_ids)
         policy = continuation.start(task, snap)
         messages = list(snap.messages)
         calls, final = [], ""
         while ws.end is None:  # every turn either spends budget or ends the episode
             reply = policy(Context(task, traj.arm, tuple(messages), ws.budget, traj.test_cost,
-                                   ws.episode.expect_prediction, frozenset(ws.episode.seen), snap))
+                                   ws.episode.expect_prediction, frozenset(ws.episode.seen), snap, fork))
             messages.append({"role": "assistant", "content": reply})
             r = ws.turn(reply, lambda source, shadow: grader.visible(source))
             if r.end == "final":
@@ -472,7 +515,13 @@ class Row:
     changed: bool
     solution_sha256: str
     solution: str
-    continuation: Attempt
+    continuation: Attempt  # the first fork's
+    forks: int = 1
+    passes: int = 0  # forks that succeeded
+    pass_rate: float = 0.0
+    wilson_lo: float = 0.0  # the pass rate's 95% Wilson interval
+    wilson_hi: float = 1.0
+    outcomes: dict[str, int] = field(default_factory=dict)  # each fork's outcome, counted
 
 
 @dataclass
@@ -485,36 +534,60 @@ class Report:
     continuation: str
     recorded: str  # how the original run ended, as recorded
     final_outcome: str  # the final state's outcome on the hidden tests
-    earliest_unreachable: int | None
+    earliest_unreachable: int | None  # no fork succeeds from here on
     verdict: str
     steps: list[Row]
     divergences: list[str]
     notes: list[str]
+    forks: int = 1
+    seed: int | None = None  # the continuation's seed, where it has one
+    rate_verdict: rates.ThresholdVerdict | None = None  # the earliest step whose pass rate stays below a threshold
+    rate_verdict_text: str = ""
 
     def to_json(self) -> dict:
-        return asdict(self)
+        """The report, plus the original flywheel's credit fields where they correspond
+        (``glyph.credit.rates.original_fields``)."""
+        doc = asdict(self)
+        doc.update(rates.original_fields([_rate(r) for r in self.steps]), backend="glyph")
+        return doc
 
 
-def assign(traj: Trajectory, task: MbppTask, continuation: Continuation | None = None, *,
-           notes: list[str] | None = None, grader: Grader | None = None,
-           on_snapshot: Callable[[int, int], None] | None = None) -> Report:
-    """Replay ``traj``, continue from every snapshot, and name the earliest
-    step from which success was no longer reachable."""
+def _rate(r: Row) -> rates.Rate:
+    return rates.Rate(r.forks, r.passes, r.pass_rate, r.wilson_lo, r.wilson_hi, r.outcomes)
+
+
+def assign(traj: Trajectory, task: MbppTask, continuation: Continuation | None = None, *, forks: int = 1,
+           threshold: float = rates.DEFAULT_THRESHOLD, notes: list[str] | None = None, grader: Grader | None = None,
+           on_progress: Callable[[int, int], None] | None = None) -> Report:
+    """Replay ``traj``, continue ``forks`` times from every snapshot, and name
+    the earliest step from which success was no longer reachable (no fork
+    succeeds from there on) and the earliest from which the pass rate stays
+    below ``threshold`` (``glyph.credit.rates``). ``on_progress(done, total)``
+    is called after each continuation (``total`` = snapshots x forks)."""
+    if forks < 1:
+        raise ValueError(f"forks must be at least 1, not {forks}")
     continuation = continuation or Repair()
     grader = grader or Grader(task)
     rp = replay(traj)
-    results = []
-    for snap in rp.snapshots:
-        results.append(continue_from(snap, traj, task, continuation, grader))
-        if on_snapshot is not None:
-            on_snapshot(len(results), len(rp.snapshots))
-    k = earliest_unreachable([r.reachable for r in results])
-    rows = [Row(0, "start", None, "", "", traj.budget, False, sha256(rp.snapshots[0].solution),
-                rp.snapshots[0].solution, results[0])]
-    for s, snap, res in zip(rp.steps, rp.snapshots[1:], results[1:]):
-        rows.append(Row(s.index, s.tool, s.call_id, s.summary, s.status, s.budget_left, s.changed,
-                        sha256(snap.solution), snap.solution, res))
+    total = len(rp.snapshots) * forks
+    attempts: list[list[Attempt]] = []
+    with tempfile.TemporaryDirectory(prefix="glyph-credit-") as root:
+        for snap in rp.snapshots:
+            mine = []
+            for fork in range(forks):
+                mine.append(continue_from(snap, traj, task, continuation, grader, fork, root))
+                if on_progress is not None:
+                    on_progress(len(attempts) * forks + len(mine), total)
+            attempts.append(mine)
+    per_snap = [rates.rate_of([a.outcome for a in mine], [a.reachable for a in mine]) for mine in attempts]
+    k = earliest_unreachable([r.passes > 0 for r in per_snap])
+    heads = [("start", None, "", "", traj.budget, False)] + \
+        [(s.tool, s.call_id, s.summary, s.status, s.budget_left, s.changed) for s in rp.steps]
+    rows = [Row(i, *head, sha256(snap.solution), snap.solution, mine[0], rate.forks, rate.passes, rate.pass_rate,
+                rate.wilson_lo, rate.wilson_hi, rate.outcomes)
+            for i, (head, snap, mine, rate) in enumerate(zip(heads, rp.snapshots, attempts, per_snap))]
     final_outcome = grader.hidden(rp.snapshots[-1].solution)
+    some = "" if forks == 1 else f" (none of its {forks} forks)"
     if k is None and final_outcome == Outcome.PASS.value:
         verdict = ("reachable at the end: the final solution.py already passes the hidden tests, so no step "
                    "made success unreachable; a failed reward came from how the episode ended (no passing "
@@ -523,31 +596,48 @@ def assign(traj: Trajectory, task: MbppTask, continuation: Continuation | None =
         verdict = (f"reachable at the end: the {continuation.name} continuation still succeeds from the final "
                    f"state, so no step made success unreachable; the failure lies in how the episode ended")
     elif k == 0:
-        verdict = (f"unreachable from the start: the {continuation.name} continuation fails even with the full "
-                   f"budget, so no step is to blame")
+        verdict = (f"unreachable from the start: the {continuation.name} continuation fails{some} even with the "
+                   f"full budget, so no step is to blame")
     else:
-        s = rp.steps[k - 1]
-        verdict = (f"step {k} ({s.tool} {s.summary}".rstrip() + f", {s.budget_left} calls left after it) is the "
-                   f"earliest step from which success was no longer reachable")
+        verdict = f"{_step_name(rp.steps[k - 1])} is the earliest step from which success was no longer reachable" \
+            + ("" if forks == 1 else f" (no fork of {forks} succeeds from there on)")
+    tv = rates.threshold_verdict(per_snap, threshold)
+    names = ["the start"] + [_step_name(s) for s in rp.steps]
     return Report(traj.where, task.id, traj.arm, traj.budget, traj.test_cost, continuation.name, traj.recorded,
-                  final_outcome, k, verdict, rows, rp.divergences,
-                  (notes or []) + rp.notes)
+                  final_outcome, k, verdict, rows, rp.divergences, (notes or []) + rp.notes, forks,
+                  getattr(continuation, "seed", None), tv, rates.describe(tv, forks, names))
+
+
+def _step_name(s: Step) -> str:
+    return f"step {s.index} ({s.tool} {s.summary}".rstrip() + f", {s.budget_left} calls left after it)"
 
 
 def table(report: Report):
-    """The report as a ``rich`` table."""
+    """The report as a ``rich`` table (with several forks: the passes and the pass rate's interval too)."""
     from rich.table import Table
 
+    forked = report.forks > 1
     t = Table(title=f"credit: {report.task} (arm {report.arm}, budget {report.budget}, "
-                    f"continuation {report.continuation})")
-    for col in ("step", "action", "status", "left", "solution", "continuation", "used", "needs", "reachable"):
-        t.add_column(col, justify="right" if col in ("step", "left", "used", "needs") else "left")
+                    f"continuation {report.continuation}" + (f", {report.forks} forks" if forked else "") + ")")
+    cols = ["step", "action", "status", "left", "solution", "continuation", "used", "needs", "reachable"]
+    if forked:
+        cols[5:6] = ["fork 0"]
+        cols += ["passes", "pass rate [95% Wilson]"]
+    for col in cols:
+        t.add_column(col, justify="right" if col in ("step", "left", "used", "needs", "passes") else "left")
+    tv = report.rate_verdict
     for r in report.steps:
         c = r.continuation
-        mark = "[green]yes[/green]" if c.reachable else "[red]no[/red]"
+        mark = "[green]yes[/green]" if r.passes else "[red]no[/red]"
         if r.index == report.earliest_unreachable:
             mark += " [bold red]<- earliest[/bold red]"
         sol = r.solution_sha256[:8] + (" changed" if r.changed else "")
-        t.add_row(str(r.index), f"{r.tool} {r.summary}".strip(), r.status, str(r.budget_left), sol, c.outcome,
-                  str(c.used), "-" if c.needed is None else str(c.needed), mark)
+        row = [str(r.index), f"{r.tool} {r.summary}".strip(), r.status, str(r.budget_left), sol, c.outcome,
+               str(c.used), "-" if c.needed is None else str(c.needed), mark]
+        if forked:
+            rate = f"{100 * r.pass_rate:.0f}% [{100 * r.wilson_lo:.0f}, {100 * r.wilson_hi:.0f}]"
+            if tv is not None and r.index == tv.earliest_below:
+                rate += f" [bold red]<- below {100 * tv.threshold:g}%[/bold red]"
+            row += [f"{r.passes}/{r.forks}", rate]
+        t.add_row(*row)
     return t
