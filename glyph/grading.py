@@ -50,6 +50,8 @@ from __future__ import annotations
 import ast
 import builtins
 import functools
+import hashlib
+import json
 import symtable
 import sys
 import threading
@@ -342,6 +344,16 @@ def grade(solution: bytes | str, setup: str, tests: str, *, limits: Limits = Lim
     result.path = suite.path
     result.sandbox = sandbox.protections().record()
     return result
+
+
+def grading_key(setup: str, tests: str, limits: Limits) -> str:
+    """The sha256 of what ``grade`` depends on besides the solution: the setup
+    code, the tests (the text ``grade`` is given) and every limit. Two
+    gradings of one source under one key are the same grading: the test
+    service records the key of each it ran, and finalize takes a recorded
+    grade only under its own key (``glyph.envs.mbpp.finalize``)."""
+    blob = json.dumps([setup, tests, asdict(limits)], sort_keys=True)  # ASCII: a lone surrogate is escaped
+    return hashlib.sha256(blob.encode("ascii")).hexdigest()
 
 
 def _encodable(g: Grade) -> Grade:

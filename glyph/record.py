@@ -97,6 +97,12 @@ class MbppRecord(msgspec.Struct, kw_only=True):
     or a fault's); the study profile's report definitions read it (``glyph.report.load``)."""
     program: dict[str, Any] = {}
     visible_gradings: int = 0
+    final_grade: str | None = None
+    """How finalize got the final solution's grade: ``reused`` (the test service's record of that
+    exact source under the same tests and limits: no grading ran in finalize) or ``graded``; None:
+    no ``solution.py`` (or a fault, or a record from before it was kept)."""
+    final_gradings: int = 0
+    """Gradings of the final solution on the hidden suites that ran in finalize."""
     sandbox: dict[str, Any] | None = None
     """The sandbox mode and protections that graded it."""
 

@@ -639,7 +639,7 @@ def _scripted_grades(monkeypatch, outcomes: list[str]) -> list[str]:
     from glyph.outcomes import Outcome
     left = list(outcomes)
     monkeypatch.setattr(verify_module, "grade",
-                        lambda *a, **k: types.SimpleNamespace(outcome=Outcome(left.pop(0))))
+                        lambda *a, **k: types.SimpleNamespace(outcome=Outcome(left.pop(0)), detail=""))
     return left
 
 

@@ -23,6 +23,24 @@ come from one grading where that is exact: the fast path stops at the first
 failing check, so a failure among the base checks is the base outcome and a
 later one means base passed; otherwise base is graded on its own.
 
+One grading per candidate: the base suite's grade of the final solution is
+taken from the test service's record, not graded again, where the service
+graded that exact source (its bytes' sha256) under finalize's own
+``grading_key`` for the base suite (``glyph.grading``: the same setup, tests
+and limits; the key is the service's, computed from what it holds), and
+every grade recorded for it is one (outcome, detail). finalize's own
+visible grading of a source (a container, where there is no service, or a
+claim the log lacks) counts the same way where the visible tests are the
+base suite. MBPP's hidden tests are its visible ones in both profiles, so
+an honest final solution that was tested is graded once. It is graded
+again where the hidden suite differs (``--env.taskset.challenge-tests``),
+where plus tests are graded with it (a task with plus tests: the fast
+path's one grading of base then plus), where ``solution.py`` is no source
+graded under the key (changed after the last test), where its gradings
+disagreed, and for a log that recorded no key. ``info.glyph.final_grade``
+and the metric ``final_grade_reused`` say which; the tamper checks are the
+same either way.
+
 Whether the episode ended with FINAL is the trace's claim, and it counts only
 where every trusted record of the end given to ``verify`` says so too (none
 given: it did not; ``check_end``):
@@ -76,7 +94,7 @@ import msgspec
 from glyph.agent.program import PROFILES, REPLY_CAP, make_episode, workspace
 from glyph.agent.protocol import PLACEHOLDER
 from glyph.agent.tools import sha256
-from glyph.grading import InvalidTests, grade
+from glyph.grading import InvalidTests, grade, grading_key
 from glyph.outcomes import Outcome
 from glyph.record import MbppRecord, VerifiedCandidate, study_episode
 from glyph.sandbox import Limits
@@ -114,6 +132,32 @@ class Regrader:
     """Every outcome the trusted record (the service log) gives each sha256."""
     gradings: int = 0
     disagreements: int = 0
+    recorded: dict[str, set[tuple[str, str]]] = field(default_factory=dict)
+    """The (outcome, detail) of each sha256 graded under the base suite's key: by the test
+    service (``seed_grades``), or here, where the visible tests are the base suite."""
+    final_gradings: int = 0
+    """Gradings of the final solution on a hidden suite that ran here."""
+    final_reused: bool = False
+    """The base suite's grade of the final solution came from the service's record."""
+
+    def base_key(self) -> str:
+        """The ``grading_key`` of the base suite under the rollout's limits."""
+        return grading_key(self.tests.setup, "\n".join(self.tests.hidden), self.limits)
+
+    def seed_grades(self, service_log: list[dict]) -> None:
+        """Take the service log's full grades made under the base suite's key (an entry
+        with another key, or none, is not this suite's). Trusted: an entry with a key and
+        no detail is glyph's fault and raises."""
+        key = self.base_key()
+        for e in service_log:
+            if e.get("key") == key:
+                self.recorded.setdefault(e["sha256"], set()).add((e["outcome"], e["detail"]))
+
+    def _recorded_base(self, source: str) -> tuple[str, str] | None:
+        """The one trusted grade of ``source`` on the base suite; None where it was graded
+        under another key, never, or with two grades (a grading near its limit)."""
+        got = self.recorded.get(sha256(source), set())
+        return next(iter(got)) if len(got) == 1 else None
 
     def seed(self, log: list[tuple[str, str, bool]]) -> None:
         """Take ``(sha256, outcome, shadow)`` entries as trusted outcomes; a
@@ -128,7 +172,10 @@ class Regrader:
     def _grade_visible(self, source: str) -> str:
         self.gradings += 1
         tests = "\n".join(self.tests.visible)
-        return grade(source, self.tests.setup, tests, limits=self.limits).outcome.value
+        g = grade(source, self.tests.setup, tests, limits=self.limits)
+        if tests == "\n".join(self.tests.hidden):  # a grade of the base suite too
+            self.recorded.setdefault(sha256(source), set()).add((g.outcome.value, g.detail))
+        return g.outcome.value
 
     def visible(self, source: str) -> str:
         key = ("v", sha256(source))
@@ -164,6 +211,11 @@ class Regrader:
         base_text = "\n".join(t.hidden)
 
         def base_alone() -> tuple[str, str]:
+            recorded = self._recorded_base(source)
+            if recorded is not None:
+                self.final_reused = True
+                return recorded
+            self.final_gradings += 1
             g = grade(source, t.setup, base_text, limits=self.limits)
             return g.outcome.value, g.detail
 
@@ -171,6 +223,7 @@ class Regrader:
             base = base_alone()
             return {"base": base, "plus": None if t.plus is None else base}
         try:
+            self.final_gradings += 1
             p = grade(source, t.setup, base_text + "\n" + "\n".join(t.plus), limits=self.limits)
         except InvalidTests as exc:
             if t.reward == "plus":
@@ -188,7 +241,8 @@ class Regrader:
 METRICS = ("passed", "first_patch_correct", "prediction_accuracy", "predictions", "bad_patch_rejection_rate",
            "unnecessary_rejection_rate", "recovered_after_executed_failure", "had_executed_failure",
            "visible_test_calls", "visible_tool_calls", "tampered", "budget_exhausted", "revise_count",
-           "protocol_error", "no_trace", "base_passed", "grade_disagreements", "invalid_predictions")
+           "protocol_error", "no_trace", "base_passed", "grade_disagreements", "invalid_predictions",
+           "final_grade_reused")
 PLUS_METRICS = ("plus_passed",)  # recorded only where the task has plus tests
 OUTCOME_NAMES = frozenset(o.value for o in Outcome)
 
@@ -547,14 +601,17 @@ def rewardable(visible: list[str], tamper: list[str], final: bool, protocol_erro
 
 
 def compute_metrics(trace: Trace, candidates: list[VerifiedCandidate], visible: list[str], tamper: list[str],
-                    suites: Suites, tests: TaskTests, disagreements: int, *, final: bool) -> dict[str, float]:
-    """Every metric (``METRICS``, and ``PLUS_METRICS`` where the task has plus tests)."""
+                    suites: Suites, tests: TaskTests, disagreements: int, *, final: bool,
+                    reused: bool = False) -> dict[str, float]:
+    """Every metric (``METRICS``, and ``PLUS_METRICS`` where the task has plus tests);
+    ``reused``: no grading of the final solution ran in finalize (``final_grade_reused``)."""
     m = metric_defaults(tests.plus is not None)
     preds = [c for c in candidates if c.sampled_label is not None]
     failing = [c for c in preds if c.verified_label != Outcome.PASS.value]
     passing = [c for c in preds if c.verified_label == Outcome.PASS.value]
     m["tampered"] = float(bool(tamper))
     m["grade_disagreements"] = float(disagreements)
+    m["final_grade_reused"] = float(reused)
     m["predictions"] = float(len(preds))
     m["prediction_accuracy"] = _rate(sum(c.sampled_label == c.verified_label for c in preds), len(preds))
     m["bad_patch_rejection_rate"] = _rate(sum(c.decision == "REVISE" for c in failing), len(failing))
@@ -663,6 +720,8 @@ def verify(trace: object, final_source: str | None, tests: TaskTests, limits: Li
     placeholder = workspace(profile, None)[1]
     rg = Regrader(tests, limits)
     logged = None if service_log is None else logged_entries(service_log)
+    if service_log is not None:
+        rg.seed_grades(service_log)  # the final solution's grade may be the service's: whatever the trace says
     accounts = ([] if service_log is None else [service_account(service_end)]) + \
         ([] if replies is None else [replies_account(replies)])
     tamper: list[str] = out.tamper
@@ -695,7 +754,11 @@ def verify(trace: object, final_source: str | None, tests: TaskTests, limits: Li
     out.base_outcome = suites["base"][0]
     if suites["plus"] is not None:
         out.plus_outcome, out.plus_detail = suites["plus"]
-    out.metrics = compute_metrics(t, candidates, visible, tamper, suites, tests, rg.disagreements, final=final)
+    if final_source is not None:
+        out.final_grade = "reused" if rg.final_gradings == 0 else "graded"
+    out.final_gradings = rg.final_gradings
+    out.metrics = compute_metrics(t, candidates, visible, tamper, suites, tests, rg.disagreements, final=final,
+                                  reused=out.final_grade == "reused")
     out.visible_outcomes = visible
     out.visible_gradings = rg.gradings  # visible-test gradings finalize ran (none where the log had each)
     out.reward = out.metrics["passed"]

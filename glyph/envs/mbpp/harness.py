@@ -38,6 +38,7 @@ Guarantees:
 from __future__ import annotations
 
 import json
+import os
 from typing import Literal
 
 import verifiers.v1 as vf
@@ -216,6 +217,7 @@ class GlyphHarness(vf.Harness[GlyphHarnessConfig]):
         local = isinstance(runtime, _subprocess_runtime())
         limits = cfg.limits()
         trace.info["glyph_limits"] = limits_record(limits)
+        trace.info["glyph_env_pid"] = os.getpid()  # the env process that ran it (one of a serve pool's workers)
         trace.info["glyph_protocol"] = {"arm": data.arm, "max_tool_calls": cfg.max_tool_calls,
                                         "test_cost": cfg.test_cost, "profile": cfg.profile}
         study_task = study_task_of(data) if cfg.profile == "study" else None

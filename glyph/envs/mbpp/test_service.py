@@ -8,6 +8,13 @@ gets ``{"outcome"}``, graded by glyph's grader in glyph's sandbox (the
 candidate never runs in the program's process or the workspace). The
 service keeps its own log of what it graded per rollout; on the local
 runtime finalize takes outcomes from that log (``glyph.envs.mbpp.finalize``).
+Each entry is the full grade (``outcome`` and ``detail``) of the source it
+names by sha256, with the ``key`` it was graded under
+(``glyph.grading.grading_key``: the setup, the tests and the limits, as this
+service holds them, never as a request says): where the final solution is a
+source the service graded under finalize's own key for the hidden suite
+(MBPP's hidden tests are its visible ones), finalize takes that grade
+instead of grading it again.
 
 When the episode ends the program posts ``{"secret", "end", "turns"}`` to
 ``/end`` (``end_url``; ``glyph.agent.program.report_end``): how it ended
@@ -43,7 +50,7 @@ import threading
 import traceback
 
 from glyph.agent.tools import sha256
-from glyph.grading import grade
+from glyph.grading import grade, grading_key
 from glyph.localhttp import JsonHandler, LocalServer
 from glyph.sandbox import Limits
 
@@ -62,6 +69,7 @@ class _Request:
 class _Rollout:
     def __init__(self, setup: str, tests: str, limits: Limits) -> None:
         self.setup, self.tests, self.limits = setup, tests, limits
+        self.key = grading_key(setup, tests, limits)  # what every grading of this rollout is graded under
         self.log: list[dict] = []
         self.faults: list[dict] = []
         self.end: dict | None = None  # the program's report of how the episode ended
@@ -85,7 +93,8 @@ class _Rollout:
         try:
             with self.lock:
                 self.gradings += 1
-            outcome = grade(source, self.setup, self.tests, limits=self.limits).outcome.value
+            graded = grade(source, self.setup, self.tests, limits=self.limits)
+            outcome = graded.outcome.value
         except BaseException as exc:
             req.error = f"{type(exc).__name__}: {exc}"
             with self.lock:
@@ -95,7 +104,7 @@ class _Rollout:
             raise
         with self.lock:
             self.log.append({"request": request, "sha256": sha256(source), "outcome": outcome,
-                             "shadow": shadow})
+                             "shadow": shadow, "detail": graded.detail, "key": self.key})
         req.outcome = outcome
         req.done.set()
         return outcome
