@@ -20,7 +20,7 @@ def test_shipped_file_shape_and_lessons():
     short = [m for m in modes if per[m, "train"] < 1 or per[m, "holdout"] < 2]
     assert not short, f"modes without >= 1 train and >= 2 holdout tasks: {short}"
     assert modes >= {"empty_none", "unique_sorted", "inclusive_range", "one_indexed", "case_insensitive",
-                     "iso_date", "parse_none", "round_2dp", "index_none"}
+                     "iso_date", "parse_none", "round_2dp", "index_none", "range_guard"}
     assert modes <= set(conventions.MODE_LESSONS), f"no lesson for {modes - set(conventions.MODE_LESSONS)}"
     for mode in modes:
         lesson = conventions.MODE_LESSONS[mode]
@@ -121,3 +121,25 @@ def test_read_tasks_located_keeps_line_numbers(tmp_path, good_rows):
 ])
 def test_extract_code(reply, code):
     assert conventions.extract_code(reply) == code
+
+
+def test_range_guard_enforces_both_ends_and_no_wraparound():
+    """The range-guard mode (the original flywheel's negative-index convention): an index is
+    valid only when 0 <= i < len. Its hidden tests fail a solution that guards one end only,
+    so the mode is not index_none's (too large -> None) under another name."""
+    import re
+
+    tasks = [t for t in conventions.load_tasks() if t.mode == "range_guard"]
+    assert {t.split for t in tasks} == {"train", "holdout"} and len(conventions.split(tasks, "holdout")) >= 2
+    lesson = conventions.MODE_LESSONS["range_guard"]
+    assert lesson != conventions.MODE_LESSONS["index_none"] and "negative" in lesson
+    for t in tasks:
+        assert re.search(r"solve\([^)]*, -\d+\) is None", t.hidden_test), t.id  # a negative index -> None
+        assert "0 <= " in t.reference_fixed, t.id
+        assert conventions.grade(t, t.reference_fixed).passed, t.id
+        upper_only = t.reference_fixed.replace("0 <= ", "")  # Python's wraparound for a negative index
+        lower_only = re.sub(r" < len\([^)]*\)", "", t.reference_fixed)  # IndexError past the end
+        assert upper_only != t.reference_fixed and lower_only != t.reference_fixed, t.id
+        for mutant in (upper_only, lower_only, t.reference_broken):
+            g = conventions.grade(t, mutant)
+            assert not g.passed, (t.id, mutant)

@@ -53,6 +53,8 @@ MODE_LESSONS: dict[str, str] = {
                   "raising.",
     "round_2dp": "Round every float result to 2 decimal places with round(x, 2) before returning it.",
     "index_none": "When an index or row/column is out of range, return None instead of raising IndexError.",
+    "range_guard": "An index is valid only when 0 <= i < len: return None for a negative index (never count "
+                   "from the end as Python's xs[-1] does) and for one past the end.",
     "first_wins": "On duplicate keys or ids, keep the first occurrence: a later duplicate never overwrites "
                   "an earlier one.",
     "strip_whitespace": "Strip leading and trailing whitespace from strings (names, fields, keys, values) "

@@ -18,9 +18,11 @@ with ``conventions.extract_code(reply)`` and grades it. Two agents:
 * :class:`OpenAIAgent`: any OpenAI-compatible endpoint through the
   ``openai`` SDK (:class:`Endpoint`). Only what may pass is retried, with
   a short backoff or the server's ``Retry-After``: timeouts, 408, 429 and
-  5xx, and a dropped connection once the endpoint has answered; a call
-  that still fails raises :class:`ModelCallFailed` (the loop records the
-  rollout as excluded, never as a wrong answer). An endpoint that cannot
+  5xx, a dropped connection once the endpoint has answered, and a 200 that
+  is no usable reply (a body that is not JSON or not a chat completion, no
+  choices, an empty or missing content); a call that still fails raises
+  :class:`ModelCallFailed` (the loop records the rollout as excluded, never
+  as a wrong answer). An endpoint that cannot
   be reached before it ever answered (refused, unresolvable, not a URL)
   or that answers any other 4xx (a bad key, an unknown model, a bad
   request) raises :class:`ModelSetupError` at once, naming the option to
@@ -31,6 +33,7 @@ with ``conventions.extract_code(reply)`` and grades it. Two agents:
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import time
 from dataclasses import dataclass
@@ -229,15 +232,38 @@ class Client:
                                           "server running, and is the URL right (e.g. http://127.0.0.1:8000/v1)?"
                                           ) from exc
                 reason = f"connection error: {cause}"
+            except (json.JSONDecodeError, UnicodeDecodeError, openai.APIResponseValidationError) as exc:
+                # a 200 whose body the SDK cannot read (a proxy's page, a torn reply): the server's fault
+                self.reached = True
+                reason = f"malformed response: {str(exc)[:300]}"
             else:
                 self.reached = True
-                if not resp.choices:
-                    raise ModelCallFailed("the response has no choices")
-                return resp.choices[0].message.content or ""
+                text, reason = _reply_text(resp)
+                if text is not None:
+                    return text
             if attempt == ep.retries:
                 raise ModelCallFailed(reason if attempt == 0 else f"{reason} (after {attempt + 1} tries)")
             time.sleep(wait if wait is not None else min(MAX_BACKOFF, ep.backoff * 2**attempt))
         raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _reply_text(resp) -> tuple[str | None, str]:
+    """The reply text of a 200's parsed body, or (None, why it is no usable reply). The SDK
+    builds the body without validating it, and hands back the text of a body that is not
+    JSON (``Content-Type`` other than JSON), so every field is checked here."""
+    if isinstance(resp, str):
+        return None, f"malformed response: not a JSON chat completion ({resp[:100]!r})"
+    choices = getattr(resp, "choices", None)
+    if not isinstance(choices, list) or not choices:
+        return None, "malformed response: no choices"
+    message = getattr(choices[0], "message", None)
+    content = getattr(message, "content", None)
+    if content is not None and not isinstance(content, str):
+        return None, f"malformed response: the content is a {type(content).__name__}, not text"
+    if not (content or "").strip():
+        finish = getattr(choices[0], "finish_reason", None)
+        return None, f"empty reply (finish_reason {finish})"
+    return content, ""
 
 
 def _message(exc) -> str:

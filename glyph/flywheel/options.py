@@ -91,6 +91,9 @@ class RunOptions(BaseModel):
         6, ge=0, description="retries of a timed-out, rate-limited (429) or 5xx model call before its rollout "
                               "is excluded (an endpoint that cannot be reached or answers another 4xx stops "
                               "the run at once)")
+    backoff: Annotated[float, CALL] = Field(
+        0.5, ge=0, description="seconds before a failed model call's first retry, doubling for each next one "
+                               "(at most 8 s); a server's Retry-After wins")
     retry_excluded: Annotated[bool, CALL] = Field(
         False, description="on resume, request again the rollouts stored as excluded (their model call had "
                            "failed)")

@@ -16,7 +16,8 @@ from glyph.flywheel.writers import OpenAIWriter, ReferenceWriter, Writer
 
 def _endpoint(options: RunOptions, base_url: str, model: str,
               flags: tuple[str, str] = ("--base-url", "--model")) -> Endpoint:
-    return Endpoint(base_url, model, timeout=options.timeout, retries=options.retries, flags=flags)
+    return Endpoint(base_url, model, timeout=options.timeout, retries=options.retries,
+                    backoff=options.backoff, flags=flags)
 
 
 def make_agent(options: RunOptions, config: RunConfig, tasks: Sequence[ConventionTask]) -> Agent:
