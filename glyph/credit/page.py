@@ -2,11 +2,10 @@
 (``Report.to_json``): the pass rate by step with its 95% Wilson interval and
 the threshold line (a matplotlib PNG, ``glyph.report.plots``' Agg figure),
 and one self-contained HTML page in the report's look (``glyph.report.html``'s
-CSS) with that PNG embedded and the per-step table."""
+glyph.report.page look) with that PNG embedded and the per-step table."""
 
 from __future__ import annotations
 
-import base64
 from html import escape
 
 
@@ -46,7 +45,9 @@ COLUMNS = ["step", "action", "status", "left", "passes", "pass rate", "95% Wilso
 
 
 def credit_html(doc: dict, image: bytes) -> str:
-    from glyph.report.html import CSS
+    """The credit page in glyph's one HTML look (:mod:`glyph.report.page`): the
+    verdicts, the pass-rate picture and the per-step table (the verdict's step in red)."""
+    from glyph.report import page
 
     def pct(x: float) -> str:
         return f"{100 * x:.1f}%"
@@ -54,29 +55,26 @@ def credit_html(doc: dict, image: bytes) -> str:
     v = doc["rate_verdict"]
     rows = []
     for s in doc["steps"]:
-        mark = " class=bad" if s["index"] == v["earliest_below"] else ""
         cells = [str(s["index"]), f"{s['tool']} {s['summary']}".strip(), s["status"], str(s["budget_left"]),
                  f"{s['passes']}/{s['forks']}", pct(s["pass_rate"]),
                  f"[{pct(s['wilson_lo'])}, {pct(s['wilson_hi'])}]",
                  ", ".join(f"{k} {n}" for k, n in s["outcomes"].items())]
+        mark = " class=bad" if s["index"] == v["earliest_below"] else ""
         rows.append(f"<tr{mark}>" + "".join(
             f"<td{' class=n' if i in (0, 3, 4, 5, 6) else ''}>{escape(c)}</td>" for i, c in enumerate(cells))
             + "</tr>")
     head = "".join(f"<th>{escape(c)}</th>" for c in COLUMNS)
     notes = "".join(f"<li>{escape(n)}</li>" for n in doc["notes"]) + \
         "".join(f"<li>divergence: {escape(d)}</li>" for d in doc["divergences"])
-    title = f"credit: {doc['task']}"
     summary = (f"{doc['source']}: arm {doc['arm']}, budget {doc['budget']}, test cost {doc['test_cost']}; "
                f"recorded: {doc['recorded']}. Continuation {doc['continuation']}, {doc['forks']} fork(s) per "
                f"snapshot" + ("" if doc["seed"] is None else f", seed {doc['seed']}") +
                f". Final state on the hidden tests: {doc['final_outcome']}.")
-    return (
-        f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{escape(title)}</title>"
-        f"<style>{CSS}</style></head><body><h1>{escape(title)}</h1><p>{escape(summary)}</p>"
-        f"<p><b>{escape(doc['rate_verdict_text'])}</b></p><p>{escape(doc['verdict'])}</p>"
-        f"<figure><figcaption>pass rate by step (95% Wilson)</figcaption><img alt='pass rate by step' "
-        f"src='data:image/png;base64,{base64.b64encode(image).decode()}'></figure>"
-        f"<h2>Steps</h2><table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
-        f"<p class=caption>step 0 is the start; each row's forks continue from the state after that step with the "
-        f"budget left there. Intervals: 95% Wilson, each snapshot's own (not simultaneous).</p>"
-        + (f"<h2>Notes</h2><ul>{notes}</ul>" if notes else "") + "</body></html>\n")
+    body = (
+        f"<p>{escape(summary)}</p><p><b>{escape(doc['rate_verdict_text'])}</b></p><p>{escape(doc['verdict'])}</p>"
+        + page.figures([("pass rate by step (95% Wilson)", image)])
+        + f"<h2>Steps</h2><table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+        + page.caption("step 0 is the start; each row's forks continue from the state after that step with the "
+                       "budget left there. Intervals: 95% Wilson, each snapshot's own (not simultaneous).")
+        + (f"<h2>Notes</h2><ul>{notes}</ul>" if notes else ""))
+    return page.document(f"credit: {doc['task']}", body)
