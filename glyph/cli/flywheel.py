@@ -406,8 +406,8 @@ def flywheel_credit(
                 notes.append(f"--slip 0: the repair policy is deterministic, so its {forks} forks play alike")
         else:
             continuation = credit.ChatContinuation(
-                credit.endpoint_chat(base_url, model, temperature, seed=seed), f"model {model}", forked=True)
-            continuation.seed = seed
+                credit.endpoint_chat(base_url, model, temperature, seed=seed), f"model {model}", forked=True,
+                seed=seed)
             if forks > 1 and temperature == 0.0:
                 notes.append(f"temperature 0: a greedy model's {forks} forks may all play alike")
         with Progress(TextColumn(f"continuing from each snapshot, {forks} fork(s)"), BarColumn(),

@@ -1,8 +1,8 @@
 """A credit report's picture and page, drawn from its JSON document alone
 (``Report.to_json``): the pass rate by step with its 95% Wilson interval and
 the threshold line (a matplotlib PNG, ``glyph.report.plots``' Agg figure),
-and one self-contained HTML page in the report's look (``glyph.report.html``'s
-glyph.report.page look) with that PNG embedded and the per-step table."""
+and one self-contained HTML page in glyph's one look (``glyph.report.page``)
+with that PNG embedded and the per-step table."""
 
 from __future__ import annotations
 

@@ -387,8 +387,10 @@ class ChatContinuation:
     draw (:func:`endpoint_chat` sends a seed per fork). Use
     :func:`endpoint_chat` for an OpenAI-compatible endpoint."""
 
-    def __init__(self, chat: Callable[..., str], name: str = "chat", *, forked: bool = False) -> None:
+    def __init__(self, chat: Callable[..., str], name: str = "chat", *, forked: bool = False,
+                 seed: int | None = None) -> None:
         self.chat, self.name, self.forked = chat, name, forked
+        self.seed = seed  # the seed ``chat`` samples with, for the report (``endpoint_chat(seed=...)``)
 
     def start(self, task: MbppTask, snapshot: Snapshot) -> Policy:
         if self.forked:

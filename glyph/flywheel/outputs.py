@@ -63,8 +63,7 @@ def draw_curve(ax, doc: dict, *, label: str | None = "accepted holdout rate", de
     if not details:
         if ix:
             lo, hi = [y - b for y, b in zip(iy, yerr[0])], [y + a for y, a in zip(iy, yerr[1])]
-            ax.fill_between(_step(ix, lo)[0], _step(ix, lo)[1], _step(ix, hi)[1], step="post", color=colour,
-                            alpha=0.15, lw=0)
+            ax.fill_between(*_step(ix, lo), _step(ix, hi)[1], step="post", color=colour, alpha=0.15, lw=0)
         return
     if ix:
         ax.errorbar(ix, iy, yerr=yerr, fmt="none", ecolor=colour, capsize=4, alpha=0.7,
