@@ -1,0 +1,116 @@
+"""Terminal tables at 80 columns (the width of piped output) and at 160: no
+cell wraps over two lines, no header is cut (issue 22, friction 4).
+
+Each table is rendered with ``rich`` ``Console(width=...)`` through
+``glyph.report.terminal`` and read back as text: every header and every cell
+must appear whole on one line, no line may pass the width, and nothing may
+be cut with an ellipsis. Covered: every table of ``glyph report``, the
+flywheel's run summary, replicate and sweep tables and the A/A table, and
+the credit table."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from rich.console import Console
+from rich.text import Text
+from test_report_known import study  # noqa: F401  (the fixture: four runs whose every figure is known)
+
+from glyph.report import report
+from glyph.report.tables import Table, tables
+from glyph.report.terminal import render
+
+WIDTHS = (80, 160)
+
+
+def shown(t: Table, width: int) -> str:
+    console = Console(width=width, record=True, file=open("/dev/null", "w"), color_system=None)  # noqa: SIM115
+    console.print(render(t))
+    console.file.close()
+    return console.export_text()
+
+
+def assert_fits(t: Table, width: int) -> str:
+    """``t`` at ``width``: every line within it, no ellipsis, each header and
+    each cell whole on one line of a table (a row inside ``│`` rules), or a
+    long cell whole in the list under the table (a paragraph, which wraps as
+    text: compared with the whitespace taken out)."""
+    text = shown(t, width)
+    lines = text.splitlines()
+    assert all(len(line) <= width for line in lines), "\n".join(line for line in lines if len(line) > width)
+    assert "…" not in text, text
+    rows = [line.replace("┃", "│") for line in lines if line.startswith(("│", "┃"))]
+    below = _squeeze("\n".join(line for line in lines if not line.startswith(("│", "┃", "┏", "┡", "└"))))
+    parts = text.count("┏")
+    # one line per row (and one header line) in every part: a wrapped cell would add lines
+    assert sum(line.startswith("│") for line in lines) == parts * len(t.rows), text
+    assert sum(line.startswith("┃") for line in lines) == parts, text
+    for j, h in enumerate(t.columns):
+        in_table = any(re.search(rf"│ *{re.escape(h)} *│", r) for r in rows)
+        assert in_table or _squeeze(f"·{h}:") in below, (h, text)
+        for row in t.rows:
+            plain = Text.from_markup(row[j]).plain if t.markup else row[j]
+            if in_table:
+                assert any(f" {plain} " in r for r in rows), (plain, text)
+            else:  # listed under the table, whole
+                assert _squeeze(f"·{h}:{plain}") in below, (plain, text)
+    return text
+
+
+def _squeeze(text: str) -> str:
+    return re.sub(r"\s", "", text)
+
+
+@pytest.fixture()
+def doc(study):  # noqa: F811
+    return report(study)
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_every_report_table_fits(doc, width):
+    tabs = tables(doc)
+    assert {t.key for t in tabs} >= {"runs", "pass", "episode", "revise_split", "gate", "tool_calls",
+                                      "comparisons", "seeds", "incidents"}
+    for t in tabs:
+        assert_fits(t, width)
+
+
+def test_at_80_columns_the_wide_tables_split_and_the_long_cells_go_under_them(doc, study):  # noqa: F811
+    by_key = {t.key: t for t in tables(doc)}
+    comparisons = shown(by_key["comparisons"], 80)
+    assert comparisons.count("┏") >= 2  # in parts, each repeating the row number
+    assert re.search(r"┃ *# *┃", comparisons)
+    incidents = by_key["incidents"]
+    text = shown(incidents, 80)
+    errored = next(r for r in incidents.rows if r[6] == "errored")
+    assert _squeeze(f"run r2, line 5 · reason: {errored[7]}") in _squeeze(text)  # whole, named by its row's keys
+    assert _squeeze(f"r2: {study[1]}") in _squeeze(text)  # the run's full path in the legend
+    assert "· reason:" not in shown(incidents, 200)  # wide enough: one table, the reasons in it
+
+
+def test_the_runs_table_names_runs_short_and_says_where_each_value_came_from(doc, study):  # noqa: F811
+    runs = next(t for t in tables(doc) if t.key == "runs")
+    assert [r[0] for r in runs.rows] == ["r1", "r2", "r3", "r4"]
+    assert runs.legend == [f"r{i + 1}: {p}" for i, p in enumerate(study)]
+    assert runs.columns[-3:] == ["arm from", "seed from", "ckpt from"]
+    assert runs.rows[0][-3:] == ["task records", "sampling.seed", "model name"]
+    assert runs.rows[3][-2] == "not recorded"
+    assert "--label" in runs.caption and "not recorded" in runs.caption
+
+
+def test_the_cli_prints_the_report_at_80_columns_without_wrapping(study):  # noqa: F811
+    from typer.testing import CliRunner
+
+    from glyph.cli.app import app
+
+    r = CliRunner().invoke(app, ["report", *map(str, study)], terminal_width=80)
+    assert r.exit_code == 0, r.output
+    assert max(map(len, r.stdout.splitlines())) <= 80 and "…" not in r.stdout
+    assert str(study[0]) in r.stdout  # in the legend, whole
+
+
+def test_a_table_whose_keys_alone_are_too_wide_prints_its_rows_as_records():
+    t = Table("x", "Too wide", ["name", "value"], rows=[["n" * 90, "1"]], keys=1)
+    text = shown(t, 80)
+    assert _squeeze("name: " + "n" * 90) in _squeeze(text) and "value: 1" in text and "…" not in text
