@@ -114,3 +114,72 @@ def test_a_table_whose_keys_alone_are_too_wide_prints_its_rows_as_records():
     t = Table("x", "Too wide", ["name", "value"], rows=[["n" * 90, "1"]], keys=1)
     text = shown(t, 80)
     assert _squeeze("name: " + "n" * 90) in _squeeze(text) and "value: 1" in text and "…" not in text
+
+
+# ---------------------------------------------------------------- the flywheel's and the credit tables
+
+
+LONG_LESSON = ("When the task asks for a case-insensitive comparison, lower-case both strings before comparing "
+               "them, and keep the original strings for the value you return.")
+
+
+def flywheel_run(K: int = 8, aa: float | None = None, lessons: int = 2) -> dict:
+    """A run document with the fields the tables and the aggregates read (what ``Flywheel.run`` writes)."""
+    n = 42
+    formula = 100 * 1.96 * (0.25 / (n * K)) ** 0.5
+    les = [{"round": i + 1, "mode": f"mode_{i}", "text": LONG_LESSON if i == 0 else "Round to 2 dp.",
+            "cluster_size": 3 + i, "candidate": 0.3 + 0.1 * i, "gain_pp": 8.6 - 5 * i, "band_pp": formula,
+            "paired": {"mean_pp": 8.0 - 5 * i, "lo_pp": 3.1 - 6 * i, "hi_pp": None}, "kept": i == 0,
+            "error": "HTTP 500: the writer's endpoint failed" if i == 2 else None} for i in range(lessons)]
+    return {"seed": 0, "K": K, "baseline": 0.086, "final": 0.464, "gain_pp": 37.8, "noise_band_pp": formula,
+            "rounds": lessons, "lessons": les, "excluded": {"rollouts": 0}, "stop": "2 rejections in a row",
+            "gate": "aa" if aa is not None else "band", "n_holdout": n, "n_train": 20,
+            "agent": {"kind": "reference"}, "writer": {"kind": "reference"},
+            "bands": {"formula_pp": formula, "two_rate_pp": 2 ** 0.5 * formula, "aa_pp": aa,
+                      "gated_by": "aa" if aa is not None else "formula",
+                      "aa": {"runs": 20, "pairs": 190, "rates": [0.4, 0.45], "normal_two_rate_pp": 6.1}
+                      if aa is not None else None},
+            "curve": [{"round": r, "accepted": 0.086 + 0.1 * r, "lo": 0.05 + 0.1 * r, "hi": 0.15 + 0.1 * r,
+                       "n": n * K} for r in range(lessons + 1)]}
+
+
+def _fitted(table) -> Table:
+    return table.table  # glyph.report.terminal.Fitted: the table it lays out
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_the_flywheel_tables_fit(width):
+    from glyph.flywheel.aggregate import replicate_doc, runs_table, sweep_doc
+    from glyph.flywheel.noise import aa_table
+    from glyph.flywheel.outputs import summary_table
+
+    lessons = _fitted(summary_table(flywheel_run(lessons=3)))
+    text = assert_fits(lessons, width)
+    assert _squeeze(f"round 1 · lesson: {LONG_LESSON}") in _squeeze(text) or f" {LONG_LESSON} " in text
+    rep = replicate_doc([flywheel_run(), dict(flywheel_run(), seed=1)], ["run-0", "run-1"])
+    text = assert_fits(_fitted(runs_table("replicate: 2/2 climbed", rep["runs"])), width)
+    assert "run-1" in text and "baseline [95%]" in text
+    sw = sweep_doc({k: [(flywheel_run(k, aa), f"K{k}/run-0")] for k, aa in ((4, 14.0), (8, 10.5), (16, 6.5))})
+    assert_fits(_fitted(runs_table("sweep", [r for p in sw["per_K"] for r in p["runs"]])), width)
+    assert_fits(_fitted(aa_table(flywheel_run(aa=10.5))), width)
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("forks", [1, 8])
+def test_the_credit_table_fits(width, forks):
+    from glyph.credit.rates import ThresholdVerdict
+    from glyph.credit.replay import Attempt, Report, Row, table
+
+    def row(i: int, passes: int) -> Row:
+        attempt = Attempt("PASS" if passes else "BUDGET_EXHAUSTED", bool(passes), "final", 3, 4, "PASS")
+        return Row(i, "apply_patch" if i else "start", None, "solution.py: 3 hunks [x]" if i else "", "ok",
+                   8 - i, bool(i % 2), f"{i:064x}", "", attempt, forks, passes, passes / forks,
+                   max(0.0, passes / forks - 0.3), min(1.0, passes / forks + 0.3))
+
+    report = Report("trace.json", "mbpp_11", "b", 8, 1, "repair", "FINAL", "ASSERTION_FAILURE", 2,
+                    "step 2 is the earliest", [row(0, forks), row(1, forks // 2), row(2, 0)], [], [], forks,
+                    rate_verdict=ThresholdVerdict(0.5, 0.95, 1, 2, 1) if forks > 1 else None)
+    t = _fitted(table(report))
+    assert t.markup and t.rows[1][1] == r"apply_patch solution.py: 3 hunks \[x]"  # a summary is not markup
+    text = assert_fits(t, width)
+    assert "<- earliest" in text and "[x]" in text

@@ -99,8 +99,8 @@ def _body(t: Table, width: int) -> list:
         out.append(_rich(t, keys, columns, rows, right))
     for i in long:
         for r in rows:
-            name = ", ".join(f"#{r[k]}" if columns[k] == ROW_NUMBER else f"{columns[k]} {_text(t, r[k]).plain}"
-                             for k in keys)
+            name = ", ".join(f"#{r[k]}" if columns[k] == ROW_NUMBER
+                             else f"{columns[k]} {_text(t, r[k]).plain}" for k in keys)
             line = Text(f"{name} · {columns[i]}: ", style="bold")
             line.append_text(_text(t, r[i]))
             out.append(line)
