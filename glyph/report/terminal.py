@@ -24,7 +24,7 @@ table's.
 from __future__ import annotations
 
 from rich.cells import cell_len
-from rich.console import Console, ConsoleOptions, Group, RenderResult
+from rich.console import Console, ConsoleOptions, RenderResult
 from rich.table import Table as RichTable
 from rich.text import Text
 
@@ -144,8 +144,3 @@ def _records(t: Table, columns: list[str], rows: list[list[str]]) -> list:
 def render(t: Table) -> Fitted:
     """``t`` for ``console.print``."""
     return Fitted(t)
-
-
-def group(tables: list[Table]) -> Group:
-    """Several tables for one ``console.print``."""
-    return Group(*(Fitted(t) for t in tables))
