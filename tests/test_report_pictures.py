@@ -52,7 +52,8 @@ def test_every_text_is_at_least_9_pt_and_inside_its_figure(figs):
             assert box.x0 >= -1 and box.y0 >= -1 and box.x1 <= width + 1 and box.y1 <= height + 1, (
                 title, t.get_text(), box)
         drawn = {id(t) for t in texts}
-        for ax in fig.axes:  # an axis's level tick labels clear of each other (a slanted one's box is not its ink)
+        # an axis's level tick labels clear of each other (a slanted one's box is not its ink)
+        for ax in fig.axes:
             for labels in (ax.get_xticklabels(), ax.get_yticklabels()):
                 boxes = [(t.get_text(), t.get_window_extent(renderer)) for t in labels
                          if id(t) in drawn and t.get_rotation() == 0]
@@ -112,7 +113,8 @@ def test_the_sweep_fits_the_measured_aa_bands_and_says_when_there_are_none():
     sw = sweep_doc({k: [(_run(k, aa), f"K{k}/run-0")] for k, aa in measured.items()})
     fit = sw["band_fit"]
     c = sum(b / math.sqrt(k) for k, b in measured.items()) / sum(1 / k for k in measured)
-    assert fit["fitted_to"] == "aa_pp" and fit["K"] == [4, 8, 16] and fit["c_pp"] == pytest.approx(c, rel=1e-6)
+    assert fit["fitted_to"] == "aa_pp" and fit["K"] == [4, 8, 16]
+    assert fit["c_pp"] == pytest.approx(c, rel=1e-6)
     assert fit["max_rel_residual"] > 0.01  # measured bands are not the formula: a fit that can fail
     assert fit["two_rate_c_pp"] == pytest.approx(100 * 1.96 * math.sqrt(0.5 / 40), rel=1e-6)
     assert "measured A/A band" in fit_text(fit)
@@ -124,3 +126,32 @@ def test_the_sweep_fits_the_measured_aa_bands_and_says_when_there_are_none():
     one = sweep_doc({4: [(_run(4, 12.0), "K4/run-0")], 8: [(_run(8, None), "K8/run-0")]})
     assert one["band_fit"]["fitted_to"] is None  # one K measured: nothing to fit a curve through
     assert sweep_png(none)[:4] == b"\x89PNG"
+
+
+def test_the_flywheels_pictures_are_9_pt_or_more(monkeypatch):
+    """The learning curve, the overlaid runs, the sweep and the A/A histogram: each figure caught
+    where it is turned into PNG bytes, and its texts read."""
+    from test_report_tables import flywheel_run
+
+    from glyph.flywheel import aggregate, noise, outputs
+
+    caught = []
+
+    def keep(fig):
+        caught.append(fig)
+        return b"\x89PNG"
+
+    for module in (outputs, aggregate, noise):
+        monkeypatch.setattr(module, "png", keep)
+    outputs.curve_png(flywheel_run(lessons=2))
+    aggregate.replicate_png([flywheel_run(), dict(flywheel_run(), seed=1)])
+    sw = aggregate.sweep_doc({k: [(flywheel_run(k, aa), f"K{k}/run-0")] for k, aa in ((4, 14.0), (8, 10.5))})
+    aggregate.sweep_png(sw)
+    noise.aa_png(flywheel_run(aa=10.5))
+    assert len(caught) == 4
+    for fig in caught:
+        fig.canvas.draw()
+        for t in _texts(fig):
+            assert t.get_fontsize() >= 9, t.get_text()
+    fit = [t.get_text() for t in caught[2].axes[1].get_legend().get_texts()]
+    assert any(s.startswith("fit to A/A") for s in fit) and "measured A/A band" in fit

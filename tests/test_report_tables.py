@@ -10,6 +10,7 @@ the credit table."""
 
 from __future__ import annotations
 
+import io
 import re
 
 import pytest
@@ -25,9 +26,8 @@ WIDTHS = (80, 160)
 
 
 def shown(t: Table, width: int) -> str:
-    console = Console(width=width, record=True, file=open("/dev/null", "w"), color_system=None)  # noqa: SIM115
+    console = Console(width=width, record=True, file=io.StringIO(), color_system=None)
     console.print(render(t))
-    console.file.close()
     return console.export_text()
 
 
@@ -41,7 +41,8 @@ def assert_fits(t: Table, width: int) -> str:
     assert all(len(line) <= width for line in lines), "\n".join(line for line in lines if len(line) > width)
     assert "…" not in text, text
     rows = [line.replace("┃", "│") for line in lines if line.startswith(("│", "┃"))]
-    below = _squeeze("\n".join(line for line in lines if not line.startswith(("│", "┃", "┏", "┡", "└"))))
+    rules = ("│", "┃", "┏", "┡", "└")
+    below = _squeeze("\n".join(line for line in lines if not line.startswith(rules)))
     parts = text.count("┏")
     # one line per row (and one header line) in every part: a wrapped cell would add lines
     assert sum(line.startswith("│") for line in lines) == parts * len(t.rows), text
@@ -84,7 +85,8 @@ def test_at_80_columns_the_wide_tables_split_and_the_long_cells_go_under_them(do
     incidents = by_key["incidents"]
     text = shown(incidents, 80)
     errored = next(r for r in incidents.rows if r[6] == "errored")
-    assert _squeeze(f"run r2, line 5 · reason: {errored[7]}") in _squeeze(text)  # whole, named by its row's keys
+    # the reason whole, named by its row's keys
+    assert _squeeze(f"run r2, line 5 · reason: {errored[7]}") in _squeeze(text)
     assert _squeeze(f"r2: {study[1]}") in _squeeze(text)  # the run's full path in the legend
     assert "· reason:" not in shown(incidents, 200)  # wide enough: one table, the reasons in it
 
@@ -119,8 +121,8 @@ def test_a_table_whose_keys_alone_are_too_wide_prints_its_rows_as_records():
 # ---------------------------------------------------------------- the flywheel's and the credit tables
 
 
-LONG_LESSON = ("When the task asks for a case-insensitive comparison, lower-case both strings before comparing "
-               "them, and keep the original strings for the value you return.")
+LONG_LESSON = ("When the task asks for a case-insensitive comparison, lower-case both strings before "
+               "comparing them, and keep the original strings for the value you return.")
 
 
 def flywheel_run(K: int = 8, aa: float | None = None, lessons: int = 2) -> dict:
@@ -140,7 +142,11 @@ def flywheel_run(K: int = 8, aa: float | None = None, lessons: int = 2) -> dict:
                       "aa": {"runs": 20, "pairs": 190, "rates": [0.4, 0.45], "normal_two_rate_pp": 6.1}
                       if aa is not None else None},
             "curve": [{"round": r, "accepted": 0.086 + 0.1 * r, "lo": 0.05 + 0.1 * r, "hi": 0.15 + 0.1 * r,
-                       "n": n * K} for r in range(lessons + 1)]}
+                       "n": n * K, "candidate": None if r == 0 else 0.1 + 0.1 * r,
+                       "candidate_lo": None if r == 0 else 0.05 + 0.1 * r,
+                       "candidate_hi": None if r == 0 else 0.2 + 0.1 * r, "candidate_n": n * K,
+                       "kept": None if r == 0 else r == 1, "band_pp": None if r == 0 else formula,
+                       "level_before": None if r == 0 else 0.1 * r} for r in range(lessons + 1)]}
 
 
 def _fitted(table) -> Table:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Sequence
 
 from glyph.flywheel.outputs import draw_curve
-from glyph.report.plots import figure, png
+from glyph.report.plots import FONT, figure, png
 
 
 def _spread(xs: Sequence[float | None]) -> dict:
@@ -172,7 +172,7 @@ def replicate_png(docs: Sequence[dict], names: Sequence[str] | None = None, titl
     band = "" if docs[0]["noise_band_pp"] is None else f", band {docs[0]['noise_band_pp']:.1f} pp"
     ax.set_title((title or f"{len(docs)} replicate runs (K={docs[0]['K']}{band})")
                  + "; shaded: each level's 95% interval", fontsize=10)
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(fontsize=FONT, loc="lower right")
     return png(fig)
 
 
@@ -194,7 +194,7 @@ def sweep_png(doc: dict) -> bytes:
     a.set_ylim(0, 100)
     a.set_xticks(ks)
     a.grid(alpha=0.3)
-    a.legend(fontsize=8)
+    a.legend(fontsize=FONT)
     a.set_title("final vs K (points: runs)", fontsize=10)
     b.plot(ks, [p["band_pp"] for p in doc["per_K"]], "s--", color="#7f7f7f", mfc="none",
            label="formula band (c/sqrt(K) by construction)")
@@ -209,12 +209,12 @@ def sweep_png(doc: dict) -> bytes:
                label=f"fit to A/A: {fit['c_pp']:.1f} / sqrt(K)")
     else:
         b.text(0.5, 0.96, "no A/A band measured: nothing fitted", transform=b.transAxes, ha="center",
-               va="top", fontsize=9, color="#555555")
+               va="top", fontsize=FONT, color="#555555")
     b.set_xlabel("K (rollouts per task)")
     b.set_ylabel("band (pp)")
     b.set_xticks(ks)
     b.grid(alpha=0.3)
-    b.legend(fontsize=8)
+    b.legend(fontsize=FONT)
     b.set_title("band vs K", fontsize=10)
     return png(fig)
 

@@ -13,7 +13,7 @@ import json
 from html import escape
 from pathlib import Path
 
-from glyph.report.plots import figure, png
+from glyph.report.plots import FONT, figure, png
 
 
 def pct(x: float | None, nd: int = 1) -> str:
@@ -100,7 +100,7 @@ def curve_png(doc: dict) -> bytes:
     ax.set_xticks(range(len(doc["curve"])))
     ax.set_ylim(0, 100)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(fontsize=FONT, loc="lower right")
     return png(fig)
 
 
