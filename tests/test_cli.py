@@ -1,4 +1,5 @@
 import json
+import os
 import socket
 from pathlib import Path
 
@@ -82,8 +83,67 @@ def test_sandbox_info_json():
                                      "rlimits"}
 
 
+@pytest.fixture()
+def eval_in_process(monkeypatch):
+    """``subprocess.run`` for the eval CLI's command, in this process: the command
+    (checked to be ``glyph.vfcompat.eval_command``'s) is run as verifiers' eval
+    ``main(argv)`` under the environment (and in the folder) given, its stdout and
+    stderr kept as a subprocess's would be, and what ``main`` sets for a whole process is put back after:
+    ``sys.argv``, the SIGINT/SIGTERM handlers (``verifiers/v1/utils/interrupt.py:19-35``),
+    loguru's sinks and the ``verifiers.v1`` logger (``verifiers/v1/utils/logging.py:39-60``).
+    Each run saves a fresh interpreter's import of verifiers (seconds);
+    tests/test_eval_profiles.py runs the same command as a subprocess."""
+    import contextlib
+    import io
+    import logging
+    import signal
+    import subprocess
+    import sys
+
+    from glyph.vfcompat import EVAL_MAIN
+
+    def run(cmd, *, capture_output, text, env, cwd=None, timeout=None):
+        assert capture_output and text
+        assert cmd[:3] == [sys.executable, "-c", f"from {EVAL_MAIN} import main; main()"], cmd
+        from loguru import logger
+        from verifiers.v1.cli.eval.main import main
+
+        out, err, code = io.StringIO(), io.StringIO(), 0
+        argv, handlers = sys.argv[:], {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+        library = logging.getLogger("verifiers.v1")
+        state = (library.handlers[:], library.level, library.propagate, logging.lastResort)
+        with monkeypatch.context() as m:
+            for name in set(os.environ) - set(env):
+                m.delenv(name)
+            for name, value in env.items():
+                m.setenv(name, value)
+            if cwd is not None:
+                m.chdir(cwd)
+            try:
+                with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                    main(cmd[3:])
+            except SystemExit as exc:  # as the interpreter reports it
+                code = exc.code if isinstance(exc.code, int) else 1
+                if exc.code is not None and not isinstance(exc.code, int):
+                    err.write(f"{exc.code}\n")
+            finally:
+                sys.argv[:] = argv
+                for sig, handler in handlers.items():
+                    signal.signal(sig, handler)
+                logger.remove()  # main's sinks: the captured stderr and the run's log file
+                logger.add(sys.stderr)  # loguru's default
+                library.handlers[:], library.level, library.propagate, logging.lastResort = state
+        return subprocess.CompletedProcess(cmd, code, out.getvalue(), err.getvalue())
+
+    return run
+
+
 @pytest.mark.parametrize("profile", ["study", "glyph"])
-def test_demo_runs_vf_eval_for_both_arms(mbpp_path, tmp_path, profile):
+def test_demo_runs_vf_eval_for_both_arms(mbpp_path, tmp_path, profile, eval_in_process, monkeypatch):
+    import types
+
+    import glyph.demo
+    monkeypatch.setattr(glyph.demo, "subprocess", types.SimpleNamespace(run=eval_in_process))
     r = runner.invoke(app, ["demo", "--tasks", "3", "--mbpp-path", mbpp_path, "--out", str(tmp_path),
                             "--profile", profile])
     assert r.exit_code == 0, r.output
@@ -204,9 +264,8 @@ def test_glyph_mbpp_readme_lists_every_option_with_its_default():
                 assert f"`{shown}`" in rows[option], f"{option}: the README's default is not `{shown}`"
 
 
-def test_vf_eval_bad_data_path_is_one_error_naming_the_env_option(tmp_path):
-    import os
-    import subprocess
+def test_vf_eval_bad_data_path_is_one_error_naming_the_env_option(tmp_path, eval_in_process):
+    """In this process (``eval_in_process``); the test below runs the eval CLI as a subprocess."""
     import sys
 
     from glyph.vfcompat import eval_command
@@ -214,8 +273,8 @@ def test_vf_eval_bad_data_path_is_one_error_naming_the_env_option(tmp_path):
     cmd = eval_command("glyph-mbpp", "--env.taskset.data-path", "absent.jsonl", "-n", "1",
                        "-m", "x", "--client.base-url", "http://127.0.0.1:9/v1", "--no-push")
     assert cmd[0] == sys.executable
-    r = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=120, check=False,
-                       env=dict(os.environ, HF_HUB_OFFLINE="1", PRIME_RUNS_MODE="disabled", COLUMNS="200"))
+    r = eval_in_process(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=120,
+                        env=dict(os.environ, HF_HUB_OFFLINE="1", PRIME_RUNS_MODE="disabled", COLUMNS="200"))
     out = r.stdout + r.stderr
     assert r.returncode != 0 and "Traceback" not in out, out[-3000:]
     text = " ".join(out.replace("│", " ").split())  # the config error is a rich box
@@ -225,8 +284,8 @@ def test_vf_eval_bad_data_path_is_one_error_naming_the_env_option(tmp_path):
 
 def test_vf_eval_with_no_data_at_all_is_one_line_naming_the_env_option(tmp_path):
     """No ``--env.taskset.data-path``, no ``GLYPH_MBPP_PATH``, and the hub
-    unreachable: one line on what to set, no traceback."""
-    import os
+    unreachable: one line on what to set, no traceback. A subprocess: huggingface_hub
+    reads HF_HUB_OFFLINE and HF_HOME when it is imported."""
     import subprocess
 
     from glyph.vfcompat import eval_command
