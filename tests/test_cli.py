@@ -265,7 +265,7 @@ def test_glyph_mbpp_readme_lists_every_option_with_its_default():
 
 
 def test_vf_eval_bad_data_path_is_one_error_naming_the_env_option(tmp_path, eval_in_process):
-    """In this process (``eval_in_process``); the test below runs the eval CLI as a subprocess."""
+    """In this process (``eval_in_process``); tests/test_eval_profiles.py runs the eval CLI as a subprocess."""
     import sys
 
     from glyph.vfcompat import eval_command
@@ -282,19 +282,23 @@ def test_vf_eval_bad_data_path_is_one_error_naming_the_env_option(tmp_path, eval
     assert "--mbpp-path" not in text
 
 
-def test_vf_eval_with_no_data_at_all_is_one_line_naming_the_env_option(tmp_path):
+def test_vf_eval_with_no_data_at_all_is_one_line_naming_the_env_option(tmp_path, eval_in_process, monkeypatch):
     """No ``--env.taskset.data-path``, no ``GLYPH_MBPP_PATH``, and the hub
-    unreachable: one line on what to set, no traceback. A subprocess: huggingface_hub
-    reads HF_HUB_OFFLINE and HF_HOME when it is imported."""
-    import subprocess
+    unreachable: one line on what to set, no traceback. In this process: huggingface_hub
+    reads HF_HUB_OFFLINE and HF_HOME when it is imported (``huggingface_hub/constants.py``),
+    so its settings are set here as a fresh process given those variables would have them."""
+    from huggingface_hub import constants
 
     from glyph.vfcompat import eval_command
 
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(constants, "HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf" / "hub"))
     cmd = eval_command("glyph-mbpp", "-n", "1", "-m", "x", "--client.base-url", "http://127.0.0.1:9/v1",
                        "--no-push")
     env = {k: v for k, v in os.environ.items() if k != "GLYPH_MBPP_PATH"}
     env.update(HF_HUB_OFFLINE="1", PRIME_RUNS_MODE="disabled", HF_HOME=str(tmp_path / "hf"), COLUMNS="200")
-    r = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=120, env=env, check=False)
+    r = eval_in_process(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=120, env=env)
     out = r.stdout + r.stderr
     assert r.returncode != 0 and "Traceback" not in out, out[-3000:]
     last = out.strip().splitlines()[-1]
