@@ -112,15 +112,19 @@ def _is_plain(desc) -> bool:
 
 
 try:
+    import dataclasses
+
     from typer._coercion import RuntimeParam, build_runtime_param
     from typer._param_types import coerce_cli_path
+    if {f.name for f in dataclasses.fields(RuntimeParam)} != {"parameter_info", "annotation"}:
+        raise ImportError("another RuntimeParam")
 except ImportError:  # another typer: its own coercion runs
     _PlainValue = None
 else:
     class _PlainValue(RuntimeParam):
         """typer's coercion of a plain ``str``, ``bool`` or ``Path`` value, without its pydantic
         adapter: a ``str`` is kept as is, a ``bool`` too; a ``Path`` is built from the ``str``
-        (what the adapter does, ``typer/_param_types.py:233-239``), then goes through typer's
+        (what pydantic makes of it, ``typer/_param_types.py:229-239``), then goes through typer's
         own ``coerce_cli_path`` (its ``exists``, ``resolve_path``, ``-`` checks and their errors).
         Any other value goes to typer's own runtime coercion (tests/test_cli.py compares the two)."""
 
