@@ -7,12 +7,13 @@ glyph's share of ``vf-eval glyph-mbpp --help`` and of a bad ``vf-eval`` option.
     the first commit that defined ``glyph.cli.common._PlainValue``, so that the
     script still compares after a merge) and by this checkout, ``--runs`` times each,
     interleaved (this machine is noisy), after one warm-up run a side that
-    compiles the bytecode. Also ``python -c pass`` (the interpreter's own start)
+    writes the bytecode of every module it imports (under a temporary
+    ``PYTHONPYCACHEPREFIX``, so that both sides run with bytecode cached). Also ``python -c pass`` (the interpreter's own start)
     and ``grade()`` called from ``python -c`` (the grading without the CLI).
 ``vf-eval``
     (``--vf-eval``) ``vf-eval glyph-mbpp --help`` against ``vf-eval harbor --help``
     (a taskset verifiers ships: the same CLI without glyph), and the same two with
-    a bad option, ``--vf-runs`` times each, interleaved.
+    a bad option, ``--vf-runs`` times each, interleaved, after a warm-up run each.
 
 CPU is user + system time of the command and every child it waited for
 (``RUSAGE_CHILDREN``); each row prints the median and the range, and wall
@@ -93,8 +94,11 @@ def main() -> None:
     ap.add_argument("--vf-runs", type=int, default=3)
     args = ap.parse_args()
     before = args.before or default_before()
-    env = dict(os.environ, PRIME_RUNS_MODE="disabled", HF_HUB_OFFLINE="1")
     work = Path(tempfile.mkdtemp(prefix="glyph-startup-"))
+    # Bytecode cached for every module of both sides (the warm-up run writes it), under a prefix of
+    # the work folder: the checkout is left as it is, whatever PYTHONDONTWRITEBYTECODE says.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env.update(PRIME_RUNS_MODE="disabled", HF_HUB_OFFLINE="1", PYTHONPYCACHEPREFIX=str(work / "pycache"))
     try:
         (work / "before").mkdir()
         export(before, work / "before")
@@ -120,7 +124,7 @@ def main() -> None:
             print(f"\nvf-eval (this checkout's glyph-mbpp), median of {args.vf_runs}")
             got = measure({f"vf-eval {t} {o}": ([vf, t, o], env)
                            for o in ("--help", "--bogus") for t in ("glyph-mbpp", "harbor")},
-                          args.vf_runs, warm=False, cwd=work)
+                          args.vf_runs, warm=True, cwd=work)
             med = {name: row(name, samples) for name, samples in got.items()}
             for o in ("--help", "--bogus"):
                 ratios.append(f"vf_eval_glyph_share{o.replace('--', '_')}="
