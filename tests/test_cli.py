@@ -394,14 +394,17 @@ def _sample_values(kind) -> list:
     return [True, False] if kind is bool else ["x", "", "-", "a b", "mbpp_11", "~/x", "/", "a/../b", "\udcff"]
 
 
-def test_plain_values_are_read_as_typer_reads_them(tmp_path):
+def test_plain_values_are_read_as_typer_reads_them():
     """Every option of every glyph command that ``glyph.cli.common._PlainValue``
     reads without pydantic gets the value, or the error, typer's own coercion gives."""
     import typer
     import typer.main
-    from typer._coercion import build_runtime_param
 
     from glyph.cli.common import _PlainValue
+
+    if _PlainValue is None:
+        pytest.skip("this typer has no RuntimeParam to stand in for: its own coercion reads every value")
+    from typer._coercion import build_runtime_param
 
     def commands(cmd, path=()):
         yield path, cmd
