@@ -1,4 +1,5 @@
 import json
+import os
 import socket
 from pathlib import Path
 
@@ -82,8 +83,67 @@ def test_sandbox_info_json():
                                      "rlimits"}
 
 
+@pytest.fixture()
+def eval_in_process(monkeypatch):
+    """``subprocess.run`` for the eval CLI's command, in this process: the command
+    (checked to be ``glyph.vfcompat.eval_command``'s) is run as verifiers' eval
+    ``main(argv)`` under the environment (and in the folder) given, its stdout and
+    stderr kept as a subprocess's would be, and what ``main`` sets for a whole process is put back after:
+    ``sys.argv``, the SIGINT/SIGTERM handlers (``verifiers/v1/utils/interrupt.py:19-35``),
+    loguru's sinks and the ``verifiers.v1`` logger (``verifiers/v1/utils/logging.py:39-60``).
+    Each run saves a fresh interpreter's import of verifiers (seconds);
+    tests/test_eval_profiles.py runs the same command as a subprocess."""
+    import contextlib
+    import io
+    import logging
+    import signal
+    import subprocess
+    import sys
+
+    from glyph.vfcompat import EVAL_MAIN
+
+    def run(cmd, *, capture_output, text, env, cwd=None, timeout=None):
+        assert capture_output and text
+        assert cmd[:3] == [sys.executable, "-c", f"from {EVAL_MAIN} import main; main()"], cmd
+        from loguru import logger
+        from verifiers.v1.cli.eval.main import main
+
+        out, err, code = io.StringIO(), io.StringIO(), 0
+        argv, handlers = sys.argv[:], {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+        library = logging.getLogger("verifiers.v1")
+        state = (library.handlers[:], library.level, library.propagate, logging.lastResort)
+        with monkeypatch.context() as m:
+            for name in set(os.environ) - set(env):
+                m.delenv(name)
+            for name, value in env.items():
+                m.setenv(name, value)
+            if cwd is not None:
+                m.chdir(cwd)
+            try:
+                with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                    main(cmd[3:])
+            except SystemExit as exc:  # as the interpreter reports it
+                code = exc.code if isinstance(exc.code, int) else 1
+                if exc.code is not None and not isinstance(exc.code, int):
+                    err.write(f"{exc.code}\n")
+            finally:
+                sys.argv[:] = argv
+                for sig, handler in handlers.items():
+                    signal.signal(sig, handler)
+                logger.remove()  # main's sinks: the captured stderr and the run's log file
+                logger.add(sys.stderr)  # loguru's default
+                library.handlers[:], library.level, library.propagate, logging.lastResort = state
+        return subprocess.CompletedProcess(cmd, code, out.getvalue(), err.getvalue())
+
+    return run
+
+
 @pytest.mark.parametrize("profile", ["study", "glyph"])
-def test_demo_runs_vf_eval_for_both_arms(mbpp_path, tmp_path, profile):
+def test_demo_runs_vf_eval_for_both_arms(mbpp_path, tmp_path, profile, eval_in_process, monkeypatch):
+    import types
+
+    import glyph.demo
+    monkeypatch.setattr(glyph.demo, "subprocess", types.SimpleNamespace(run=eval_in_process))
     r = runner.invoke(app, ["demo", "--tasks", "3", "--mbpp-path", mbpp_path, "--out", str(tmp_path),
                             "--profile", profile])
     assert r.exit_code == 0, r.output
@@ -204,9 +264,8 @@ def test_glyph_mbpp_readme_lists_every_option_with_its_default():
                 assert f"`{shown}`" in rows[option], f"{option}: the README's default is not `{shown}`"
 
 
-def test_vf_eval_bad_data_path_is_one_error_naming_the_env_option(tmp_path):
-    import os
-    import subprocess
+def test_vf_eval_bad_data_path_is_one_error_naming_the_env_option(tmp_path, eval_in_process):
+    """In this process (``eval_in_process``); tests/test_eval_profiles.py runs the eval CLI as a subprocess."""
     import sys
 
     from glyph.vfcompat import eval_command
@@ -214,8 +273,8 @@ def test_vf_eval_bad_data_path_is_one_error_naming_the_env_option(tmp_path):
     cmd = eval_command("glyph-mbpp", "--env.taskset.data-path", "absent.jsonl", "-n", "1",
                        "-m", "x", "--client.base-url", "http://127.0.0.1:9/v1", "--no-push")
     assert cmd[0] == sys.executable
-    r = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=120,
-                       env=dict(os.environ, HF_HUB_OFFLINE="1", PRIME_RUNS_MODE="disabled", COLUMNS="200"))
+    r = eval_in_process(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=120,
+                        env=dict(os.environ, HF_HUB_OFFLINE="1", PRIME_RUNS_MODE="disabled", COLUMNS="200"))
     out = r.stdout + r.stderr
     assert r.returncode != 0 and "Traceback" not in out, out[-3000:]
     text = " ".join(out.replace("│", " ").split())  # the config error is a rich box
@@ -223,19 +282,23 @@ def test_vf_eval_bad_data_path_is_one_error_naming_the_env_option(tmp_path):
     assert "--mbpp-path" not in text
 
 
-def test_vf_eval_with_no_data_at_all_is_one_line_naming_the_env_option(tmp_path):
+def test_vf_eval_with_no_data_at_all_is_one_line_naming_the_env_option(tmp_path, eval_in_process, monkeypatch):
     """No ``--env.taskset.data-path``, no ``GLYPH_MBPP_PATH``, and the hub
-    unreachable: one line on what to set, no traceback."""
-    import os
-    import subprocess
+    unreachable: one line on what to set, no traceback. In this process: huggingface_hub
+    reads HF_HUB_OFFLINE and HF_HOME when it is imported (``huggingface_hub/constants.py``),
+    so its settings are set here as a fresh process given those variables would have them."""
+    from huggingface_hub import constants
 
     from glyph.vfcompat import eval_command
 
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(constants, "HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf" / "hub"))
     cmd = eval_command("glyph-mbpp", "-n", "1", "-m", "x", "--client.base-url", "http://127.0.0.1:9/v1",
                        "--no-push")
     env = {k: v for k, v in os.environ.items() if k != "GLYPH_MBPP_PATH"}
     env.update(HF_HUB_OFFLINE="1", PRIME_RUNS_MODE="disabled", HF_HOME=str(tmp_path / "hf"), COLUMNS="200")
-    r = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=120, env=env)
+    r = eval_in_process(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=120, env=env)
     out = r.stdout + r.stderr
     assert r.returncode != 0 and "Traceback" not in out, out[-3000:]
     last = out.strip().splitlines()[-1]
@@ -285,14 +348,87 @@ def test_named_errors_of_every_kind_of_command_are_one_line(tmp_path):
 
 
 def test_the_app_imports_no_command_code():
-    """Start-up stays cheap: importing the app imports the command modules only
-    (each command imports what it needs when it runs; the error handler looks
-    the error classes up in ``sys.modules``), and the flywheel's options model,
-    which its run flags are built from, and ``glyph.data`` for the default seed."""
+    """Start-up stays cheap: importing the app imports no command module (each is
+    imported when its command runs, or a help page lists it; the error handler looks
+    the error classes up in ``sys.modules``)."""
     import subprocess
     import sys
 
     probe = "import sys, glyph.cli.app; print(' '.join(sorted(m for m in sys.modules if m.startswith('glyph'))))"
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.split()
-    assert [m for m in out if not m.startswith("glyph.cli")] == ["glyph", "glyph.data", "glyph.flywheel",
-                                                                 "glyph.flywheel.options"]
+    assert out == ["glyph", "glyph.cli", "glyph.cli.app", "glyph.cli.common"]
+
+
+HEAVY = ("pydantic", "verifiers", "numpy", "datasets", "huggingface_hub", "transformers", "openai", "msgspec",
+         "jinja2", "matplotlib", "glyph.flywheel", "glyph.envs", "glyph.policies", "glyph.report", "glyph.predict")
+"""What ``glyph grade`` has no use for: each costs tens of milliseconds or more to import."""
+
+
+@pytest.mark.parametrize("how", ["tests", "task"])
+def test_glyph_grade_imports_nothing_heavy(files, mbpp_path, how):
+    """A whole ``glyph grade`` (parsed, graded in the sandbox, printed) in a fresh
+    interpreter imports none of :data:`HEAVY`: not the other commands' code, and
+    not pydantic, which typer's own value coercion would import
+    (``glyph.cli.common._PlainValue``)."""
+    import subprocess
+    import sys
+
+    sol = files / "sol.py"
+    sol.write_text("def remove_Occ(s, ch):\n    s = s.replace(ch, '', 1)\n    i = s.rfind(ch)\n"
+                   "    return s if i < 0 else s[:i] + s[i + 1:]\n")
+    args = (["--tests", str(files / "tests.py"), "--solution", str(files / "good.py")] if how == "tests" else
+            ["--task", "mbpp_11", "--solution", str(sol), "--mbpp-path", mbpp_path])
+    probe = ("import json, sys\nfrom glyph.cli.app import app\nsys.argv[0] = 'glyph'\n"
+             "try:\n    app()\nexcept SystemExit as e:\n    code = e.code\n"
+             "print(json.dumps([code, sorted(sys.modules)]))")
+    r = subprocess.run([sys.executable, "-c", probe, "grade", *args], capture_output=True, text=True, timeout=120,
+                       check=False)
+    code, modules = json.loads(r.stdout.splitlines()[-1])
+    assert code == 0 and "PASS" in r.stdout, r.stdout + r.stderr
+    assert "glyph.grading" in modules and "glyph.cli.grade" in modules  # the probe saw the grade run
+    heavy = sorted(m for m in modules if m.split(".")[0] in HEAVY or ".".join(m.split(".")[:2]) in HEAVY)
+    assert heavy == []
+
+
+def _sample_values(kind) -> list:
+    return [True, False] if kind is bool else ["x", "", "-", "a b", "mbpp_11", "~/x", "/", "a/../b", "\udcff"]
+
+
+def test_plain_values_are_read_as_typer_reads_them():
+    """Every option of every glyph command that ``glyph.cli.common._PlainValue``
+    reads without pydantic gets the value, or the error, typer's own coercion gives."""
+    import typer
+    import typer.main
+
+    from glyph.cli.common import _PlainValue
+
+    if _PlainValue is None:
+        pytest.skip("this typer has no RuntimeParam to stand in for: its own coercion reads every value")
+    from typer._coercion import build_runtime_param
+
+    def commands(cmd, path=()):
+        yield path, cmd
+        for name in getattr(cmd, "commands", {}):
+            yield from commands(cmd.commands[name], (*path, name))
+
+    def outcome(coercer, value, param, ctx):
+        try:
+            v = coercer.coerce(value, param=param, ctx=ctx)
+            return type(v), v
+        except typer.BadParameter as exc:
+            return "error", exc.format_message()
+
+    root = typer.main.get_command(app)
+    seen = 0
+    for path, cmd in commands(root):
+        ctx = cmd.make_context("glyph", [], resilient_parsing=True)
+        for p in cmd.get_params(ctx):
+            if not isinstance(getattr(p, "_runtime_param", None), _PlainValue):
+                continue
+            theirs = build_runtime_param(p.type_descriptor)
+            for value in _sample_values(p.type_descriptor.annotation):
+                assert outcome(p._runtime_param, value, p, ctx) == outcome(theirs, value, p, ctx), (path, p.name, value)
+                seen += 1
+    assert seen > 100  # grade's, data's, flywheel's ... options were compared
+
+

@@ -1,17 +1,125 @@
 """The ``glyph`` command: the Typer app, with each module's commands and groups
-registered on it. Command modules never import this one."""
+registered on it. Command modules never import this one.
+
+A command's module is imported when the command runs (or a help page or a
+completion lists it), not when the app starts: ``glyph grade`` never imports
+the flywheel's options model (pydantic) or any other group's code. Each
+command is registered exactly as an eager ``app.command()`` / ``app.add_typer``
+would register it (:func:`_built`), so its options, help and error handling
+are the same."""
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable, Iterator, MutableMapping
 from typing import Annotated
 
 import typer
+import typer.main
 
-from glyph.cli import conventions, data, flywheel, grade, prime_rl, report, run, sandbox, study
-from glyph.cli.common import App
+from glyph.cli.common import App, _Group
 
-app = App(add_completion=False, no_args_is_help=True,
+
+def _grade(app: App) -> None:
+    from glyph.cli import grade
+    app.command()(grade.grade)
+
+
+def _demo(app: App) -> None:
+    from glyph.cli import run
+    app.command()(run.demo)
+
+
+def _serve(app: App) -> None:
+    from glyph.cli import run
+    app.command()(run.serve)
+
+
+def _report(app: App) -> None:
+    from glyph.cli import report
+    app.command()(report.report)
+
+
+def _sandbox(app: App) -> None:
+    from glyph.cli import sandbox
+    app.add_typer(sandbox.app, name="sandbox")
+
+
+def _data(app: App) -> None:
+    from glyph.cli import data
+    app.add_typer(data.app, name="data")
+
+
+def _prime_rl(app: App) -> None:
+    from glyph.cli import prime_rl
+    app.add_typer(prime_rl.app, name="prime-rl")
+
+
+def _conventions(app: App) -> None:
+    from glyph.cli import conventions
+    app.add_typer(conventions.app, name="conventions")
+
+
+def _flywheel(app: App) -> None:
+    from glyph.cli import flywheel
+    app.add_typer(flywheel.app, name="flywheel")
+
+
+def _study(app: App) -> None:
+    from glyph.cli import study
+    app.add_typer(study.app, name="study")
+
+
+COMMANDS: dict[str, Callable[[App], None]] = {
+    "grade": _grade, "demo": _demo, "serve": _serve, "report": _report, "sandbox": _sandbox, "data": _data,
+    "prime-rl": _prime_rl, "conventions": _conventions, "flywheel": _flywheel, "study": _study}
+"""Each top-level command and group, in the order help lists them, with what registers it."""
+
+
+def _built(name: str):
+    """The click command ``COMMANDS[name]`` registers, built by typer as for any app's command."""
+    one = App()
+    COMMANDS[name](one)
+    return typer.main.get_group(one).commands[name]
+
+
+class _Commands(MutableMapping):
+    """A group's commands by name, each built on first use: iterating gives the
+    names only (typer's "did you mean" and help's listing read them), looking a name up builds it."""
+
+    def __init__(self, eager: MutableMapping) -> None:
+        self._built = dict(eager)
+
+    def __getitem__(self, name: str):
+        if name not in self._built:
+            if name not in COMMANDS:
+                raise KeyError(name)
+            self._built[name] = _built(name)
+        return self._built[name]
+
+    def __setitem__(self, name: str, command) -> None:
+        self._built[name] = command
+
+    def __delitem__(self, name: str) -> None:
+        del self._built[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(dict.fromkeys([*COMMANDS, *self._built]))
+
+    def __len__(self) -> int:
+        return len(set(COMMANDS) | set(self._built))
+
+
+class _LazyGroup(_Group):
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.commands = _Commands(self.commands)
+
+    def list_commands(self, ctx) -> list[str]:
+        return list(self.commands)  # names, in order; typer's reads each value, which would build them all
+
+
+app = App(add_completion=False, no_args_is_help=True, cls=_LazyGroup,
           help="glyph: sandboxed grading, the glyph-mbpp environment, PREDICT and the flywheel.")
 
 
@@ -34,18 +142,6 @@ def _version(value: bool) -> None:
 def _main(version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
                                                 help="print glyph's version (and verifiers') and exit")] = False) -> None:
     """glyph: sandboxed grading, the glyph-mbpp environment, PREDICT and the flywheel."""
-
-
-app.command()(grade.grade)
-app.command()(run.demo)
-app.command()(run.serve)
-app.command()(report.report)
-app.add_typer(sandbox.app, name="sandbox")
-app.add_typer(data.app, name="data")
-app.add_typer(prime_rl.app, name="prime-rl")
-app.add_typer(conventions.app, name="conventions")
-app.add_typer(flywheel.app, name="flywheel")
-app.add_typer(study.app, name="study")
 
 
 def main() -> None:  # pragma: no cover

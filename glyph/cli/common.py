@@ -87,14 +87,64 @@ def _untyped_flags(params: list) -> list:
     return params
 
 
+def _plain_values(params: list) -> list:
+    """``params`` with each plain ``str``, ``bool`` or ``Path`` option's value read without pydantic
+    (:class:`_PlainValue`), so that a command given only such options (``glyph grade``) does not
+    import it (typer 0.29 coerces every value through a pydantic ``TypeAdapter``, built on the first
+    value: ``typer/core.py:100-109``, ``typer/_coercion.py:234-245``; importing pydantic is most of
+    the CPU of a ``glyph grade``). Where typer has no such hook (another version) it does nothing."""
+    if _PlainValue is None:
+        return params
+    for p in params:
+        desc = getattr(p, "type_descriptor", None)
+        if getattr(p, "_runtime_param", False) is None and desc is not None and _is_plain(desc):
+            p._runtime_param = _PlainValue(parameter_info=desc.parameter_info, annotation=desc.annotation)
+    return params
+
+
+def _is_plain(desc) -> bool:
+    info = desc.parameter_info
+    if desc.file_annotation is not None or info.parser is not None or getattr(info, "click_type", None):
+        return False
+    if desc.annotation in (str, bool):
+        return True
+    return isinstance(desc.annotation, type) and issubclass(desc.annotation, Path) and info.path_type is None
+
+
+try:
+    import dataclasses
+
+    from typer._coercion import RuntimeParam, build_runtime_param
+    from typer._param_types import coerce_cli_path
+    if {f.name for f in dataclasses.fields(RuntimeParam)} != {"parameter_info", "annotation"}:
+        raise ImportError("another RuntimeParam")
+except ImportError:  # another typer: its own coercion runs
+    _PlainValue = None
+else:
+    class _PlainValue(RuntimeParam):
+        """typer's coercion of a plain ``str``, ``bool`` or ``Path`` value, without its pydantic
+        adapter: a ``str`` is kept as is, a ``bool`` too; a ``Path`` is built from the ``str``
+        (what pydantic makes of it, ``typer/_param_types.py:229-239``), then goes through typer's
+        own ``coerce_cli_path`` (its ``exists``, ``resolve_path``, ``-`` checks and their errors).
+        Any other value goes to typer's own runtime coercion (tests/test_cli.py compares the two)."""
+
+        def _coerce_value(self, value, param, ctx):
+            kind = self.annotation
+            if kind is str and type(value) is str or kind is bool and type(value) is bool:
+                return value
+            if kind not in (str, bool) and type(value) is str:
+                return coerce_cli_path(kind(value), self.parameter_info, path_type=kind, param=param, ctx=ctx)
+            return build_runtime_param(param.type_descriptor)._coerce_value(value, param=param, ctx=ctx)
+
+
 class _Command(typer.core.TyperCommand):
     def get_params(self, ctx):
-        return _untyped_flags(super().get_params(ctx))
+        return _plain_values(_untyped_flags(super().get_params(ctx)))
 
 
 class _Group(typer.core.TyperGroup):
     def get_params(self, ctx):
-        return _untyped_flags(super().get_params(ctx))
+        return _plain_values(_untyped_flags(super().get_params(ctx)))
 
 
 def flowed(doc: str) -> str:
