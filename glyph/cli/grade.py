@@ -58,7 +58,7 @@ def grade(
     solution: Annotated[Path, typer.Option("--solution", help="the Python file to grade")],
     task: Annotated[Optional[str], typer.Option("--task", help="an MBPP task id, e.g. mbpp_11")] = None,
     tests: Annotated[Optional[Path], typer.Option("--tests", help="a Python file of hidden tests")] = None,
-    challenge: Annotated[bool, typer.Option(help="with --task: grade MBPP's challenge tests")] = False,
+    challenge: Annotated[bool, typer.Option("--challenge", help="with --task: grade MBPP's challenge tests")] = False,
     plus: Annotated[bool, typer.Option("--plus", help="with --task: the visible tests, then the task's plus "
                                                       "tests (`glyph data plus`)")] = False,
     plus_path: Annotated[Optional[Path], typer.Option("--plus-path", help="folder of plus tests (default: "

@@ -19,15 +19,15 @@ def report(
         "--label", help="arm=a|b,seed=S,ckpt=C for the RUN_DIR in the same position (once per RUN_DIR, '' for none; "
                         "or once for all); overrides what the runs record")] = None,
     out: Annotated[Optional[Path], typer.Option("--out", help="write report.json, report.md and report.html here")] = None,
-    fmt: Annotated[str, typer.Option("--format", help="what to print: table, markdown, json or none")] = "table",
+    fmt: Annotated[str, typer.Option("--format", metavar="<table|markdown|json|none>", help="what to print: table, markdown, json or none")] = "table",
     k: Annotated[str, typer.Option("--pass-at", help="pass@k for these k, comma-separated (default: 1, 2, 5, "
                                                      "10, ... up to the most samples a task has)")] = "",
     k_old: Annotated[str, typer.Option("--k", hidden=True, help="the former --pass-at")] = "",
     baseline: Annotated[str, typer.Option(help="the checkpoint the SFT-vs-RL comparisons start from")] = "sft",
     resamples: Annotated[int, typer.Option(help="bootstrap resamples")] = 2000,
     seed: Annotated[int, typer.Option(help="bootstrap seed")] = 0,
-    strict: Annotated[bool, typer.Option(help="exit 1 if any rollout errored, timed out or was tampered")] = False,
-    convention: Annotated[str, typer.Option(help="the REVISE split's count of errored, timed-out or traceless "
+    strict: Annotated[bool, typer.Option("--strict", help="exit 1 if any rollout errored, timed out or was tampered")] = False,
+    convention: Annotated[str, typer.Option(metavar="<study|glyph>", help="the REVISE split's count of errored, timed-out or traceless "
                                                  "rollouts: study (in never revised, as failures: the study's "
                                                  "409 + 91 = 500) or glyph (apart)")] = "study",
 ) -> None:

@@ -12,10 +12,10 @@ from glyph.cli.common import MbppPath, console, err, fail
 
 def demo(
     tasks: Annotated[int, typer.Option(min=1, help="tasks per arm")] = 6,
-    attacks: Annotated[bool, typer.Option(help="also grade the red-team solutions directly")] = False,
+    attacks: Annotated[bool, typer.Option("--attacks", help="also grade the red-team solutions directly")] = False,
     out: Annotated[Optional[Path], typer.Option("--out", help="where the eval runs are kept (default: a new "
                                                                "folder under the system's temp dir)")] = None,
-    profile: Annotated[str, typer.Option(help="the protocol profile glyph-mbpp runs: study (the PREDICT "
+    profile: Annotated[str, typer.Option(metavar="<study|glyph>", help="the protocol profile glyph-mbpp runs: study (the PREDICT "
                                               "study's) or glyph")] = "study",
     mbpp_path: MbppPath = None,
 ) -> None:

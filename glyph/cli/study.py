@@ -37,7 +37,7 @@ def study_check(
 def study_replay(
     sft: Annotated[Path, typer.Argument(metavar="SFT", help="an SFT JSONL file (the study's, or `glyph data prepare --profile "
                                              "study`'s sft/arm_X/train.jsonl)")],
-    arm: Annotated[Optional[str], typer.Option("--arm", help="a or b (default: each row's own arm)")] = None,
+    arm: Annotated[Optional[str], typer.Option("--arm", metavar="<a|b>", help="a or b (default: each row's own arm)")] = None,
 ) -> None:
     """Replay each trace's assistant turns through the study-profile episode
     against glyph's sandbox and grader; check every observation equals the

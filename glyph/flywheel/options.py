@@ -63,7 +63,7 @@ class RunOptions(BaseModel):
     tasks: Optional[Path] = Field(None, description="a conventions JSONL file (default: glyph's own data file)")
     agent: Kind = Field("reference", description="reference (offline, free) or openai (an endpoint)")
     base_url: Annotated[Optional[str], OPENAI_AGENT] = Field(
-        None, description="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1 (key: $OPENAI_API_KEY)")
+        None, description="an OpenAI-compatible endpoint's URL, ending in /v1 (key: $OPENAI_API_KEY)")
     model: Annotated[Optional[str], OPENAI_AGENT] = Field(None, description="model name at --base-url")
     temperature: Annotated[float, OPENAI_AGENT] = Field(1.0, description="agent sampling temperature (openai)")
     max_tokens: Annotated[int, OPENAI_AGENT] = Field(2048, description="agent max tokens per reply (openai)")
