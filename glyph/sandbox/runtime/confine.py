@@ -89,13 +89,21 @@ def _own_pid_namespace() -> None:
     os._exit(128 + sig)
 
 
-def await_gate(gate: tuple[int, int] | None) -> None:
-    """A new worker, before anything else: wait until the server has put it
-    in its run's cgroup (so whatever it forks is in there too)."""
-    if gate is not None:
-        os.close(gate[1])
-        os.read(gate[0], 1)  # EOF once the server is done
-        os.close(gate[0])
+def enter_cgroup(cgroups, name: str | None, job: socket.socket) -> None:
+    """A new worker, before anything else: make its run's cgroup and move
+    itself there (so whatever it forks is in there too), then tell the
+    server (``r``), which writes the run's cap there when the job comes; or
+    that it could not (``e``), and die. The move can wait on the kernel for
+    milliseconds (the server's class docstring): here, not on the server's
+    loop. ``name`` None: no cgroup (protection ``memory_cap`` off)."""
+    if name is None:
+        return
+    try:
+        cgroups.enter(name)
+    except OSError:
+        job.send(b"e")
+        raise
+    job.send(b"r")
 
 
 def idle_worker(job_fd: int, uid: int | None, rundir: str, mode: str, cap_last: int,
