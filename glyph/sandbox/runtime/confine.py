@@ -4,7 +4,8 @@ itself before it may take a job, and how it takes one.
 ``idle_worker`` applies, in this order, everything the server's mode gives a
 run: a new session with only the job socket open; then, each where the mode
 has it, the copied root, private IPC and network namespaces, private mount
-and pid namespaces, an empty bounding set and the run's own uid;
+and pid namespaces and the run's own uid (the empty bounding set and the
+minimal environment's base it inherits from the server: ``server_setup``);
 no_new_privs; no capabilities and the seccomp filter
 (``isolation.run_filter``), where the mode has them; not dumpable, its own directory as
 cwd, umask 077, a minimal environment. Then it waits for its job, sets the
@@ -106,8 +107,22 @@ def enter_cgroup(cgroups, name: str | None, job: socket.socket) -> None:
     job.send(b"r")
 
 
-def idle_worker(job_fd: int, uid: int | None, rundir: str, mode: str, cap_last: int,
-                seccomp: list | None, chroot: str | None, run) -> None:
+BASE_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}  # a run's, with HOME and TMPDIR
+
+
+def server_setup(mode: str, cap_last: int) -> None:
+    """What every worker would otherwise do first, done once in the server
+    after its start-up, before its first fork (each fork inherits it): the
+    environment becomes ``BASE_ENV`` exactly; outside ``bare``, an empty
+    bounding set and SECBIT_NOROOT locked (``isolation.drop_bounding_set``)."""
+    os.environ.clear()
+    os.environ.update(BASE_ENV)
+    if mode != "bare":  # bare keeps what the caller has: it isolates nothing, by request
+        isolation.drop_bounding_set(cap_last)
+
+
+def idle_worker(job_fd: int, uid: int | None, rundir: str, mode: str, seccomp: object | None,
+                chroot: str | None, run) -> None:
     """Confine this fresh fork, then wait for a job (the request and its
     fds) and ``run`` it (``worker.main``): payload on fd 5, results to fd 3,
     requests from fd 4, stdout and stderr on 1 and 2."""
@@ -127,8 +142,8 @@ def idle_worker(job_fd: int, uid: int | None, rundir: str, mode: str, cap_last: 
     if mode == "userns":
         _private_run_view(rundir)
         _own_pid_namespace()
-    if mode != "bare":  # bare keeps what the caller has: it isolates nothing, by request
-        isolation.drop_bounding_set(cap_last)
+    # The bounding set is already empty and SECBIT_NOROOT locked: the server emptied its own before
+    # its first fork (isolation.drop_bounding_set), and a fork inherits both.
     if uid is not None:
         os.setgroups([])
         os.setresgid(uid, uid, uid)
@@ -141,9 +156,7 @@ def idle_worker(job_fd: int, uid: int | None, rundir: str, mode: str, cap_last: 
     isolation.prctl(isolation.PR_SET_DUMPABLE, 0)
     os.chdir(rundir)
     os.umask(0o077)
-    os.environ.clear()
-    os.environ.update({"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": rundir, "TMPDIR": rundir,
-                       "LANG": "C.UTF-8"})
+    os.environ["HOME"] = os.environ["TMPDIR"] = rundir  # to BASE_ENV, the server's whole environment
     for sig in (signal.SIGCHLD, signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, signal.SIG_DFL)
     sys.argv = ["solution"]

@@ -204,8 +204,8 @@ class Server:
         self.uid_separation = prot["uid_separation"]["on"]
         self.private_mounts = self.mode in ("namespaces", "userns")  # runs' directories: tmpfs mounts
         self.chroot = opts.get("chroot")  # confined: the copied root each worker chroots into
-        self.cap_last = isolation.cap_last_cap()
-        self.seccomp = isolation.run_filter(self.mode) if prot["syscall_filter"]["on"] else None
+        prog = isolation.run_filter(self.mode) if prot["syscall_filter"]["on"] else None
+        self.seccomp = isolation.seccomp_program(prog) if prog is not None else None
         self.runs_dir = runs_dir
         self.pool = int(opts["pool"])
         self.run_disk = f"size={int(opts['run_bytes'])},nr_inodes={int(opts['run_inodes'])},mode=700"
@@ -222,6 +222,7 @@ class Server:
         self.oom_of: dict[int, ActiveRun] = {}  # that eventfd -> the run
         self.oom_hit: set[int] = set()  # pids of runs that went over their memory cap
         self.dropped: set[int] = set()  # fds unwatched while the loop handles one poll's events
+        confine.server_setup(self.mode, isolation.cap_last_cap())  # start-up is over: nothing here execs from now on
 
     def loop(self) -> None:
         while True:
@@ -293,7 +294,7 @@ class Server:
             try:
                 ours.close()
                 confine.enter_cgroup(self.cgroups, cgroup, theirs)
-                confine.idle_worker(theirs.fileno(), uid, rundir, self.mode, self.cap_last, self.seccomp,
+                confine.idle_worker(theirs.fileno(), uid, rundir, self.mode, self.seccomp,
                                     self.chroot, worker.main)
             finally:
                 os._exit(120)
