@@ -603,12 +603,15 @@ class Server:
         server (re-parenting goes to the nearest living subreaper, and this
         server is pid 1 or a subreaper), so if each child of ours is a known
         worker, nothing was left behind. False when unsure."""
-        try:
-            with open(f"/proc/{me}/task/{me}/children") as f:
-                children = {int(p) for p in f.read().split()}
+        try:  # os.read, not open(): no file object on each run's way out
+            fd = os.open(f"/proc/{me}/task/{me}/children", os.O_RDONLY)
         except OSError:  # a kernel without CONFIG_PROC_CHILDREN: do the full scan
             return False
-        return all(p in self.runs or p in self.idle for p in children)
+        try:
+            data = b"".join(iter(lambda: os.read(fd, 1 << 16), b""))
+        finally:
+            os.close(fd)
+        return all(int(p) in self.runs or int(p) in self.idle for p in data.split())
 
     def _leftovers(self, me: int, uid: int | None) -> list[int]:
         children: dict[int, list[int]] = {}
