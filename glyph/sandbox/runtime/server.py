@@ -122,13 +122,15 @@ import rootfs  # noqa: E402
 import wire  # noqa: E402
 import worker  # noqa: E402
 
-# Imported once here so that every run finds them warm in its forked memory.
+# Imported once here so that every run finds them warm in its forked memory. Not threading (nor queue,
+# which imports it): its hook at each fork (threading._after_fork) cost every run about 100 copy-on-write
+# faults, and no MBPP solution imports either.
 PRELOAD = (
     "abc array ast base64 binascii bisect builtins calendar cmath collections "
     "collections.abc contextlib copy csv dataclasses datetime decimal difflib "
     "enum fractions functools hashlib heapq inspect io itertools json keyword "
-    "linecache locale math numbers operator pprint queue random re statistics "
-    "string struct textwrap threading time traceback types typing unicodedata "
+    "linecache locale math numbers operator pprint random re statistics "
+    "string struct textwrap time traceback types typing unicodedata "
     "uuid warnings weakref zlib"
 ).split()
 
