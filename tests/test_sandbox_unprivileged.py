@@ -153,6 +153,12 @@ elif cfg["do"] == "carryover":  # a grading that plants state, then one that loo
     from glyph import redteam
     out["carryover"] = redteam.carryover(sb)
     out["left"] = descendants(server)
+elif cfg["do"] == "deep":  # a run that leaves a directory tree deeper than shutil.rmtree's recursion reaches
+    src = "import os\nfor _ in range(3000):\n    os.mkdir('d')\n    os.chdir('d')\ndef f():\n    return 1\n"
+    g = grade(src, "", "assert f() == 1\n", limits=Limits(cpu_s=20, wall_s=40), sandbox=sb)
+    out["passed"], out["detail"] = g.passed, g.detail
+    runs = os.path.join(out["host_dir"], "tmp") if info.mode == "confined" else out["host_dir"]
+    out["left"] = sorted(os.listdir(runs))  # after the run: its directory is gone
 elif cfg["do"] == "data":
     g = grade(cfg["source"], "", DEMO_TESTS, limits=Limits(cpu_s=5, wall_s=10), sandbox=sb)
     out["passed"], out["detail"] = g.passed, g.detail
@@ -428,6 +434,17 @@ def test_root_without_cap_sys_admin_gets_confined(python, copy, no_sys_admin):
     # The secret, the data and the copy are root's (0700 directory): the runs' uids cannot read them.
     data = _drive_shell(no_sys_admin, cmd, {"do": "data", "source": data_attack(copy / "data" / "mbpp.jsonl")})
     assert data["mode"] == "confined" and not data["passed"] and FOUND_NOTHING in data["detail"], data["detail"]
+
+
+def test_confined_removes_a_run_tree_deeper_than_rmtree_reaches(python, copy, no_sys_admin):
+    """The run directory is on the host's disk in confined mode; a tree too
+    deep for shutil.rmtree is removed by the server's ``rm -rf`` fallback,
+    which needs the server's capabilities to enter the run uid's 0700
+    directories (so confined workers drop their bounding set themselves, not
+    the server: confine.server_setup)."""
+    out = _drive_shell(no_sys_admin, _confined_cmd(python, copy), {"do": "deep"})
+    assert out["mode"] == "confined" and out["passed"], out["detail"]
+    assert out["left"] == [] and not out["host_dir_left"], out["left"]
 
 
 @pytest.fixture

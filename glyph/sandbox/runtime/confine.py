@@ -4,8 +4,8 @@ itself before it may take a job, and how it takes one.
 ``idle_worker`` applies, in this order, everything the server's mode gives a
 run: a new session with only the job socket open; then, each where the mode
 has it, the copied root, private IPC and network namespaces, private mount
-and pid namespaces and the run's own uid (the empty bounding set and the
-minimal environment's base it inherits from the server: ``server_setup``);
+and pid namespaces, an empty bounding set (in ``namespaces`` and ``userns``
+inherited from the server: ``server_setup``) and the run's own uid;
 no_new_privs; no capabilities and the seccomp filter
 (``isolation.run_filter``), where the mode has them; not dumpable, its own directory as
 cwd, umask 077, a minimal environment. Then it waits for its job, sets the
@@ -110,21 +110,27 @@ def enter_cgroup(cgroups, name: str | None, job: socket.socket) -> None:
 
 
 BASE_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}  # a run's, with HOME and TMPDIR
+INHERITED_BOUNDING = ("namespaces", "userns")  # modes whose workers inherit the server's empty bounding set
 
 
 def server_setup(mode: str, cap_last: int) -> None:
     """What every worker would otherwise do first, done once in the server
     after its start-up, before its first fork (each fork inherits it): the
-    environment becomes ``BASE_ENV`` exactly; outside ``bare``, an empty
-    bounding set and SECBIT_NOROOT locked (``isolation.drop_bounding_set``)."""
+    environment becomes ``BASE_ENV`` exactly; in ``namespaces`` and
+    ``userns``, an empty bounding set and SECBIT_NOROOT locked
+    (``isolation.drop_bounding_set``; the server keeps its effective
+    capabilities). Not in ``confined``: there the server may still exec
+    ``rm -rf`` to remove what a run left on the host (``rootfs.remove_tree``),
+    which needs the capabilities an exec would then lose; each worker drops
+    the set itself (``idle_worker``). ``bare`` keeps what the caller has."""
     os.environ.clear()
     os.environ.update(BASE_ENV)
-    if mode != "bare":  # bare keeps what the caller has: it isolates nothing, by request
+    if mode in INHERITED_BOUNDING:
         isolation.drop_bounding_set(cap_last)
 
 
-def idle_worker(job_fd: int, uid: int | None, rundir: str, mode: str, seccomp: object | None,
-                chroot: str | None, run) -> None:
+def idle_worker(job_fd: int, uid: int | None, rundir: str, mode: str, cap_last: int,
+                seccomp: object | None, chroot: str | None, run) -> None:
     """Confine this fresh fork, then wait for a job (the request and its
     fds) and ``run`` it (``worker.main``): payload on fd 5, results to fd 3,
     requests from fd 4, stdout and stderr on 1 and 2."""
@@ -144,8 +150,8 @@ def idle_worker(job_fd: int, uid: int | None, rundir: str, mode: str, seccomp: o
     if mode == "userns":
         _private_run_view(rundir)
         _own_pid_namespace()
-    # The bounding set is already empty and SECBIT_NOROOT locked: the server emptied its own before
-    # its first fork (isolation.drop_bounding_set), and a fork inherits both.
+    if mode == "confined":  # elsewhere the server emptied its own before its first fork (server_setup)
+        isolation.drop_bounding_set(cap_last)
     if uid is not None:
         os.setgroups([])
         os.setresgid(uid, uid, uid)

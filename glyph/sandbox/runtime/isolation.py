@@ -244,8 +244,9 @@ def drop_bounding_set(cap_last: int) -> None:
     """Where this process may (CAP_SETPCAP: root, of the host or of a user
     namespace): empty the bounding set and lock SECBIT_NOROOT, so that no
     later exec, even by uid 0 of a user namespace, gains a capability.
-    Called before any uid switch (which would take CAP_SETPCAP away). The
-    server calls it once, after its start-up and before its first fork: its
+    Called before any uid switch (which would take CAP_SETPCAP away). In
+    ``namespaces`` and ``userns`` the server calls it once, after its
+    start-up and before its first fork (``confine.server_setup``): its
     effective capabilities stay (the bounding set limits only what an exec
     may gain), and every worker inherits both, which no process can undo
     (a bounding set only shrinks; the securebits are locked)."""

@@ -224,7 +224,8 @@ class Server:
         self.oom_of: dict[int, ActiveRun] = {}  # that eventfd -> the run
         self.oom_hit: set[int] = set()  # pids of runs that went over their memory cap
         self.dropped: set[int] = set()  # fds unwatched while the loop handles one poll's events
-        confine.server_setup(self.mode, isolation.cap_last_cap())  # start-up is over: nothing here execs from now on
+        self.cap_last = isolation.cap_last_cap()
+        confine.server_setup(self.mode, self.cap_last)  # after start-up, before the first fork
 
     def loop(self) -> None:
         while True:
@@ -296,7 +297,7 @@ class Server:
             try:
                 ours.close()
                 confine.enter_cgroup(self.cgroups, cgroup, theirs)
-                confine.idle_worker(theirs.fileno(), uid, rundir, self.mode, self.seccomp,
+                confine.idle_worker(theirs.fileno(), uid, rundir, self.mode, self.cap_last, self.seccomp,
                                     self.chroot, worker.main)
             finally:
                 os._exit(120)
