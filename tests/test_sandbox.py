@@ -66,6 +66,55 @@ facts = (os.getuid(), os.getpid() != 1 and len([p for p in os.listdir('/proc') i
     assert net is False
 
 
+CAPS_PROBE = r"""
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+bounding = []
+for cap in range(64):
+    held = libc.prctl(23, cap, 0, 0, 0)  # PR_CAPBSET_READ; -1 (EINVAL) past the last capability
+    if held < 0:
+        break
+    if held:
+        bounding.append(cap)
+ambient = [cap for cap in range(cap) if libc.prctl(47, 1, cap, 0, 0) == 1]  # PR_CAP_AMBIENT, IS_SET
+
+class Header(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+class Data(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+header, data = Header(0x20080522, 0), (Data * 2)()
+got = libc.capget(ctypes.byref(header), data)
+facts = {"last": cap, "bounding": bounding, "ambient": ambient, "capget": got,
+         "sets": [[d.effective, d.permitted, d.inheritable] for d in data],
+         "securebits": libc.prctl(27, 0, 0, 0, 0), "no_new_privs": libc.prctl(39, 0, 0, 0, 0)}
+"""
+
+
+@pytest.mark.parametrize("pool", [0, 2])
+def test_a_run_holds_no_capability_and_can_gain_none(pool):
+    """Every capability set empty (bounding and ambient included), no_new_privs
+    and SECBIT_NOROOT locked: the server drops the bounding set once, before
+    its first fork, and each worker inherits it (confine.server_setup). A
+    pre-forked worker (pool 2) as much as one forked at the request."""
+    sb = Sandbox(pool=pool)
+    try:
+        if sb.protections().mode == "bare":
+            pytest.skip("bare mode keeps the caller's capabilities, by request")
+        from glyph.sandbox.runtime import isolation, wire
+        for _ in range(3):
+            msgs, status, _ = run(sb, CAPS_PROBE, ["facts"])
+            assert status.exit == 0, msgs
+            facts = wire.decode(msgs[1]["value"])
+            assert facts["last"] > 30  # PR_CAPBSET_READ answered for every capability up to the last
+            assert facts["bounding"] == [] and facts["ambient"] == [], facts
+            assert facts["capget"] == 0 and facts["sets"] == [[0, 0, 0], [0, 0, 0]], facts
+            assert facts["securebits"] == isolation.SECURE_NOROOT_ALL and facts["no_new_privs"] == 1, facts
+    finally:
+        sb.close()
+
+
 def test_caller_secrets_do_not_reach_the_run(sandbox, monkeypatch):
     monkeypatch.setenv("GLYPH_FAKE_API_KEY", "sk-secret-123")
     fresh = Sandbox(pool=0)

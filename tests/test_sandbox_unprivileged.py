@@ -153,6 +153,12 @@ elif cfg["do"] == "carryover":  # a grading that plants state, then one that loo
     from glyph import redteam
     out["carryover"] = redteam.carryover(sb)
     out["left"] = descendants(server)
+elif cfg["do"] == "deep":  # a run that leaves a directory tree deeper than shutil.rmtree's recursion reaches
+    src = "import os\nfor _ in range(3000):\n    os.mkdir('d')\n    os.chdir('d')\ndef f():\n    return 1\n"
+    g = grade(src, "", "assert f() == 1\n", limits=Limits(cpu_s=20, wall_s=40), sandbox=sb)
+    out["passed"], out["detail"] = g.passed, g.detail
+    runs = os.path.join(out["host_dir"], "tmp") if info.mode == "confined" else out["host_dir"]
+    out["left"] = sorted(os.listdir(runs))  # after the run: its directory is gone
 elif cfg["do"] == "data":
     g = grade(cfg["source"], "", DEMO_TESTS, limits=Limits(cpu_s=5, wall_s=10), sandbox=sb)
     out["passed"], out["detail"] = g.passed, g.detail
@@ -301,29 +307,53 @@ def _fixed(protections: dict) -> dict:
     return {name: on for name, on in protections.items() if name != "memory_cap"}
 
 
-# The data file attack of the issue: search the disk for the benchmark's own data and answer with
-# the reference code.
+# The data file attack of the issue: look for the benchmark's own data and answer with the reference
+# code. It tries the path the data has on this host first (an attacker who knows the layout), then walks
+# the disk, and stops at the first copy it finds. Its bare-mode control therefore depends on nothing
+# else on the host: the walk alone (the attack before this form) read every world-readable .jsonl it
+# met before the planted copy, in directory order, which the copy's random name decides; one FIFO or
+# huge .jsonl elsewhere in /tmp then ran it past its wall clock, and the control failed.
 DATA_ATTACK = r'''
 import json, os
-ANSWER = None
-for top in ("/tmp", "/var/tmp", "/work", "/home", "/root", "/srv", "/data", "/mnt", "/opt"):
-    for root, dirs, files in os.walk(top):
-        if root.count("/") > 4:
-            dirs[:] = []
-        for f in files:
-            if f.endswith(".jsonl") and ANSWER is None:
-                try:
-                    for line in open(os.path.join(root, f), errors="ignore"):
-                        if "glyph-planted-row-7c1a" in line:
-                            ANSWER = json.loads(line)["code"]
-                            break
-                except Exception:
-                    pass
+KNOWN = @KNOWN@
+
+def answer_in(path):
+    try:
+        for line in open(path, errors="ignore"):
+            if "glyph-planted-row-7c1a" in line:
+                return json.loads(line)["code"]
+    except Exception:
+        pass
+    return None
+
+def search():
+    for path in KNOWN:
+        found = answer_in(path)
+        if found:
+            return found
+    for top in ("/tmp", "/var/tmp", "/work", "/home", "/root", "/srv", "/data", "/mnt", "/opt"):
+        for root, dirs, files in os.walk(top):
+            if root.count("/") > 4:
+                dirs[:] = []
+            for f in files:
+                if f.endswith(".jsonl"):
+                    found = answer_in(os.path.join(root, f))
+                    if found:
+                        return found
+    return None
+
+ANSWER = search()
 if ANSWER:
     exec(ANSWER)
 else:
     def remove_first_last(s, ch): return s
 '''
+FOUND_NOTHING = "got 'hello', expected 'heo'"  # the attack ran to its end and found no copy (no timeout)
+
+
+def data_attack(*known: Path) -> str:
+    """DATA_ATTACK aimed at the data files ``known`` first."""
+    return DATA_ATTACK.replace("@KNOWN@", repr([str(path) for path in known]))
 
 
 def test_unprivileged_user_gets_userns_and_every_attack_is_held(python, copy, userns):
@@ -359,9 +389,10 @@ def test_unprivileged_user_cannot_reach_files_data_or_network(python, copy, user
 
 
 def test_unprivileged_user_cannot_answer_from_the_benchmark_data(python, copy, userns):
-    out = _drive(python, copy, {"do": "data", "source": DATA_ATTACK}, userns)
-    assert out["mode"] == "userns" and not out["passed"], out["detail"]
-    bare = _drive(python, copy, {"do": "data", "source": DATA_ATTACK, "mode": "bare"}, userns)
+    attack = data_attack(copy / "data" / "mbpp.jsonl")
+    out = _drive(python, copy, {"do": "data", "source": attack}, userns)
+    assert out["mode"] == "userns" and not out["passed"] and FOUND_NOTHING in out["detail"], out["detail"]
+    bare = _drive(python, copy, {"do": "data", "source": attack, "mode": "bare"}, userns)
     assert bare["passed"], ("control: in bare mode the data file attack must succeed, else this shows nothing; "
                             f"it got: {bare['detail']}")
 
@@ -401,8 +432,19 @@ def test_root_without_cap_sys_admin_gets_confined(python, copy, no_sys_admin):
     assert out["left_after_close"] == []
     assert Path(out["host_dir"]).name.startswith("glyph-root-") and not out["host_dir_left"]
     # The secret, the data and the copy are root's (0700 directory): the runs' uids cannot read them.
-    data = _drive_shell(no_sys_admin, cmd, {"do": "data", "source": DATA_ATTACK})
-    assert data["mode"] == "confined" and not data["passed"], data["detail"]
+    data = _drive_shell(no_sys_admin, cmd, {"do": "data", "source": data_attack(copy / "data" / "mbpp.jsonl")})
+    assert data["mode"] == "confined" and not data["passed"] and FOUND_NOTHING in data["detail"], data["detail"]
+
+
+def test_confined_removes_a_run_tree_deeper_than_rmtree_reaches(python, copy, no_sys_admin):
+    """The run directory is on the host's disk in confined mode; a tree too
+    deep for shutil.rmtree is removed by the server's ``rm -rf`` fallback,
+    which needs the server's capabilities to enter the run uid's 0700
+    directories (so confined workers drop their bounding set themselves, not
+    the server: confine.server_setup)."""
+    out = _drive_shell(no_sys_admin, _confined_cmd(python, copy), {"do": "deep"})
+    assert out["mode"] == "confined" and out["passed"], out["detail"]
+    assert out["left"] == [] and not out["host_dir_left"], out["left"]
 
 
 @pytest.fixture
@@ -430,10 +472,11 @@ def planted():
 
 def test_confined_cannot_answer_from_world_readable_benchmark_data(python, copy, no_sys_admin, planted):
     cmd = _confined_cmd(python, copy)
-    out = _drive_shell(no_sys_admin, cmd, {"do": "data", "source": DATA_ATTACK, "server_cleans": True})
-    assert out["mode"] == "confined" and not out["passed"], out["detail"]
+    attack = data_attack(planted / "data" / "mbpp.jsonl")
+    out = _drive_shell(no_sys_admin, cmd, {"do": "data", "source": attack, "server_cleans": True})
+    assert out["mode"] == "confined" and not out["passed"] and FOUND_NOTHING in out["detail"], out["detail"]
     assert Path(out["host_dir"]).name.startswith("glyph-root-") and out["left_by_server"] is False
-    bare = _drive_shell(no_sys_admin, cmd, {"do": "data", "source": DATA_ATTACK, "mode": "bare"})
+    bare = _drive_shell(no_sys_admin, cmd, {"do": "data", "source": attack, "mode": "bare"})
     assert bare["passed"], ("control: in bare mode the data file attack must succeed, else this shows nothing; "
                             f"it got: {bare['detail']}")
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import atexit
 import collections
 import errno
+import functools
 import json
 import os
 import selectors
@@ -526,10 +527,10 @@ class Sandbox:
         header = dict(header, blobs=[[k, len(v)] for k, v in blobs.items()])
         payload_fd = os.memfd_create("glyph-payload", os.MFD_CLOEXEC)
         try:
-            with os.fdopen(os.dup(payload_fd), "wb") as f:
-                f.write(json.dumps(header).encode() + b"\n")
-                for blob in blobs.values():
-                    f.write(blob)
+            for part in (json.dumps(header).encode() + b"\n", *blobs.values()):
+                with memoryview(part) as view:
+                    while view:
+                        view = view[os.write(payload_fd, view):]
             os.lseek(payload_fd, 0, os.SEEK_SET)
             result_r, result_w = os.pipe()
             out_r, out_w = os.pipe()
@@ -537,7 +538,7 @@ class Sandbox:
             req_r, req_w = os.pipe()
             ctl_ours, ctl_theirs = socket.socketpair()
             theirs = [payload_fd, result_w, out_w, err_w, ctl_theirs.fileno(), req_r]
-            request = json.dumps({"limits": asdict(limits)}).encode()
+            request = _limits_request(limits)
             try:
                 server = self._submit(request, theirs)
             except BaseException:
@@ -565,6 +566,13 @@ class Sandbox:
                         raise
                     self._stop()
                     self.restarts += 1
+
+
+@functools.lru_cache(maxsize=64)
+def _limits_request(limits: Limits) -> bytes:
+    """The server's request for a run under ``limits`` (a frozen dataclass:
+    built once per distinct ``Limits``, not per run)."""
+    return json.dumps({"limits": asdict(limits)}).encode()
 
 
 def _remove_cgroup(path: str, wait_s: float = 5.0) -> bool:

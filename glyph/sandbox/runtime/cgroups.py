@@ -4,9 +4,10 @@ Where this process can make a cgroup with the memory controller (cgroup v2
 with ``memory`` in its cgroup's subtree_control, or the v1 memory
 hierarchy, found through /proc/self/cgroup and /proc/self/mountinfo:
 nothing hard-coded), the server makes one of its own
-(``glyph-<pid>-<random>``) under its cgroup and a child per worker, puts
-each worker there before the worker does anything, writes the run's cap
-when the job comes, and removes the child once the run is swept: a run's
+(``glyph-<pid>-<random>``) under its cgroup; each new worker makes its
+child and moves itself there before it does anything else, the server
+writes the run's cap when the job comes, and removes the child once the
+run is swept: a run's
 processes together get at most ``Limits.run_memory_bytes``, swap included.
 At the cap the kernel OOM-kills in that cgroup only (v2: the whole run,
 memory.oom.group; v1: one process, and the server, told by an eventfd,
@@ -77,9 +78,10 @@ def _own_memory_cgroups() -> tuple[list[tuple[int, str]], list[str]]:
 class Cgroups:
     """The server's own memory cgroup (``glyph-<pid>-<random>``, made at
     start under this process's cgroup; the server itself stays outside it)
-    and one child per worker, named after the worker's run directory. The
-    server puts each pre-forked worker into its child before the worker
-    does anything, and writes the run's cap when the job comes. Both
+    and one child per worker, named after the worker's run directory. Each
+    pre-forked worker makes its child and moves itself there before it
+    does anything else (``enter``); the server writes the run's cap when
+    the job comes. Both
     directories are opened at start (before any chroot): every later access
     is relative to those fds."""
 
@@ -150,6 +152,12 @@ class Cgroups:
 
     def join(self, name: str, pid: int) -> None:
         self._write(f"{name}/cgroup.procs", pid)
+
+    def enter(self, name: str) -> None:
+        """In a new worker itself: make its cgroup and move this process
+        into it (``confine.enter_cgroup``)."""
+        self.add(name)
+        self.join(name, os.getpid())
 
     def cap(self, name: str, nbytes: int) -> None:
         """Memory and swap together at most ``nbytes``. OSError (EBUSY) where

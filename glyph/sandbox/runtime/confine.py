@@ -4,7 +4,8 @@ itself before it may take a job, and how it takes one.
 ``idle_worker`` applies, in this order, everything the server's mode gives a
 run: a new session with only the job socket open; then, each where the mode
 has it, the copied root, private IPC and network namespaces, private mount
-and pid namespaces, an empty bounding set and the run's own uid;
+and pid namespaces, an empty bounding set (in ``namespaces`` and ``userns``
+inherited from the server: ``server_setup``) and the run's own uid;
 no_new_privs; no capabilities and the seccomp filter
 (``isolation.run_filter``), where the mode has them; not dumpable, its own directory as
 cwd, umask 077, a minimal environment. Then it waits for its job, sets the
@@ -15,6 +16,8 @@ its mode promises. Stdlib only.
 
 from __future__ import annotations
 
+import _signal
+import fcntl
 import json
 import os
 import resource
@@ -89,17 +92,45 @@ def _own_pid_namespace() -> None:
     os._exit(128 + sig)
 
 
-def await_gate(gate: tuple[int, int] | None) -> None:
-    """A new worker, before anything else: wait until the server has put it
-    in its run's cgroup (so whatever it forks is in there too)."""
-    if gate is not None:
-        os.close(gate[1])
-        os.read(gate[0], 1)  # EOF once the server is done
-        os.close(gate[0])
+def enter_cgroup(cgroups, name: str | None, job: socket.socket) -> None:
+    """A new worker, before anything else: make its run's cgroup and move
+    itself there (so whatever it forks is in there too), then tell the
+    server (``r``), which writes the run's cap there when the job comes; or
+    that it could not (``e``), and die. The move can wait on the kernel for
+    milliseconds (the server's class docstring): here, not on the server's
+    loop. ``name`` None: no cgroup (protection ``memory_cap`` off)."""
+    if name is None:
+        return
+    try:
+        cgroups.enter(name)
+    except OSError:
+        job.send(b"e")
+        raise
+    job.send(b"r")
+
+
+BASE_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}  # a run's, with HOME and TMPDIR
+INHERITED_BOUNDING = ("namespaces", "userns")  # modes whose workers inherit the server's empty bounding set
+
+
+def server_setup(mode: str, cap_last: int) -> None:
+    """What every worker would otherwise do first, done once in the server
+    after its start-up, before its first fork (each fork inherits it): the
+    environment becomes ``BASE_ENV`` exactly; in ``namespaces`` and
+    ``userns``, an empty bounding set and SECBIT_NOROOT locked
+    (``isolation.drop_bounding_set``; the server keeps its effective
+    capabilities). Not in ``confined``: there the server may still exec
+    ``rm -rf`` to remove what a run left on the host (``rootfs.remove_tree``),
+    which needs the capabilities an exec would then lose; each worker drops
+    the set itself (``idle_worker``). ``bare`` keeps what the caller has."""
+    os.environ.clear()
+    os.environ.update(BASE_ENV)
+    if mode in INHERITED_BOUNDING:
+        isolation.drop_bounding_set(cap_last)
 
 
 def idle_worker(job_fd: int, uid: int | None, rundir: str, mode: str, cap_last: int,
-                seccomp: list | None, chroot: str | None, run) -> None:
+                seccomp: object | None, chroot: str | None, run) -> None:
     """Confine this fresh fork, then wait for a job (the request and its
     fds) and ``run`` it (``worker.main``): payload on fd 5, results to fd 3,
     requests from fd 4, stdout and stderr on 1 and 2."""
@@ -119,7 +150,7 @@ def idle_worker(job_fd: int, uid: int | None, rundir: str, mode: str, cap_last: 
     if mode == "userns":
         _private_run_view(rundir)
         _own_pid_namespace()
-    if mode != "bare":  # bare keeps what the caller has: it isolates nothing, by request
+    if mode == "confined":  # elsewhere the server emptied its own before its first fork (server_setup)
         isolation.drop_bounding_set(cap_last)
     if uid is not None:
         os.setgroups([])
@@ -133,11 +164,10 @@ def idle_worker(job_fd: int, uid: int | None, rundir: str, mode: str, cap_last: 
     isolation.prctl(isolation.PR_SET_DUMPABLE, 0)
     os.chdir(rundir)
     os.umask(0o077)
-    os.environ.clear()
-    os.environ.update({"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": rundir, "TMPDIR": rundir,
-                       "LANG": "C.UTF-8"})
+    os.environ["HOME"] = os.environ["TMPDIR"] = rundir  # to BASE_ENV, the server's whole environment
+    # _signal, not signal: signal.signal's enum wrapping cost 90 us of CPU here (copy-on-write faults)
     for sig in (signal.SIGCHLD, signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, signal.SIG_DFL)
+        _signal.signal(sig, _signal.SIG_DFL)
     sys.argv = ["solution"]
     job = socket.socket(fileno=job_fd)
     msg, fds, _flags, _addr = socket.recv_fds(job, 1 << 16, 8)
@@ -173,5 +203,4 @@ def idle_worker(job_fd: int, uid: int | None, rundir: str, mode: str, cap_last: 
 
 
 def _dup_high(fd: int) -> int:
-    import fcntl
     return fcntl.fcntl(fd, fcntl.F_DUPFD, 100)

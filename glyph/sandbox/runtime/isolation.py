@@ -207,10 +207,18 @@ def filtered_calls(mode: str) -> tuple[str, ...]:
     return KEYRING + (SYSV_IPC + NO_SOCKETS if mode == "confined" else ())
 
 
-def install_seccomp(prog: list[tuple[int, int, int, int]]) -> None:
-    """Needs no_new_privs (set before)."""
+def seccomp_program(prog: list[tuple[int, int, int, int]]) -> _SockFprog:
+    """``prog`` as the kernel takes it: built once by the server, installed
+    by each worker (``install_seccomp``), which then allocates nothing."""
     filters = (_SockFilter * len(prog))(*[_SockFilter(*i) for i in prog])
     fprog = _SockFprog(len(prog), filters)
+    fprog._keep = filters  # the struct points into this array
+    return fprog
+
+
+def install_seccomp(prog: list[tuple[int, int, int, int]] | _SockFprog) -> None:
+    """Needs no_new_privs (set before)."""
+    fprog = prog if isinstance(prog, _SockFprog) else seccomp_program(prog)
     if libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) != 0:
         err = ctypes.get_errno()
         raise OSError(err, f"seccomp: {os.strerror(err)}")
@@ -236,7 +244,12 @@ def drop_bounding_set(cap_last: int) -> None:
     """Where this process may (CAP_SETPCAP: root, of the host or of a user
     namespace): empty the bounding set and lock SECBIT_NOROOT, so that no
     later exec, even by uid 0 of a user namespace, gains a capability.
-    Called before any uid switch (which would take CAP_SETPCAP away)."""
+    Called before any uid switch (which would take CAP_SETPCAP away). In
+    ``namespaces`` and ``userns`` the server calls it once, after its
+    start-up and before its first fork (``confine.server_setup``): its
+    effective capabilities stay (the bounding set limits only what an exec
+    may gain), and every worker inherits both, which no process can undo
+    (a bounding set only shrinks; the securebits are locked)."""
     if _effective_caps() >> CAP_SETPCAP & 1:
         for cap in range(cap_last + 1):
             prctl(PR_CAPBSET_DROP, cap)

@@ -113,9 +113,10 @@ def exception_info(exc: BaseException) -> dict:
 
 
 def _read_payload(fd: int) -> tuple[dict, dict]:
+    size = os.fstat(fd).st_size + 1  # the client's memfd, written whole: one read and the EOF
     chunks = []
     while True:
-        chunk = os.read(fd, 1 << 20)
+        chunk = os.read(fd, size)
         if not chunk:
             break
         chunks.append(chunk)
