@@ -699,4 +699,5 @@ def carryover(sandbox, value: str | None = None) -> dict:
     if sandbox.protections().mode == "bare":
         cleaner = 'ROLE = "clean"\n' + PLANT.replace("@VALUE@", "").replace("@TOKEN@", token)
         grade(cleaner, "", tests, limits=limits, sandbox=sandbox)
-    return {"first": first.passed, "second": second.passed, "found": found, "detail": second.detail}
+    return {"first": first.passed, "second": second.passed, "found": found, "detail": second.detail,
+            "token": token}
