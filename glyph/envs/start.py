@@ -116,7 +116,8 @@ class WarmServer:
         self.ctl = ours
         self.lock = threading.Lock()
         with open(self.log, "wb") as log:
-            self.proc = subprocess.Popen([python, "-I", str(folder / SERVER), str(theirs.fileno())],
+            # -B: nothing is written into the shipped folder (its imports compile once, in this server)
+            self.proc = subprocess.Popen([python, "-I", "-B", str(folder / SERVER), str(theirs.fileno())],
                                          pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL,
                                          stdout=subprocess.DEVNULL, stderr=log, cwd=folder,
                                          start_new_session=True)
