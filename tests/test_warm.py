@@ -50,7 +50,7 @@ class Endpoint:
         outer = self
 
         class Handler(JsonHandler):
-            def do_POST(self) -> None:  # noqa: N802
+            def do_POST(self) -> None:
                 body = self.read_json(64 << 20)
                 outer.seen.append(self.headers.get("Authorization"))
                 outer.released.wait(WAIT_S)
@@ -188,9 +188,9 @@ def test_a_warm_child_is_alone_in_its_session_with_only_its_own_descriptors(tmp_
                           "fds": fd_targets(pid)}
         server_fds = set(fd_targets(server.pid).values())
         held.released.set()
-        return await asyncio.gather(*runs), kids, facts, server_fds
+        return await asyncio.gather(*runs), facts, server_fds
 
-    done, kids, facts, server_fds = asyncio.run(both())
+    done, facts, server_fds = asyncio.run(both())
     assert [d.exit_code for d in done] == [0, 0], [d.stderr for d in done]
     assert {f["cwd"] for f in facts.values()} == {str(a.workdir), str(b.workdir)}
     for pid, f in facts.items():
