@@ -18,13 +18,12 @@ every run pays once, drop out. CPU is user + system, from the kernel:
   finalize): ``os.times()`` at its exit, and of that its main thread (the
   event loop: ``time.thread_time()``) and its other threads (the test
   service's HTTP threads, ``asyncio.to_thread`` file I/O and ``rmtree``);
-* ``children``: everything the vf-eval process reaped (the agent programs,
-  the sandbox server and its workers; warm: the fork server and its children);
 * ``agent``: warm, measured: the children's CPU the fork server reports
   (``trace.info["glyph_program"]["cpu_s"]``, from ``wait4``) plus the
-  server's own; cold, by difference: ``children`` less warm's ``sandbox``
-  (the gradings are the same work under both starts);
-* ``sandbox``: warm's ``children`` less its ``agent``.
+  server's own; cold, by difference: ``tree`` less ``env`` less warm's
+  ``sandbox`` (the gradings are the same work under both starts);
+* ``sandbox``: warm's ``tree`` less its ``env`` and ``agent``: the sandbox
+  server and its workers (and any other process the env process started).
 
 ``--profile`` adds two warm runs, at ``--small`` and ``--large``, under
 ``cProfile`` (the env process's main thread only) and prints the share of
@@ -111,7 +110,7 @@ def one_run(base_url: str, start: str, n: int, concurrency: int, data_path: str 
     warm = [p for p in programs if p.get("start") == "warm" and p.get("cpu_s") is not None]
     agent = (sum(p["cpu_s"] for p in warm) + max(p["server_cpu_s"] for p in warm)) if warm else None
     return {"start": start, "n": n, "tree": tree, "env": own["self"], "main": own["main_thread"],
-            "threads": own["self"] - own["main_thread"], "children": own["children"], "agent": agent,
+            "threads": own["self"] - own["main_thread"], "agent": agent,
             "starts": sorted({p.get("start") for p in programs}), "rows": read_rollouts(out / "eval"),
             "profile": Path(str(times) + ".prof") if profile else None}
 
@@ -155,13 +154,25 @@ def profile_areas(path: Path) -> dict[str, float]:
     return totals
 
 
+def glyph_inclusive(path: Path) -> float:
+    """Profiled seconds in glyph's code and everything it calls: the cumulative time of each glyph
+    function as called from code that is not glyph's (a coroutine's counts only while it runs)."""
+    total = 0.0
+    for (file, _, _), (_, _, _, _, callers) in pstats.Stats(str(path)).stats.items():
+        if area_of(file) == "glyph":
+            total += sum(ct for (caller_file, _, _), (_, _, _, ct) in callers.items() if area_of(caller_file) != "glyph")
+    return total
+
+
 def profile_shares(small: Path, large: Path) -> list[tuple[str, float]]:
     """The share of each area in the profiled time one more rollout adds (large run less small run:
     the imports and the start drop out)."""
     a, b = profile_areas(small), profile_areas(large)
     extra = {k: max(b.get(k, 0.0) - a.get(k, 0.0), 0.0) for k in set(a) | set(b)}
     whole = sum(extra.values()) or 1.0
-    return sorted(((k, v / whole) for k, v in extra.items()), key=lambda kv: -kv[1])
+    shares = sorted(((k, v / whole) for k, v in extra.items()), key=lambda kv: -kv[1])
+    inclusive = max(glyph_inclusive(large) - glyph_inclusive(small), 0.0) / whole
+    return [*shares, ("glyph, with what it calls (harness, test service client, finalize)", inclusive)]
 
 
 def main() -> None:
@@ -183,8 +194,9 @@ def main() -> None:
             for start in STARTS:
                 for n in (args.small, args.large):
                     run = one_run(server.base_url, start, n, args.concurrency, data_path, Path(tmp))
+                    agent = f", agent {run['agent']:.2f} s" if run["agent"] is not None else ""
                     console.print(f"rep {rep + 1} {start:4} n={n:3}: tree {run['tree']:.2f} s CPU, "
-                                  f"env {run['env']:.2f} s, children {run['children']:.2f} s", highlight=False)
+                                  f"env {run['env']:.2f} s{agent}", highlight=False)
                     runs.append(run)
         shares = None
         if args.profile:
@@ -192,7 +204,7 @@ def main() -> None:
                                     profile=True)["profile"] for n in (args.small, args.large))
             shares = profile_shares(small, large)
 
-    keys = ("tree", "env", "main", "threads", "children", "agent")
+    keys = ("tree", "env", "main", "threads", "agent")
     per: dict[str, dict[str, list[float]]] = {s: {k: [] for k in keys} for s in STARTS}
     for i in range(0, len(runs), 2):
         small, large = runs[i], runs[i + 1]
@@ -201,10 +213,10 @@ def main() -> None:
             if m is not None:
                 per[small["start"]][k].append(m)
     med = {s: {k: statistics.median(v) if v else None for k, v in per[s].items()} for s in STARTS}
-    sandbox = med["warm"]["children"] - med["warm"]["agent"]
+    sandbox = med["warm"]["tree"] - med["warm"]["env"] - med["warm"]["agent"]
     med["warm"]["sandbox"] = sandbox
     med["cold"]["sandbox"] = sandbox
-    med["cold"]["agent"] = med["cold"]["children"] - sandbox
+    med["cold"]["agent"] = med["cold"]["tree"] - med["cold"]["env"] - sandbox
 
     table = Table(title=f"marginal CPU per rollout, ms (median of {args.reps} reps; "
                         f"{args.large} vs {args.small} rollouts, -c {args.concurrency})")
@@ -213,10 +225,9 @@ def main() -> None:
         table.add_column(f"{s}{' (baseline)' if s == 'cold' else ''}", justify="right")
     table.add_column("spread (warm, min-max)", justify="right")
     labels = {"tree": "whole tree", "env": "env process", "main": "  its event loop thread",
-              "threads": "  its other threads", "children": "processes it started", "agent": "  agent program",
-              "sandbox": "  sandbox (grading)"}
+              "threads": "  its other threads", "agent": "agent program", "sandbox": "sandbox (grading)"}
     for k, label in labels.items():
-        note = {"agent": " (cold: by difference)", "sandbox": " (from warm)"}.get(k, "")
+        note = {"agent": " (cold: by difference)", "sandbox": " (warm's, by difference)"}.get(k, "")
         spread = per["warm"].get(k)
         table.add_row(label + note, *(f"{med[s][k]:.1f}" for s in STARTS),
                       f"{min(spread):.1f}-{max(spread):.1f}" if spread else "")
