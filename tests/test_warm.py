@@ -43,8 +43,8 @@ class Endpoint:
     """An OpenAI-compatible endpoint on 127.0.0.1: the n-th reply of a conversation is ``replies[n]``
     (a conversation is its secret); ``hold``: every request waits until ``release``."""
 
-    def __init__(self, replies: list[str], hold: bool = False) -> None:
-        self.replies, self.seen, self.released = replies, [], threading.Event()
+    def __init__(self, replies: list[str], hold: bool = False, status: int = 200) -> None:
+        self.replies, self.seen, self.released, self.status = replies, [], threading.Event(), status
         if not hold:
             self.released.set()
         outer = self
@@ -56,7 +56,7 @@ class Endpoint:
                 outer.released.wait(WAIT_S)
                 turn = sum(m["role"] == "assistant" for m in body["messages"])
                 content = outer.replies[min(turn, len(outer.replies) - 1)]
-                self.send_json(200, {"choices": [{"index": 0, "message": {"role": "assistant", "content": content}}]})
+                self.send_json(outer.status, {"choices": [{"index": 0, "message": {"role": "assistant", "content": content}}]})
 
         self.httpd = LocalServer(Handler)
         self.httpd.start("endpoint")
@@ -168,6 +168,28 @@ def test_warm_and_cold_leave_the_same_trace(tmp_path, endpoint):
         protocol.PLACEHOLDER
     assert endpoint.seen.count("Bearer s-warm") == endpoint.seen.count("Bearer s-cold") == len(SCRIPT)
     assert done.cpu_s is not None and done.cpu_s > 0  # the server reports the child's CPU
+
+
+def test_warm_and_cold_fail_alike(tmp_path):
+    """A fault exit (the endpoint refused: ``ENDPOINT_FAILED`` with its line on stderr) and a crash
+    (no config: the traceback, exit 1) come out of a warm child as out of ``python3 -I``."""
+    refusing = Endpoint(SCRIPT, status=400)
+    try:
+        for name, broken in (("refused", False), ("crashed", True)):
+            warm_ws = workspace(tmp_path / f"warm-{name}", refusing.base_url)
+            cold_ws = workspace(tmp_path / f"cold-{name}", refusing.base_url)
+            if broken:
+                for ws in (warm_ws, cold_ws):
+                    (ws.workdir / program.CONFIG).unlink()
+            done = asyncio.run(start.run_warm(warm_ws, env_of("s")))
+            proc = cold(cold_ws.workdir, "s")
+            want = 1 if broken else program.ENDPOINT_FAILED
+            assert done.exit_code == proc.returncode == want, (done.stderr, proc.stderr)
+            last = done.stderr.strip().splitlines()[-1]
+            assert last == proc.stderr.strip().splitlines()[-1].replace(str(cold_ws.workdir), str(warm_ws.workdir))
+            assert last.startswith("FileNotFoundError" if broken else "endpoint_error: endpoint answered HTTP 400")
+    finally:
+        refusing.close()
 
 
 def test_a_warm_child_is_alone_in_its_session_with_only_its_own_descriptors(tmp_path, held):

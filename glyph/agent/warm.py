@@ -20,7 +20,9 @@ a new session, stdout and stderr to the caller) and then:
   env process's, as a cold program inherits them), its signal dispositions
   those of a fresh interpreter;
 * it runs ``program.main()`` and exits with its status; an uncaught
-  exception prints its traceback and exits 1, as ``python3`` does.
+  exception prints its traceback and exits 1, as ``python3`` does; the
+  ``atexit`` functions run, then ``os._exit`` (nothing of the server's is
+  finalized in the child).
 
 Every child is forked from this server before it ran any episode, so no
 rollout sees another's state. A rollout's socket closing before its child
@@ -43,6 +45,7 @@ descendants; ``server_cpu_s`` this server's own so far) and closes it.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import gc
 import json
@@ -120,6 +123,7 @@ def child_main(server: int, cwd: str, env: dict, out_fd: int, err_fd: int) -> No
         except BaseException:  # deliberate: what python3 does with an uncaught exception
             traceback.print_exc()
             code = 1
+        atexit._run_exitfuncs()  # what the interpreter runs at exit (os._exit below skips it)
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(Exception):  # a closed pipe must not change the status
                 stream.flush()
