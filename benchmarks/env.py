@@ -1,8 +1,12 @@
 """Environment overhead through ``vf-eval``: the marginal CPU one more
 glyph-mbpp rollout costs, from the whole process tree, per component, for
-the warm agent program (``--env.agent.harness.start warm``, the default)
-against today's cold start (``cold``: the shipped files written into every
-rollout and a fresh ``python3 -I``), side by side in one run.
+the warm agent program (``--env.agent.harness.start warm``, the default),
+the cold start (``cold``: the shipped files written into every rollout and
+a fresh ``python3``, what a container gets) and the baseline, side by side
+in one run. The baseline is today's cost: ``--baseline-python``, the Python
+of another checkout (e.g. a copy of main with its own ``uv sync``), runs
+vf-eval with that checkout's glyph and its defaults; without it the
+baseline is this checkout's ``cold``.
 
 Each cell is ``vf-eval glyph-mbpp -m mix --env.taskset.arm b -c C`` against
 the reference-policy server (in this process, so its CPU is not counted), at
@@ -20,8 +24,8 @@ every run pays once, drop out. CPU is user + system, from the kernel:
   service's HTTP threads, ``asyncio.to_thread`` file I/O and ``rmtree``);
 * ``agent``: warm, measured: the children's CPU the fork server reports
   (``trace.info["glyph_program"]["cpu_s"]``, from ``wait4``) plus the
-  server's own; cold, by difference: ``tree`` less ``env`` less warm's
-  ``sandbox`` (the gradings are the same work under both starts);
+  server's own; cold and baseline, by difference: ``tree`` less ``env``
+  less warm's ``sandbox`` (the gradings are the same work in every cell);
 * ``sandbox``: warm's ``tree`` less its ``env`` and ``agent``: the sandbox
   server and its workers (and any other process the env process started).
 
@@ -32,11 +36,14 @@ verifiers, pydantic, the HTTP stack, asyncio, the stdlib, other libraries (a
 C builtin's time is charged to its caller's area); profiling inflates the
 total, so only the shares are read.
 
-Prints a table per start, the errors and rollouts rewarded as their policy
-should be, and last ``env_cpu_ms_per_rollout=<warm tree> baseline=<cold
-tree> ratio=<cold/warm>``. Not a test: it takes a few minutes.
+Prints a table (a column per cell), the errors and rollouts rewarded as
+their policy should be, the capacity that follows from warm's ``tree``
+(rollouts/s per core = 1000 / ms; cores for a batch at 60 s a step), and
+last ``env_cpu_ms_per_rollout=<warm tree> baseline=<baseline tree>
+ratio=<baseline/warm>``. Not a test: it takes about ten minutes.
 
     uv run python benchmarks/env.py [--small 16] [--large 64] [--reps 3] [--profile] [--mbpp-path PATH]
+        [--baseline-python ../main-copy/.venv/bin/python]
 """
 
 from __future__ import annotations
@@ -59,7 +66,7 @@ from glyph.demo import read_rollouts, vf_eval_command
 from glyph.policies.policies import Planner
 from glyph.policies.server import PolicyServer
 
-STARTS = ("cold", "warm")  # cold first in each rep: today's cost, the baseline
+CELLS = ("baseline", "cold", "warm")
 MEASURE = r"""
 import atexit, json, os, sys, time
 _out = os.environ.pop("GLYPH_BENCH_TIMES")
@@ -90,13 +97,17 @@ def children_cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def one_run(base_url: str, start: str, n: int, concurrency: int, data_path: str | None, work: Path,
-            profile: bool = False) -> dict:
+def one_run(base_url: str, cell: str, n: int, concurrency: int, data_path: str | None, work: Path,
+            profile: bool = False, python: str | None = None) -> dict:
+    """One vf-eval run of ``cell``: ``cold`` or ``warm`` here, or ``baseline`` (``python``'s checkout, as it is)."""
     out = Path(tempfile.mkdtemp(dir=work))
     times = out / "times.json"
-    cmd = vf_eval_command(base_url, "mix", "b", n, out / "eval", data_path,
-                          ["-c", str(min(n, concurrency)), "--env.agent.harness.start", start])
+    start = [] if cell == "baseline" and python else ["--env.agent.harness.start",
+                                                      "cold" if cell == "baseline" else cell]
+    cmd = vf_eval_command(base_url, "mix", "b", n, out / "eval", data_path, ["-c", str(min(n, concurrency)), *start])
     cmd[2] = MEASURE + cmd[2]  # vfcompat.eval_command: [python, "-c", "from ... import main; main()", ...]
+    if cell == "baseline" and python:
+        cmd[0] = python
     env = dict(os.environ, PRIME_RUNS_MODE="disabled", GLYPH_BENCH_TIMES=str(times))
     if profile:
         env["GLYPH_BENCH_PROFILE"] = "1"
@@ -104,14 +115,14 @@ def one_run(base_url: str, start: str, n: int, concurrency: int, data_path: str 
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
     tree = children_cpu() - before
     if proc.returncode != 0:
-        raise RuntimeError(f"vf-eval ({start}, {n}) exited {proc.returncode}: {proc.stderr[-3000:]}")
+        raise RuntimeError(f"vf-eval ({cell}, {n}) exited {proc.returncode}: {proc.stderr[-3000:]}")
     own = json.loads(times.read_text())
     programs = [t["info"].get("glyph_program") or {} for t in traces(out / "eval")]
     warm = [p for p in programs if p.get("start") == "warm" and p.get("cpu_s") is not None]
     agent = (sum(p["cpu_s"] for p in warm) + max(p["server_cpu_s"] for p in warm)) if warm else None
-    return {"start": start, "n": n, "tree": tree, "env": own["self"], "main": own["main_thread"],
+    return {"cell": cell, "n": n, "tree": tree, "env": own["self"], "main": own["main_thread"],
             "threads": own["self"] - own["main_thread"], "agent": agent,
-            "starts": sorted({p.get("start") for p in programs}), "rows": read_rollouts(out / "eval"),
+            "starts": sorted({str(p.get("start")) for p in programs}), "rows": read_rollouts(out / "eval"),
             "profile": Path(str(times) + ".prof") if profile else None}
 
 
@@ -183,6 +194,8 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--concurrency", type=int, default=64)
     ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--baseline-python", help="the Python of the checkout whose glyph is the baseline "
+                                              "(default: this checkout, start cold)")
     args = ap.parse_args()
     data_path = args.mbpp_path or os.environ.get(mbpp.ENV_VAR)
     tasks = {t.id: t for t in mbpp.load_source(data_path).tasks}
@@ -191,11 +204,12 @@ def main() -> None:
     runs: list[dict] = []
     with PolicyServer(tasks) as server, tempfile.TemporaryDirectory() as tmp:
         for rep in range(args.reps):
-            for start in STARTS:
+            for cell in CELLS:
                 for n in (args.small, args.large):
-                    run = one_run(server.base_url, start, n, args.concurrency, data_path, Path(tmp))
+                    run = one_run(server.base_url, cell, n, args.concurrency, data_path, Path(tmp),
+                                  python=args.baseline_python)
                     agent = f", agent {run['agent']:.2f} s" if run["agent"] is not None else ""
-                    console.print(f"rep {rep + 1} {start:4} n={n:3}: tree {run['tree']:.2f} s CPU, "
+                    console.print(f"rep {rep + 1} {cell:8} n={n:3}: tree {run['tree']:.2f} s CPU, "
                                   f"env {run['env']:.2f} s{agent}", highlight=False)
                     runs.append(run)
         shares = None
@@ -205,31 +219,32 @@ def main() -> None:
             shares = profile_shares(small, large)
 
     keys = ("tree", "env", "main", "threads", "agent")
-    per: dict[str, dict[str, list[float]]] = {s: {k: [] for k in keys} for s in STARTS}
+    per: dict[str, dict[str, list[float]]] = {s: {k: [] for k in keys} for s in CELLS}
     for i in range(0, len(runs), 2):
         small, large = runs[i], runs[i + 1]
         for k in keys:
             m = marginal(small, large, k)
             if m is not None:
-                per[small["start"]][k].append(m)
-    med = {s: {k: statistics.median(v) if v else None for k, v in per[s].items()} for s in STARTS}
+                per[small["cell"]][k].append(m)
+    med = {s: {k: statistics.median(v) if v else None for k, v in per[s].items()} for s in CELLS}
     sandbox = med["warm"]["tree"] - med["warm"]["env"] - med["warm"]["agent"]
     med["warm"]["sandbox"] = sandbox
-    med["cold"]["sandbox"] = sandbox
-    med["cold"]["agent"] = med["cold"]["tree"] - med["cold"]["env"] - sandbox
+    for cell in ("baseline", "cold"):
+        med[cell]["sandbox"] = sandbox
+        med[cell]["agent"] = med[cell]["tree"] - med[cell]["env"] - sandbox
 
     table = Table(title=f"marginal CPU per rollout, ms (median of {args.reps} reps; "
                         f"{args.large} vs {args.small} rollouts, -c {args.concurrency})")
     table.add_column("component")
-    for s in STARTS:
-        table.add_column(f"{s}{' (baseline)' if s == 'cold' else ''}", justify="right")
+    for s in CELLS:
+        table.add_column(s, justify="right")
     table.add_column("spread (warm, min-max)", justify="right")
     labels = {"tree": "whole tree", "env": "env process", "main": "  its event loop thread",
               "threads": "  its other threads", "agent": "agent program", "sandbox": "sandbox (grading)"}
     for k, label in labels.items():
-        note = {"agent": " (cold: by difference)", "sandbox": " (warm's, by difference)"}.get(k, "")
+        note = {"agent": " (cold, baseline: by difference)", "sandbox": " (warm's, by difference)"}.get(k, "")
         spread = per["warm"].get(k)
-        table.add_row(label + note, *(f"{med[s][k]:.1f}" for s in STARTS),
+        table.add_row(label + note, *(f"{med[s][k]:.1f}" for s in CELLS),
                       f"{min(spread):.1f}-{max(spread):.1f}" if spread else "")
     console.print(table)
     if shares:
@@ -248,10 +263,10 @@ def main() -> None:
             errors += not r["ok"]
             policy = planner.resolve("mix", tasks[r["task"]])
             expected += r["ok"] and r["reward"] == (0.0 if policy == "hack" else 1.0)
-    starts = {run["start"]: run["starts"] for run in runs}
+    starts = {run["cell"]: run["starts"] for run in runs}
     print(f"{total} rollouts in {len(runs)} vf-eval runs: {errors} errors, {expected} rewarded as their policy "
           f"should be; starts recorded: {starts}")
-    warm_ms, cold_ms = med["warm"]["tree"], med["cold"]["tree"]
+    warm_ms, cold_ms = med["warm"]["tree"], med["baseline"]["tree"]
     per_core = 1000 / warm_ms
     print(f"rollouts/s per core (warm): {per_core:.1f}; cores for 64, 1024, 4096 rollouts a 60 s step: "
           + ", ".join(f"{b / 60 / per_core:.2f}" for b in (64, 1024, 4096)))

@@ -21,7 +21,7 @@ import pytest
 
 from glyph.agent import program, protocol
 from glyph.envs import start
-from glyph.envs.mbpp.harness import PROGRAM, SHIPPED, GlyphHarnessConfig, program_config
+from glyph.envs.mbpp.harness import COLD, SHIPPED, GlyphHarnessConfig, program_config
 from glyph.localhttp import JsonHandler, LocalServer
 
 WAIT_S = 60.0  # a bound on waiting for a process to appear or go, never an assertion on speed
@@ -116,7 +116,7 @@ def cold(root: Path, secret: str) -> subprocess.CompletedProcess:
         dest = root / ".glyph/program" / target
         dest.parent.mkdir(parents=True, exist_ok=True)
         dest.write_bytes(source.read_bytes())
-    return subprocess.run(["python3", "-I", PROGRAM], cwd=root, capture_output=True, text=True, timeout=WAIT_S,
+    return subprocess.run(COLD, cwd=root, capture_output=True, text=True, timeout=WAIT_S,
                           env={**start.process_env(types.SimpleNamespace(process_env=dict), {}), **env_of(secret)},
                           check=False)
 

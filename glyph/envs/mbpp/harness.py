@@ -59,6 +59,9 @@ from glyph.sandbox import Limits
 
 PROGRAM_DIR = ".glyph/program"  # under .glyph: the agent's tools refuse every path there
 PROGRAM = f"{PROGRAM_DIR}/glyph/agent/program.py"
+COLD = ["python3", "-I", "-S", "-B", PROGRAM]
+"""The cold start: isolated (-I), no site-packages or .pth files to import (-S: the shipped set is
+stdlib only), no bytecode written into the runtime (-B: it is compiled once per rollout either way)."""
 SHIPPED = shipped_files()
 """What the runtime gets under ``PROGRAM_DIR``: the shipped layers (``glyph.layers``), whole."""
 LOCAL_SANDBOX = "auto-or-bare"
@@ -255,7 +258,7 @@ class GlyphHarness(vf.Harness[GlyphHarnessConfig]):
                 res = await start.run_warm(runtime, env)
                 started.update(cpu_s=res.cpu_s, server_cpu_s=res.server_cpu_s)
             else:
-                res = await runtime.run_program(["python3", "-I", PROGRAM], env)
+                res = await runtime.run_program(COLD, env)
         finally:
             if local:
                 released = service.release(secret)
