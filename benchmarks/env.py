@@ -112,7 +112,8 @@ def one_run(base_url: str, cell: str, n: int, concurrency: int, data_path: str |
     if profile:
         env["GLYPH_BENCH_PROFILE"] = "1"
     before = children_cpu()
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+    # cwd: a folder of its own, so ``python -c`` imports each cell's installed glyph, not one found in cwd
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False, cwd=out)
     tree = children_cpu() - before
     if proc.returncode != 0:
         raise RuntimeError(f"vf-eval ({cell}, {n}) exited {proc.returncode}: {proc.stderr[-3000:]}")
