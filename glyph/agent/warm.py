@@ -75,11 +75,13 @@ class Child:
         self.watched = True  # its socket is polled (until its caller went away)
 
 
+_libc = None  # loaded once in the server, before any fork (``main``)
+
+
 def _die_with_parent(parent: int) -> None:
     """SIGKILL when this server exits; exit now if it already did."""
     import ctypes
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(PR_SET_PDEATHSIG, ctypes.c_ulong(signal.SIGKILL), 0, 0, 0)
+    _libc.prctl(PR_SET_PDEATHSIG, ctypes.c_ulong(signal.SIGKILL), 0, 0, 0)
     if os.getppid() != parent:
         os._exit(128 + signal.SIGKILL)
 
@@ -239,9 +241,12 @@ class Server:
 
 
 def main() -> None:
+    global _libc
     ctl = socket.socket(fileno=int(sys.argv[1]))
     for name in PRELOAD:
         __import__(name)
+    import ctypes
+    _libc = ctypes.CDLL(None, use_errno=True)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the env process's Ctrl-C is its to handle
     server = Server(ctl)
     ctl.send(json.dumps({"pid": server.pid, "program": program.__file__}).encode())
