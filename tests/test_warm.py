@@ -264,6 +264,20 @@ def test_killing_the_server_leaves_nothing_and_it_starts_again(tmp_path, held, e
     assert start.get_server().pid != old
 
 
+def test_a_rollout_sent_to_a_dead_server_is_sent_to_a_new_one(tmp_path, endpoint):
+    """A server found dead (or gone before it forked) ran nothing of the rollout: it is sent again."""
+    dead = start.get_server()
+    os.kill(dead.pid, signal.SIGKILL)
+    dead.proc.wait()
+    ws = workspace(tmp_path / "ws", endpoint.base_url)
+    with pytest.raises(ConnectionError):
+        asyncio.run(dead.run(ws.workdir, env_of("s")))
+    assert not (ws.workdir / program.TRACE).exists() and endpoint.seen == []
+    done = asyncio.run(start.run_warm(ws, env_of("s")))
+    assert done.exit_code == 0 and trace_of(ws.workdir)["end"] == "final"
+    assert start.get_server().pid != dead.pid
+
+
 def test_stopping_the_server_kills_its_children(tmp_path, held):
     ws = workspace(tmp_path / "ws", held.base_url)
 

@@ -44,6 +44,10 @@ class WarmStartError(RuntimeError):
     """The warm server could not be started (its log's tail says why)."""
 
 
+class ServerGone(ConnectionError):
+    """The warm server was gone before it forked the rollout's child (so it can be sent again)."""
+
+
 @dataclass(frozen=True)
 class Finished:
     """A warm program's end: what ``Runtime.run_program`` returns (``exit_code``
@@ -167,6 +171,8 @@ class WarmServer:
         finally:
             ours.close()
         lines = [json.loads(line) for line in status.decode().splitlines() if line.strip()]
+        if not any("pid" in m for m in lines):  # it never forked the child: nothing of the rollout ran
+            raise ServerGone(f"the warm program server took no rollout: {self.log_tail()}")
         end = next((m for m in lines if "exit_code" in m), None)
         stderr = err.decode(errors="replace")
         if end is None:  # the server died under it: the child died with it (PR_SET_PDEATHSIG)
@@ -260,5 +266,5 @@ async def run_warm(runtime, env: dict[str, str]) -> Finished:
     server = server or await asyncio.to_thread(get_server)  # a start waits for its imports: off the loop
     try:
         return await server.run(cwd, full)
-    except (BrokenPipeError, ConnectionError):  # it died before it took the rollout: nothing ran
+    except ConnectionError:  # it was gone before it forked the rollout's child: nothing ran
         return await (await asyncio.to_thread(get_server)).run(cwd, full)
