@@ -69,7 +69,8 @@ def workspace_of(runtime) -> Path | None:
 
 def process_env(runtime, env: dict[str, str]) -> dict[str, str]:
     """The environment verifiers' subprocess runtime gives a program it runs
-    (``verifiers/v1/runtimes/subprocess.py:104-105``, ``SubprocessRuntime.run``):
+    (``verifiers/v1/runtimes/subprocess.py:104-105``, ``SubprocessRuntime.run``; a60a606
+    ``:99-100``, the same):
     this process's, less every name holding ``API_KEY``, then the runtime's
     values for the process (``Runtime.process_env``)."""
     full = {k: v for k, v in os.environ.items() if "API_KEY" not in k.upper()}
