@@ -249,7 +249,8 @@ def main() -> None:
 
         from glyph.report import analysis, write
         from glyph.report.load import load
-        from glyph.report.tables import rich_table, tables
+        from glyph.report.tables import tables
+        from glyph.report.terminal import render
 
         t_import = time.perf_counter() - t0
         t = time.perf_counter()
@@ -261,7 +262,7 @@ def main() -> None:
         t = time.perf_counter()
         console = Console(file=io.StringIO(), width=200)
         for tab in tables(doc):
-            console.print(rich_table(tab))
+            console.print(render(tab))
         t_term = time.perf_counter() - t
         t = time.perf_counter()
         out = root / "report"

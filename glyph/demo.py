@@ -73,6 +73,11 @@ def read_rollouts(out: Path) -> list[dict]:
     return rows
 
 
+def run_folder(arm: str, profile: str) -> str:
+    """The folder the demo writes an arm's eval run to, named by the arm and the profile (``arm_a-study``)."""
+    return f"arm_{arm}-{profile}"
+
+
 def run_env_demo(console: Console, n: int = 6, data_path: str | None = None, out: Path | None = None,
                  profile: str = DEFAULT_PROFILE) -> int:
     """Both arms against the reference policies under ``profile``; the eval runs are kept under ``out``
@@ -91,14 +96,17 @@ def run_env_demo(console: Console, n: int = 6, data_path: str | None = None, out
     with PolicyServer(tasks) as server:
         console.print(f"reference policies at {server.base_url}; running vf-eval glyph-mbpp ({n} tasks per arm, "
                       f"the {profile} profile)", highlight=False)
-        table = Table(title=f"vf-eval glyph-mbpp with the mix policy, {profile} profile")
-        for col in ("arm", "task", "policy", "reward", "why"):
-            table.add_column(col)
+        from glyph.report.tables import Table as Rows
+        from glyph.report.terminal import render
+
+        table = Rows("demo", f"vf-eval glyph-mbpp with the mix policy, {profile} profile",
+                     ["arm", "task", "policy", "reward", "why"], keys=2, right_columns=(3,))
         for arm in ("a", "b"):
-            cmd = vf_eval_command(server.base_url, "mix", arm, n, out / f"arm_{arm}", data_path, profile=profile)
+            where = out / run_folder(arm, profile)
+            cmd = vf_eval_command(server.base_url, "mix", arm, n, where, data_path, profile=profile)
             with console.status(f"arm {arm}: {' '.join(cmd[1:4])} ..."):
                 proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
-            rows = read_rollouts(out / f"arm_{arm}") if proc.returncode == 0 else []
+            rows = read_rollouts(where) if proc.returncode == 0 else []
             if not rows:
                 console.print(f"[red]vf-eval failed for arm {arm} (exit {proc.returncode})[/]\n{proc.stderr[-2000:]}")
                 return 1
@@ -107,10 +115,10 @@ def run_env_demo(console: Console, n: int = 6, data_path: str | None = None, out
                 expected = 0.0 if policy == "hack" else 1.0
                 ok = r["ok"] and r["reward"] == expected
                 bad += not ok
-                table.add_row(arm, r["task"], policy, f"{r['reward']}", r["reason"][:60],
-                              style=None if ok else "bold red")
-        console.print(table)
-    console.print(prediction_table(out / "arm_b"))
+                table.rows.append([arm, r["task"], policy, f"{r['reward']}", r["reason"]])
+                table.styles.append(None if ok else "bold red")
+        console.print(render(table))  # laid out for the terminal's width: a long reason listed under it
+    console.print(prediction_table(out / run_folder("b", profile)))
     console.print(f"profile: {profile} (--env.taskset.profile {profile} --env.agent.harness.profile {profile})",
                   highlight=False)
     console.print("oracle, recover and revise must be rewarded; every hack must score 0."

@@ -91,7 +91,7 @@ def test_demo_runs_vf_eval_for_both_arms(mbpp_path, tmp_path, profile):
     assert f"profile: {profile} (--env.taskset.profile {profile} --env.agent.harness.profile {profile})" in \
         " ".join(r.stdout.split())
     for arm in ("a", "b"):  # the runs are the profile's
-        cfg = json.loads(next((tmp_path / f"arm_{arm}").rglob("eval.json")).read_text())
+        cfg = json.loads(next((tmp_path / f"arm_{arm}-{profile}").rglob("eval.json")).read_text())
         assert cfg["env"]["taskset"]["profile"] == cfg["env"]["agent"]["harness"]["profile"] == profile
     # Arm B's prediction metrics, as glyph report computes them (the mix policy predicts on every patch).
     assert "prediction accuracy" in r.stdout and "REVISE rate on failing patches" in r.stdout

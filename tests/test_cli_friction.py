@@ -222,6 +222,48 @@ def test_the_report_shows_the_endpoints_own_reason_for_an_errored_rollout():
     assert "{" not in j.reason and len(j.reason) < 300
 
 
+def test_the_programs_fault_reason_carries_the_endpoints_own_words():
+    """The fault reason glyph records for a 4xx (the agent program's EndpointError):
+    the status and the endpoint's message, whole; verifiers' interception server's
+    wrapping of an upstream's body (``upstream 404: {"error": ...}``) undone."""
+    from glyph.agent import program
+    from glyph.policies.policies import unknown_policy
+    from glyph.policies.server import PolicyServer
+
+    # the reference server, asked for gpt-4o
+    with PolicyServer({}, log=lambda line: None) as server, pytest.raises(program.EndpointError) as direct:
+        program.chat({"base_url": server.base_url, "model": "gpt-4o"}, MSGS, 5, "")
+    assert str(direct.value) == f"endpoint answered HTTP 404: {unknown_policy('gpt-4o')}"
+
+    wrapped = json.dumps({"error": {"message": unknown_policy("gpt-4o")}})
+
+    class Interception(BaseHTTPRequestHandler):  # what verifiers' server answers the program with
+        def do_POST(self):
+            self.rfile.read(int(self.headers["Content-Length"]))
+            body = json.dumps({"error": {"message": f"upstream 404: {wrapped}"}}).encode()
+            self.send_response(404)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Interception)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        with pytest.raises(program.EndpointError) as relayed:
+            program.chat({"base_url": f"http://127.0.0.1:{httpd.server_port}/v1", "model": "gpt-4o"}, MSGS, 5,
+                         "")
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join()
+    assert str(relayed.value) == f"endpoint answered HTTP 404: upstream 404: {unknown_policy('gpt-4o')}"
+    assert program.own_words("upstream 500: not json") == "upstream 500: not json"
+
+
 def test_serve_logs_an_unknown_model_once_with_the_valid_ones():
     from glyph.policies.server import PolicyServer
 

@@ -162,7 +162,9 @@ def test_vf_eval_failed_model_call_is_not_scored(runs):
     assert len(traces) == 1
     t = traces[0]
     assert not t["ok"] and reward(t) is None and t["errors"], t.get("errors")
-    assert t["info"]["glyph"]["reason"] == "endpoint_error: endpoint answered HTTP 500"
+    # the endpoint's own words after the status (verifiers' wrapping of the upstream's body undone)
+    assert t["info"]["glyph"]["reason"] == ("endpoint_error: endpoint answered HTTP 500: upstream 500: "
+                                            "injected failure")
     assert t["info"]["glyph"]["reward"] is None
 
 
@@ -279,7 +281,7 @@ def test_shipped_program_writes_the_replys_code(tmp_path, server, policy, refere
 def test_shipped_program_exits_97_on_a_failed_call(tmp_path, server):
     proc = _shipped(tmp_path, server, "fault-500", holdout(1)[0])
     assert proc.returncode == single_turn.ENDPOINT_FAILED == 97
-    assert proc.stderr.strip() == "endpoint_error: endpoint answered HTTP 500"
+    assert proc.stderr.strip() == "endpoint_error: endpoint answered HTTP 500: injected failure"
     assert not (tmp_path / "solution.py").exists()
 
 

@@ -555,7 +555,8 @@ def test_vf_eval_a_container_endpoint_fault_is_errored_when_the_interception_con
     if errored:
         assert not r["ok"] and r["reward"] is None
         # the reason, with what verifiers recorded of the upstream's answer (glyph.report.load)
-        assert r["reason"] == "endpoint_error: endpoint answered HTTP 500 (upstream 500: injected failure)"
+        # the program's fault reason carries the endpoint's own words, so the report adds nothing to it
+        assert r["reason"] == "endpoint_error: endpoint answered HTTP 500: upstream 500: injected failure"
         assert confirmed.startswith("the interception server recorded: ProviderError (HTTP 500)")
         assert t["info"]["glyph"]["confirmed_by"] == confirmed
         assert t["calls"][-1]["error"]["status_code"] == 500

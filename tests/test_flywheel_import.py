@@ -129,6 +129,13 @@ def test_the_cli_redraws_runs_replication_credit_and_bands(tmp_path):
     assert hi == 1.0 and original.wilson(0, 4)[0] == 0.0
     assert (cr["critical_step"], cr["located"]) == (2, 2)
 
+    narrow = CliRunner().invoke(app, ["flywheel", "import", *map(str, files), "--out", str(tmp_path / "o80")],
+                                terminal_width=80)  # the summary table at the width of piped output
+    assert narrow.exit_code == 0, narrow.output
+    assert max(map(len, narrow.stdout.splitlines())) <= 80 and "…" not in narrow.stdout
+    for name in ("rep1.json", "replication.json", "band recorded", "two-rate", "checks"):
+        assert name in narrow.stdout
+
 
 def test_a_file_of_another_schema_is_refused_naming_it(tmp_path):
     from glyph.cli.app import app

@@ -475,7 +475,8 @@ def test_the_rendered_tables_print_what_was_built(study, tmp_path):
         md,
     )
     assert "| a | ckptX | 2 | 7: 33.3%, 8: 75.0% | 54.2% [" in md
-    assert f"| {study[1]} | 5 | t5 | b | 7 | ckptX | errored | upstream 500:" in md
+    assert "| r2 | 5 | t5 | b | 7 | ckptX | errored | upstream 500:" in md  # r2: the second run ...
+    assert f"- r2: {study[1]}" in md  # ... named in full under the table
 
 
 def test_strict_fails_on_incidents_only(study):

@@ -160,7 +160,8 @@ def test_glyph_demo_keeps_its_runs_for_the_report(tmp_path, mbpp_path, mbpp_task
     doc = json.loads(r.stdout)
     planner = Planner(mbpp_tasks)
     for c in doc["cells"]:
-        tasks = [row["task"] for row in read_rollouts(out / f"arm_{c['arm']}")]
+        # the demo's folders are named by arm and profile
+        tasks = [row["task"] for row in read_rollouts(out / f"arm_{c['arm']}-study")]
         passes = sum(planner.resolve("mix", mbpp_tasks[t]) != "hack" for t in tasks)
         assert (c["ckpt"], c["rollouts"], c["pass_at_1"]["successes"]) == ("mix", 3, passes)
     assert [c["arm"] for c in doc["cells"]] == ["a", "b"] and doc["incidents"] == []

@@ -75,7 +75,7 @@ def chat(endpoint: dict, messages: list[dict], timeout: float, secret: str) -> s
     try:
         data = json.loads(_post(url, json.dumps(body).encode(), headers, timeout, 16 << 20, mark_retries=True))
     except HTTPStatusError as exc:
-        raise EndpointError(f"endpoint answered HTTP {exc.code}") from None
+        raise EndpointError(f"endpoint answered HTTP {exc.code}{_endpoint_said(exc)}") from None
     except TRANSIENT as exc:
         raise EndpointError(f"endpoint unreachable or too slow: {exc}") from None
     except ValueError:
@@ -217,6 +217,33 @@ class Tester:
     def close(self) -> None:
         if self.local is not None:
             self.local.close()
+
+
+def own_words(message: str) -> str:
+    """An error message with a wrapped JSON error body reduced to the inner
+    message, the endpoint's own words: verifiers' interception server and its
+    client wrap an upstream's answer as ``upstream 404: {"error": {"message":
+    ...}}`` (verifiers/v1/clients/eval.py:156-167, passed on by
+    v1/interception/server.py:944); anything else as it is."""
+    head, sep, body = message.partition(": ")
+    try:
+        inner = json.loads(body)["error"]["message"] if sep else None
+    except Exception:  # not a JSON error body: the message as it is
+        inner = None
+    return f"{head}: {inner}" if isinstance(inner, str) else message
+
+
+def _endpoint_said(exc: HTTPStatusError) -> str:
+    """``": <message>"``: what an endpoint's OpenAI-shaped error body
+    (``{"error": {"message": ...}}``) says, in its own words (``own_words``);
+    at most 500 characters; "" for no readable body."""
+    try:
+        message = json.loads(exc.read(1 << 16))["error"]["message"]
+    except Exception:  # deliberate: the status alone still says what failed
+        return ""
+    if not isinstance(message, str) or not message.strip():
+        return ""
+    return ": " + own_words(message.strip())[:500]
 
 
 def _error_body(exc: HTTPStatusError) -> str:

@@ -96,7 +96,7 @@ def flywheel_run(out: _FwOut, opts: RunOptions) -> None:
     from glyph.flywheel.outputs import summary_table
 
     doc, fw = _run(opts, out)
-    console.print(summary_table(doc), soft_wrap=True)
+    console.print(summary_table(doc))
     err.print(f"wrote {out / 'run.json'}, {out / 'curve.png'}, {out / 'curve.html'}")
     _fw_timing(doc, fw)
 
@@ -134,23 +134,9 @@ def flywheel_aa(
         raise typer.Exit(130)
     write_json(out / "aa.json", doc)
     (out / "aa.png").write_bytes(aa_png(doc))
-    console.print(aa_table(doc), soft_wrap=True)
+    console.print(aa_table(doc))
     err.print(f"wrote {out / 'aa.json'}, {out / 'aa.png'}; {fw.calls} agent call(s), {fw.reused} stored "
               f"rollout(s) reused, {fw.seconds:.1f} s; excluded rollouts: {doc['excluded']['rollouts']}")
-
-
-def _fw_runs_table(title: str, rows: list[dict]):
-    from rich.table import Table
-
-    t = Table(title=title)
-    for c in ("K", "seed", "baseline", "final", "gain (pp)", "band (pp)", "climbed", "kept", "rounds", "excluded"):
-        t.add_column(c, justify="right")
-    pct = lambda x: "-" if x is None else f"{100 * x:.1f}%"  # noqa: E731
-    for r in rows:
-        t.add_row(str(r["K"]), str(r["seed"]), pct(r["baseline"]), pct(r["final"]),
-                  "-" if r["gain_pp"] is None else f"{r['gain_pp']:+.1f}", f"{r['noise_band_pp']:.1f}",
-                  "yes" if r["climbed"] else "no", str(r["kept"]), str(r["rounds"]), str(r["excluded"]))
-    return t
 
 
 @app.command("replicate")
@@ -183,9 +169,9 @@ def flywheel_replicate(
     (out / "replicate.png").write_bytes(image)
     (out / "replicate.html").write_text(aggregate.replicate_html(rep, image), encoding="utf-8")
     g = rep["gain_pp"]
-    console.print(_fw_runs_table(
-        f"replicate: {rep['climbed']}/{runs} climbed; gain {g['min']:+.1f} to {g['max']:+.1f} pp", rep["runs"]),
-        soft_wrap=True)
+    console.print(aggregate.runs_table(
+        f"replicate: {rep['climbed']}/{runs} climbed; gain {g['min']:+.1f} to {g['max']:+.1f} pp",
+        rep["runs"]))
     err.print(f"wrote {out / 'replicate.json'}, {out / 'replicate.png'}, {out / 'replicate.html'} in "
               f"{time.perf_counter() - t0:.1f} s")
 
@@ -201,9 +187,11 @@ def flywheel_sweep(
     """Runs over K (rollouts per task): final and band vs K.
 
     A run per K (and per seed) into OUT/K<k>/run-<i>, then OUT/sweep.json,
-    sweep.png and sweep.html: final vs K (mean and spread), band vs K with the
-    least-squares fit c/sqrt(K) (c and the largest relative residual), keep
-    rate per mode; every run's curve with its per-round interval."""
+    sweep.png and sweep.html: final vs K (mean and spread), the bands vs K
+    with the least-squares fit c/sqrt(K) to the measured A/A bands (with
+    --gate aa; c, the largest relative residual and the c the two-rate
+    formula predicts), keep rate per mode; every run's curve with its
+    per-round interval."""
     import time
 
     from glyph.flywheel import aggregate
@@ -231,10 +219,8 @@ def flywheel_sweep(
     (out / "sweep.png").write_bytes(image)
     (out / "sweep.html").write_text(aggregate.sweep_html(sw, image, aggregate.sweep_curves_png(by_k)),
                                     encoding="utf-8")
-    fit = sw["band_fit"]
-    console.print(_fw_runs_table(
-        f"sweep: band = {fit['c_pp']:.2f}/sqrt(K) pp (max relative residual {fit['max_rel_residual']:.3g})",
-        [r for p in sw["per_K"] for r in p["runs"]]), soft_wrap=True)
+    console.print(aggregate.runs_table(f"sweep: {aggregate.fit_text(sw['band_fit'])}",
+                                       [r for p in sw["per_K"] for r in p["runs"]]))
     err.print(f"wrote {out / 'sweep.json'}, {out / 'sweep.png'}, {out / 'sweep.html'} in "
               f"{time.perf_counter() - t0:.1f} s")
 
@@ -259,10 +245,11 @@ def flywheel_import(
     null and listed under imported.unknown; the paired gate is reported
     unavailable (no per-task rates)."""
     from rich.progress import track
-    from rich.table import Table
 
     from glyph.flywheel import aggregate, original
     from glyph.flywheel.outputs import write_run
+    from glyph.report.tables import Table
+    from glyph.report.terminal import render
 
     parsed = []
     for f in files:
@@ -275,10 +262,9 @@ def flywheel_import(
             fail(f"{f}: {exc}")
     out.mkdir(parents=True, exist_ok=True)
     runs: dict[str, dict] = {}
-    t = Table(title="imported from the original flywheel")
-    for c in ("file", "kind", "K", "holdout", "baseline", "final", "gain (pp)", "band recorded", "formula",
-              "two-rate", "kept", "checks"):
-        t.add_column(c, justify="left" if c in ("file", "kind", "checks") else "right")
+    t = Table("import", "imported from the original flywheel",
+              ["file", "kind", "K", "holdout", "baseline", "final", "gain (pp)", "band recorded", "formula",
+               "two-rate", "kept", "checks"], keys=1, right_columns=tuple(range(2, 11)))
     pct = lambda x: "-" if x is None else f"{100 * x:.1f}%"  # noqa: E731
     num = lambda x, f="{:.1f}": "-" if x is None else f.format(x)  # noqa: E731
     order = sorted(parsed, key=lambda p: {"run": 0, "replication": 1, "credit": 2}[p[3]])  # runs first: matched
@@ -289,10 +275,12 @@ def flywheel_import(
             doc = original.run_doc(src, prov)
             write_run(where, doc)
             runs[f.name] = doc
-            t.add_row(f.name, kind, str(doc["K"]), str(doc["n_holdout"]), pct(doc["baseline"]), pct(doc["final"]),
-                      num(doc["gain_pp"], "{:+.1f}"), num(doc["imported"]["reported"]["noise_band_pp"]),
-                      num(doc["bands"]["formula_pp"], "{:.2f}"), num(doc["bands"]["two_rate_pp"], "{:.2f}"),
-                      str(sum(x["kept"] for x in doc["lessons"])), str(len(doc["imported"]["checks"])))
+            t.rows.append([f.name, kind, str(doc["K"]), str(doc["n_holdout"]), pct(doc["baseline"]),
+                           pct(doc["final"]),
+                           num(doc["gain_pp"], "{:+.1f}"), num(doc["imported"]["reported"]["noise_band_pp"]),
+                           num(doc["bands"]["formula_pp"], "{:.2f}"),
+                           num(doc["bands"]["two_rate_pp"], "{:.2f}"),
+                           str(sum(x["kept"] for x in doc["lessons"])), str(len(doc["imported"]["checks"]))])
         elif kind == "replication":
             rep, docs, names = original.replicate_doc(src, prov, runs)
             aggregate.write_json(where / "replicate.json", rep)
@@ -304,21 +292,23 @@ def flywheel_import(
             (where / "replicate.html").write_text(aggregate.replicate_html(
                 rep, image, names, title="glyph flywheel import: the original's replication"), encoding="utf-8")
             g = rep["gain_pp"]
-            t.add_row(f.name, f"{kind} ({rep['n_runs']} runs)", str(rep["K"]), str(rep["n_holdout"]),
-                      pct(rep["baseline"]["mean"]), f"mean {pct(rep['final']['mean'])}",
-                      f"{g['min']:+.1f}..{g['max']:+.1f}", "-", "-", "-", "-", str(len(rep["imported"]["checks"])))
+            t.rows.append([f.name, f"{kind} ({rep['n_runs']} runs)", str(rep["K"]), str(rep["n_holdout"]),
+                           pct(rep["baseline"]["mean"]), f"mean {pct(rep['final']['mean'])}",
+                           f"{g['min']:+.1f}..{g['max']:+.1f}", "-", "-", "-", "-",
+                           str(len(rep["imported"]["checks"]))])
         else:
             doc = original.credit_doc(src, prov)
             aggregate.write_json(where / "credit.json", doc)
             (where / "credit.png").write_bytes(original.credit_png(doc))
-            t.add_row(f.name, kind, "-", "-", "-", "-", "-", "-", "-", "-", "-", str(len(doc["imported"]["checks"])))
+            t.rows.append([f.name, kind, "-", "-", "-", "-", "-", "-", "-", "-", "-",
+                           str(len(doc["imported"]["checks"]))])
     if runs:
         bands = original.bands_doc(runs)
         aggregate.write_json(out / "bands.json", bands)
         (out / "bands.png").write_bytes(original.bands_png(bands))
     t.caption = ("band recorded: the file's noise_band_pp; formula and two-rate: from its holdout and K (pp). "
                  "checks: disagreements between what a file reports and what its own fields give")
-    console.print(t, soft_wrap=True)
+    console.print(render(t))
     err.print(f"wrote {out}")
 
 

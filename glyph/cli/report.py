@@ -36,7 +36,8 @@ def report(
     from rich.markup import escape
 
     from glyph.report import Options, build, load, parse_label, write
-    from glyph.report.tables import markdown, rich_table, tables
+    from glyph.report.tables import markdown, tables
+    from glyph.report.terminal import render
 
     k = k or k_old  # `--k` was this option's name; `--K` is the flywheel's rollouts per task
     if fmt not in ("table", "markdown", "json", "none"):
@@ -66,7 +67,7 @@ def report(
     tabs = tables(doc)
     if fmt == "table":
         for t in tabs:
-            console.print(rich_table(t))
+            console.print(render(t))  # laid out for the terminal's width: no cell wraps, no header cut
         for note in doc["notes"]:
             console.print(f"[dim]note:[/] {note}", highlight=False)
     elif fmt == "markdown":

@@ -10,7 +10,7 @@ from html import escape
 
 
 def credit_png(doc: dict) -> bytes:
-    from glyph.report.plots import figure, png
+    from glyph.report.plots import FONT, figure, png
 
     steps = doc["steps"]
     xs = [s["index"] for s in steps]
@@ -35,7 +35,7 @@ def credit_png(doc: dict) -> bytes:
     ax.set_ylim(-5, 105)
     ax.set_xticks(xs)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="best")
+    ax.legend(fontsize=FONT, loc="best")
     ax.set_title(f"credit: {doc['task']} (arm {doc['arm']}, budget {doc['budget']}), continuation "
                  f"{doc['continuation']}", fontsize=10)
     return png(fig)

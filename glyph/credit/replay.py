@@ -615,18 +615,23 @@ def _step_name(s: Step) -> str:
 
 
 def table(report: Report):
-    """The report as a ``rich`` table (with several forks: the passes and the pass rate's interval too)."""
-    from rich.table import Table
+    """The report as a terminal table (with several forks: the passes and the pass rate's interval too),
+    laid out for the terminal's width (``glyph.report.terminal``: no cell wraps, no header is cut)."""
+    from rich.markup import escape
+
+    from glyph.report.tables import Table
+    from glyph.report.terminal import render
 
     forked = report.forks > 1
-    t = Table(title=f"credit: {report.task} (arm {report.arm}, budget {report.budget}, "
-                    f"continuation {report.continuation}" + (f", {report.forks} forks" if forked else "") + ")")
     cols = ["step", "action", "status", "left", "solution", "continuation", "used", "needs", "reachable"]
     if forked:
         cols[5:6] = ["fork 0"]
         cols += ["passes", "pass rate [95% Wilson]"]
-    for col in cols:
-        t.add_column(col, justify="right" if col in ("step", "left", "used", "needs", "passes") else "left")
+    t = Table("credit", f"credit: {report.task} (arm {report.arm}, budget {report.budget}, "
+              f"continuation {report.continuation}" + (f", {report.forks} forks" if forked else "") + ")",
+              cols, keys=1, markup=True,
+              right_columns=tuple(i for i, c in enumerate(cols)
+                                  if c in ("step", "left", "used", "needs", "passes")))
     tv = report.rate_verdict
     for r in report.steps:
         c = r.continuation
@@ -634,12 +639,13 @@ def table(report: Report):
         if r.index == report.earliest_unreachable:
             mark += " [bold red]<- earliest[/bold red]"
         sol = r.solution_sha256[:8] + (" changed" if r.changed else "")
-        row = [str(r.index), f"{r.tool} {r.summary}".strip(), r.status, str(r.budget_left), sol, c.outcome,
-               str(c.used), "-" if c.needed is None else str(c.needed), mark]
+        row = [str(r.index), escape(f"{r.tool} {r.summary}".strip()), escape(r.status), str(r.budget_left),
+               sol, escape(c.outcome), str(c.used), "-" if c.needed is None else str(c.needed), mark]
         if forked:
             rate = f"{100 * r.pass_rate:.0f}% [{100 * r.wilson_lo:.0f}, {100 * r.wilson_hi:.0f}]"
+            rate = escape(rate)
             if tv is not None and r.index == tv.earliest_below:
                 rate += f" [bold red]<- below {100 * tv.threshold:g}%[/bold red]"
             row += [f"{r.passes}/{r.forks}", rate]
-        t.add_row(*row)
-    return t
+        t.rows.append(row)
+    return render(t)

@@ -5,9 +5,11 @@ Each is computed from the runs' ``run.json`` documents alone, so it can be
 recomputed from a directory of finished runs. ``climbed`` means the final
 holdout rate clears the baseline by more than the run's noise band. The
 band-vs-K fit is least squares of ``band = c / sqrt(K)`` (``c =
-sum(b/sqrt(K)) / sum(1/K)``); the band is the formula's, so its residuals
-are zero unless excluded rollouts shrank a run's sample (the fit then shows
-by how much).
+sum(b/sqrt(K)) / sum(1/K)``) over the measured A/A bands (``glyph flywheel
+aa``, or a run with ``--gate aa``: ``run.json``'s ``bands.aa_pp``), beside
+the c the two-rate formula predicts. The formula band is ``c / sqrt(K)`` by
+construction, so it is never fitted: a sweep with no A/A band at two K says
+so and fits nothing.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from pathlib import Path
 from typing import Sequence
 
 from glyph.flywheel.outputs import draw_curve
-from glyph.report.plots import figure, png
+from glyph.report.plots import FONT, figure, png
 
 
 def _spread(xs: Sequence[float | None]) -> dict:
@@ -92,22 +94,60 @@ def band_fit(ks: Sequence[int], bands: Sequence[float]) -> dict:
             "fitted_pp": [round(c / math.sqrt(k), 4) for k in ks]}
 
 
+NO_AA_FIT = ("no band fitted: no measured A/A band at two or more K (run the sweep with --gate aa, or glyph "
+             "flywheel aa per K); the formula band is c/sqrt(K) by construction, so fitting it would test "
+             "nothing")
+
+
+def _aa_band(docs: Sequence[dict]) -> float | None:
+    """The mean measured A/A band of ``docs`` (pp); None unless every one measured it."""
+    bands = [(d.get("bands") or {}).get("aa_pp") for d in docs]
+    return None if not bands or None in bands else statistics.fmean(bands)
+
+
+def aa_band_fit(per_k: Sequence[dict]) -> dict:
+    """``aa_pp = c / sqrt(K)`` fitted to the measured A/A bands (``per_K``'s ``aa_pp``), with the c
+    the two-rate formula predicts (``two_rate_c_pp``: its band times sqrt(K), the mean over those K);
+    ``fitted_to`` None and ``why`` where fewer than two K have a measured band."""
+    measured = [p for p in per_k if p.get("aa_pp") is not None]
+    if len(measured) < 2:
+        return {"fitted_to": None, "why": NO_AA_FIT, "K": [p["K"] for p in measured], "c_pp": None,
+                "max_rel_residual": None, "fitted_pp": [], "two_rate_c_pp": None}
+    ks = [p["K"] for p in measured]
+    predicted = [p["two_rate_pp"] * math.sqrt(p["K"]) for p in measured if p.get("two_rate_pp") is not None]
+    return band_fit(ks, [p["aa_pp"] for p in measured]) | {
+        "fitted_to": "aa_pp", "formula": "aa_pp = c_pp / sqrt(K)", "K": ks,
+        "two_rate_c_pp": round(statistics.fmean(predicted), 6) if predicted else None}
+
+
 def sweep_doc(by_k: dict[int, list[tuple[dict, str]]]) -> dict:
     ks = sorted(by_k)
     per_k = []
     for k in ks:
         docs = [d for d, _ in by_k[k]]
+        two_rate = [(d.get("bands") or {}).get("two_rate_pp") for d in docs]
         per_k.append({"K": k, "runs": [run_row(d, w) for d, w in by_k[k]],
                       "baseline": _spread([d["baseline"] for d in docs]), "final": _spread([d["final"] for d in docs]),
                       "gain_pp": _spread([d["gain_pp"] for d in docs]),
                       "band_pp": statistics.fmean(d["noise_band_pp"] for d in docs),
-                      "climbed": sum(climbed(d) for d in docs)})
+                      "two_rate_pp": None if None in two_rate else statistics.fmean(two_rate),
+                      "aa_pp": _aa_band(docs), "climbed": sum(climbed(d) for d in docs)})
     all_docs = [d for k in ks for d, _ in by_k[k]]
     first = all_docs[0]
     return {"K": ks, "n_runs_per_K": len(by_k[ks[0]]), "gate": first["gate"], "n_holdout": first["n_holdout"],
             "agent": first["agent"], "writer": first["writer"], "per_K": per_k,
-            "band_fit": band_fit(ks, [p["band_pp"] for p in per_k]) | {"formula": "band_pp = c_pp / sqrt(K)"},
-            "keep_rate_by_mode": keep_rates(all_docs)}
+            "band_fit": aa_band_fit(per_k), "keep_rate_by_mode": keep_rates(all_docs)}
+
+
+def fit_text(fit: dict) -> str:
+    """The band fit in a sentence: what was fitted to what, or why nothing was."""
+    if fit["fitted_to"] is None:
+        return fit["why"]
+    predicted = ("" if fit["two_rate_c_pp"] is None
+                 else f"; the two-rate formula predicts c = {fit['two_rate_c_pp']:.2f}")
+    return (f"measured A/A band = {fit['c_pp']:.2f}/sqrt(K) pp over K = {', '.join(map(str, fit['K']))} "
+            f"(largest "
+            f"relative residual {_pp(fit['max_rel_residual'], '{:.3g}')}{predicted})")
 
 
 def replicate_png(docs: Sequence[dict], names: Sequence[str] | None = None, title: str | None = None) -> bytes:
@@ -132,7 +172,7 @@ def replicate_png(docs: Sequence[dict], names: Sequence[str] | None = None, titl
     band = "" if docs[0]["noise_band_pp"] is None else f", band {docs[0]['noise_band_pp']:.1f} pp"
     ax.set_title((title or f"{len(docs)} replicate runs (K={docs[0]['K']}{band})")
                  + "; shaded: each level's 95% interval", fontsize=10)
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(fontsize=FONT, loc="lower right")
     return png(fig)
 
 
@@ -154,17 +194,27 @@ def sweep_png(doc: dict) -> bytes:
     a.set_ylim(0, 100)
     a.set_xticks(ks)
     a.grid(alpha=0.3)
-    a.legend(fontsize=8)
+    a.legend(fontsize=FONT)
     a.set_title("final vs K (points: runs)", fontsize=10)
-    b.plot(ks, [p["band_pp"] for p in doc["per_K"]], "o", color="#d62728", label="noise band")
-    grid = np.linspace(min(ks), max(ks), 100)
-    c = doc["band_fit"]["c_pp"]
-    b.plot(grid, c / np.sqrt(grid), "-", color="#555555", label=f"{c:.1f} / sqrt(K)")
+    b.plot(ks, [p["band_pp"] for p in doc["per_K"]], "s--", color="#7f7f7f", mfc="none",
+           label="formula band (c/sqrt(K) by construction)")
+    fit = doc["band_fit"]
+    measured = [p for p in doc["per_K"] if p.get("aa_pp") is not None]
+    if measured:
+        b.plot([p["K"] for p in measured], [p["aa_pp"] for p in measured], "o", color="#d62728",
+               label="measured A/A band")
+    if fit["fitted_to"] is not None:
+        grid = np.linspace(min(fit["K"]), max(fit["K"]), 100)
+        b.plot(grid, fit["c_pp"] / np.sqrt(grid), "-", color="#d62728", alpha=0.6,
+               label=f"fit to A/A: {fit['c_pp']:.1f} / sqrt(K)")
+    else:
+        b.text(0.5, 0.96, "no A/A band measured: nothing fitted", transform=b.transAxes, ha="center",
+               va="top", fontsize=FONT, color="#555555")
     b.set_xlabel("K (rollouts per task)")
     b.set_ylabel("band (pp)")
     b.set_xticks(ks)
     b.grid(alpha=0.3)
-    b.legend(fontsize=8)
+    b.legend(fontsize=FONT)
     b.set_title("band vs K", fontsize=10)
     return png(fig)
 
@@ -207,6 +257,16 @@ def run_rows(rows: Sequence[dict], names: Sequence[str] | None = None) -> list[l
     return out
 
 
+def runs_table(title: str, rows: Sequence[dict], caption: str = BANDS_CAPTION):
+    """``run_row`` dicts as a terminal table (replicate's and sweep's, the pages' columns), laid out
+    for the terminal's width (``glyph.report.terminal``: split, never wrapped or cut)."""
+    from glyph.report.tables import Table
+    from glyph.report.terminal import render
+
+    return render(Table("runs", title, RUN_COLUMNS, run_rows(rows), caption=caption, keys=1,
+                        right_columns=(1, 2, 3, 4, 5, 6, 7, 8, 11, 12, 13)))
+
+
 def _spread_text(s: dict, rate: bool = True) -> str:
     from glyph.flywheel.outputs import pct
 
@@ -239,7 +299,8 @@ def replicate_html(rep: dict, png_bytes: bytes, names: Sequence[str] | None = No
 
 
 PER_K_CAPTION = ("formula band: the mean over the K's runs of 1.96*sqrt(0.25/(n*K)) (fewer scored rollouts "
-                 "widen it); fitted: the least-squares c/sqrt(K).")
+                 "widen it); A/A: the mean measured A/A band (every run of the K measured it; - where not); "
+                 "fitted: the least-squares c/sqrt(K) through the A/A bands (- where nothing was fitted).")
 
 
 def sweep_html(sw: dict, sweep_image: bytes, curves_image: bytes) -> str:
@@ -250,19 +311,21 @@ def sweep_html(sw: dict, sweep_image: bytes, curves_image: bytes) -> str:
 
     fit = sw["band_fit"]
     intro = escape(f"K = {', '.join(map(str, sw['K']))}; {sw['n_runs_per_K']} run(s) per K; {sw['n_holdout']} "
-                   f"holdout tasks; gate {sw['gate']}. Band fit: {fit['formula']} with c = {fit['c_pp']:.2f} pp "
-                   f"(largest relative residual {_pp(fit['max_rel_residual'], '{:.3g}')}).")
+                   f"holdout tasks; gate {sw['gate']}. Band fit: {fit_text(fit)}.")
+    fitted = dict(zip(fit["K"], fit["fitted_pp"]))
     per_k = [[str(p["K"]), str(len(p["runs"])), _spread_text(p["baseline"]), _spread_text(p["final"]),
-              _spread_text(p["gain_pp"], rate=False), f"{p['band_pp']:.2f}", f"{f:.2f}", str(p["climbed"])]
-             for p, f in zip(sw["per_K"], fit["fitted_pp"])]
+              _spread_text(p["gain_pp"], rate=False), f"{p['band_pp']:.2f}", _pp(p.get("aa_pp"), "{:.2f}"),
+              _pp(fitted.get(p["K"]), "{:.2f}"), str(p["climbed"])]
+             for p in sw["per_K"]]
     runs = [r for p in sw["per_K"] for r in p["runs"]]
     keep = [[mode, str(k["tried"]), str(k["kept"]), f"{100 * k['rate']:.0f}%"]
             for mode, k in sw["keep_rate_by_mode"].items()]
     return html_page("glyph flywheel sweep", intro,
-                     [("Final vs K, and the noise band vs K with its c/sqrt(K) fit", sweep_image),
+                     [("Final vs K, and the noise bands vs K (the measured A/A band's c/sqrt(K) fit where "
+                       "measured)", sweep_image),
                       ("Accepted holdout rate per round for every run, each run's 95% interval shaded", curves_image)],
                      [("Per K", ["K", "runs", "baseline (mean, min to max)", "final (mean, min to max)", "gain (pp)",
-                                 "formula band (pp)", "fitted c/sqrt(K) (pp)", "climbed"], per_k,
+                                 "formula band (pp)", "A/A (pp)", "fitted c/sqrt(K) (pp)", "climbed"], per_k,
                        PER_K_CAPTION),
                       ("Runs", RUN_COLUMNS, run_rows(runs), BANDS_CAPTION),
                       ("Keep rate by lesson mode", ["mode", "tried", "kept", "rate"], keep, "")],

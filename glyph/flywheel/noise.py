@@ -9,7 +9,7 @@ and nothing else, so an A/A measurement can be redrawn from its JSON.
 
 from __future__ import annotations
 
-from glyph.report.plots import figure, png
+from glyph.report.plots import FONT, figure, png
 
 BAND_STYLE = {"formula_pp": ("formula 1.96*sqrt(0.25/(nK))", "#7f7f7f", "--"),
               "two_rate_pp": ("two-rate (sqrt(2) x formula)", "#1f77b4", "-."),
@@ -39,26 +39,26 @@ def aa_png(doc: dict) -> bytes:
     ax.set_title(f"Noise floor: {runs} A/A re-rolls (K={doc['K']}, {doc['n_holdout']} holdout tasks; "
                  f"gate: {bands['gated_by']})", fontsize=10)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="upper right")
+    ax.legend(fontsize=FONT, loc="upper right")
     return png(fig)
 
 
 def aa_table(doc: dict):
-    """The three bands as a terminal table, with what each assumes."""
-    from rich.table import Table
+    """The three bands as a terminal table, with what each assumes (``glyph.report.terminal``: laid
+    out for the terminal's width)."""
+    from glyph.report.tables import Table
+    from glyph.report.terminal import render
 
     b = doc["bands"]
     aa = b.get("aa") or {}
-    t = Table(title=f"noise floor: K={doc['K']}, {doc['n_holdout']} holdout tasks, {aa.get('runs', 0)} A/A "
-                    f"re-rolls ({aa.get('pairs', 0)} pairs)")
-    t.add_column("band")
-    t.add_column("pp", justify="right")
-    t.add_column("assumes")
     fmt = lambda x: "-" if x is None else f"{x:.2f}"  # noqa: E731
-    t.add_row("formula", fmt(b["formula_pp"]), "one rate's half-width; independent Bernoulli rollouts, p = 0.5")
-    t.add_row("two-rate", fmt(b["two_rate_pp"]), "a difference of two such rates (sqrt(2) x formula)")
-    t.add_row("A/A", fmt(b["aa_pp"]), "measured: 95% quantile of |diff| between no-lesson re-rolls")
+    rows = [["formula", fmt(b["formula_pp"]),
+             "one rate's half-width; independent Bernoulli rollouts, p = 0.5"],
+            ["two-rate", fmt(b["two_rate_pp"]), "a difference of two such rates (sqrt(2) x formula)"],
+            ["A/A", fmt(b["aa_pp"]), "measured: 95% quantile of |diff| between no-lesson re-rolls"]]
     if aa:
-        t.add_row("A/A, normal", fmt(aa.get("normal_two_rate_pp")), "1.96*sqrt(2)*sd(re-roll rates)")
-    t.caption = f"gated by: {b['gated_by']}"
-    return t
+        rows.append(["A/A, normal", fmt(aa.get("normal_two_rate_pp")), "1.96*sqrt(2)*sd(re-roll rates)"])
+    return render(Table("aa", f"noise floor: K={doc['K']}, {doc['n_holdout']} holdout tasks, "
+                        f"{aa.get('runs', 0)} A/A re-rolls ({aa.get('pairs', 0)} pairs)",
+                        ["band", "pp", "assumes"], rows,
+                        caption=f"gated by: {b['gated_by']}", keys=1, right_columns=(1,)))

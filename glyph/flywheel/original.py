@@ -250,7 +250,7 @@ def bands_doc(runs: dict[str, dict]) -> dict:
 def bands_png(doc: dict) -> bytes:
     import numpy as np
 
-    from glyph.report.plots import figure, png
+    from glyph.report.plots import FONT, figure, png
 
     fig = figure(7.0, 4.0)
     ax = fig.add_subplot()
@@ -267,13 +267,13 @@ def bands_png(doc: dict) -> bytes:
     ax.set_xlabel("K (rollouts per task)")
     ax.set_ylabel("band (pp)")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=FONT)
     ax.set_title("The original's noise bands, recorded and by formula (no A/A measured)", fontsize=10)
     return png(fig)
 
 
 def credit_png(doc: dict) -> bytes:
-    from glyph.report.plots import figure, png
+    from glyph.report.plots import FONT, figure, png
 
     fig = figure(7.0, 4.0)
     ax = fig.add_subplot()
@@ -291,7 +291,7 @@ def credit_png(doc: dict) -> bytes:
     ax.set_ylim(-5, 105)
     ax.set_xticks(steps)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=FONT)
     ax.set_title(f"The original's credit run: critical step {doc['critical_step']}, located {doc['located']}",
                  fontsize=10)
     return png(fig)

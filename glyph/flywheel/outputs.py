@@ -13,7 +13,7 @@ import json
 from html import escape
 from pathlib import Path
 
-from glyph.report.plots import figure, png
+from glyph.report.plots import FONT, figure, png
 
 
 def pct(x: float | None, nd: int = 1) -> str:
@@ -100,7 +100,7 @@ def curve_png(doc: dict) -> bytes:
     ax.set_xticks(range(len(doc["curve"])))
     ax.set_ylim(0, 100)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(fontsize=FONT, loc="lower right")
     return png(fig)
 
 
@@ -240,20 +240,15 @@ def write_run(out: str | Path, doc: dict) -> dict[str, Path]:
 
 
 def summary_table(doc: dict):
-    """The lessons as a terminal table (the lesson text last, cut to the width left)."""
-    from rich.table import Table
+    """The lessons as a terminal table (the HTML page's columns), laid out for the terminal's width
+    (``glyph.report.terminal``: a lesson too long for a line is listed whole under the table)."""
+    from glyph.report.tables import Table
+    from glyph.report.terminal import render
 
-    t = Table(title=f"flywheel: {pct(doc['baseline'])} -> {pct(doc['final'])} ({pp(doc['gain_pp'])} pp; "
-                    f"band {doc['noise_band_pp']:.1f} pp, gate {doc['gate']}; stopped: {doc['stop']})")
-    t.caption = "gain, band, lo (the paired 95% lower bound): percentage points; fails: failed train rollouts"
-    for c in ("rd", "cluster", "fails", "cand", "gain", "band", "lo", "verdict"):
-        t.add_column(c, no_wrap=True, min_width=min(len(c), 8),
-                     justify="left" if c in ("cluster", "verdict") else "right")
-    t.add_column("lesson", overflow="fold", ratio=1, min_width=20)
-    for les, row in zip(doc["lessons"], lesson_rows(doc)):
-        p = les.get("paired") or {}
-        lo = "-" if p.get("mean_pp") is None else _bound(p.get("lo_pp"), "-inf")
-        verdict = "kept" if les["kept"] else ("writer failed" if les.get("error") else "rejected")
-        t.add_row(row[0], row[1], row[3], row[4], row[5], row[6], lo, verdict, row[2],
-                  style="green" if les["kept"] else None)
-    return t
+    t = Table("lessons", f"flywheel: {pct(doc['baseline'])} -> {pct(doc['final'])} ({pp(doc['gain_pp'])} pp; "
+              f"band {doc['noise_band_pp']:.1f} pp, gate {doc['gate']}; stopped: {doc['stop']})",
+              LESSON_COLUMNS, lesson_rows(doc), caption=LESSON_CAPTION, keys=1,
+              right_columns=(0, 3, 4, 5, 6, 7),
+              styles=["green" if les["kept"] else None for les in doc["lessons"]])
+    return render(t)
+

@@ -16,7 +16,7 @@ __all__ = ["CSS", "page"]
 
 
 def _table(t: Table) -> str:
-    return pg.section(t.title, t.columns, t.rows, t.numeric, t.caption, key=t.key)
+    return pg.section(t.title, t.columns, t.rows, t.numeric, t.caption, key=t.key, legend=t.legend)
 
 
 def page(doc: dict, tabs: list[Table], figures: list[tuple[str, bytes]]) -> str:

@@ -55,6 +55,7 @@ from typing import Any, NamedTuple
 import msgspec
 
 from glyph import record
+from glyph.agent.program import own_words
 from glyph.agent.protocol import DEFAULT_BUDGET
 from glyph.outcomes import Outcome
 from glyph.record import ERRORED, MBPP_ENV_ID, OK, TIMED_OUT
@@ -347,14 +348,10 @@ class Judged(NamedTuple):
 def _error_text(error: object) -> str:
     """An error verifiers recorded, as a line: its message, with a JSON error body
     (``upstream 404: {"error": {"message": ...}}``, a model call's) reduced to the
-    endpoint's own message; at most 200 characters."""
+    endpoint's own message (``glyph.agent.program.own_words``, the rule the
+    program's fault reason follows); at most 500 characters."""
     message = str(error.get("message") or error.get("type") or "") if isinstance(error, dict) else str(error)
-    head, sep, body = message.partition(": ")
-    try:
-        inner = json.loads(body)["error"]["message"] if sep else None
-    except (ValueError, KeyError, TypeError):
-        inner = None
-    return (f"{head}: {inner}" if isinstance(inner, str) else message)[:200]
+    return own_words(message)[:500]
 
 
 def judge(episode: dict, trace: dict | None, where: str = "") -> Judged:

@@ -51,10 +51,11 @@ def caption(text: str) -> str:
 
 
 def section(title: str, columns: Sequence[str], rows: Sequence[Sequence[str]], numeric: int = 0,
-            caption_text: str = "", key: str | None = None) -> str:
-    """A headed table with its caption; ``key`` names the heading's anchor."""
+            caption_text: str = "", key: str | None = None, legend: Sequence[str] = ()) -> str:
+    """A headed table with its caption, then its legend (a line each); ``key`` names the heading's anchor."""
     anchor = f" id='{escape(key)}'" if key else ""
-    return f"<h2{anchor}>{escape(title)}</h2>{table(columns, rows, numeric)}{caption(caption_text)}"
+    lines = f"<p class=caption>{'<br>'.join(escape(line) for line in legend)}</p>" if legend else ""
+    return f"<h2{anchor}>{escape(title)}</h2>{table(columns, rows, numeric)}{caption(caption_text)}{lines}"
 
 
 def figures(items: Sequence[tuple[str, bytes]]) -> str:

@@ -17,7 +17,10 @@ from glyph.report.tables import cell_name, show
 
 MAX_CELLS = 8
 ARM_COLOURS = {"a": "#1f77b4", "b": "#d62728", None: "#7f7f7f"}
-SHORT = {"ASSERTION_FAILURE": "ASSERT", "RUNTIME_ERROR": "RUNTIME", "SYNTAX_ERROR": "SYNTAX"}
+FONT = 9
+"""The smallest text in a figure, in points: tick labels, counts, legends, annotations."""
+NEVER = "#bbbbbb"
+"""A class the agent never predicted: a hatched grey bar, labelled so (its precision is undefined, not 0%)."""
 
 
 def figure(width: float, height: float):
@@ -28,6 +31,17 @@ def figure(width: float, height: float):
     fig = Figure(figsize=(width, height), dpi=100, layout="constrained")
     FigureCanvasAgg(fig)
     return fig
+
+
+def wrapped(label: str, width: int = 18) -> str:
+    """``label`` on lines of at most ``width`` characters (at underscores and spaces where it can), every
+    character kept: a tick label is never cut."""
+    import textwrap
+
+    if len(label) <= width:
+        return label
+    lines = textwrap.wrap(label.replace("_", "_ "), width, break_on_hyphens=False)  # a break after "_" too
+    return "\n".join(lines).replace("_ ", "_")
 
 
 def png(fig) -> bytes:
@@ -44,6 +58,11 @@ def _err(p: dict) -> tuple[float, float, float]:
 
 def figures(doc: dict) -> list[tuple[str, bytes]]:
     """(title, PNG) for every figure the document has data for."""
+    return [(title, png(fig)) for title, fig in figure_objects(doc)]
+
+
+def figure_objects(doc: dict) -> list[tuple[str, object]]:
+    """(title, matplotlib Figure) for every figure the document has data for."""
 
     def first(cells: list[dict]) -> tuple[list[dict], str]:
         more = (
@@ -71,7 +90,7 @@ def figures(doc: dict) -> list[tuple[str, bytes]]:
     return out
 
 
-def _pass(doc: dict) -> bytes:
+def _pass(doc: dict):
     cells = doc["cells"]
     fig = figure(max(5.0, 0.7 * len(cells) + 2), 3.6)
     ax = fig.add_subplot()
@@ -93,16 +112,17 @@ def _pass(doc: dict) -> bytes:
             )
     ax.set_xticks(
         range(len(cells)),
-        [f"{show(c['arm'])}\nseed {show(c['seed'])}\n{show(c['ckpt'])[-18:]}" for c in cells],
-        fontsize=7,
+        [f"{show(c['arm'])}\nseed {show(c['seed'])}\n{wrapped(show(c['ckpt']))}" for c in cells],
+        fontsize=FONT,
     )
+    ax.tick_params(axis="y", labelsize=FONT)
     ax.set_ylabel("pass@1 (%)" + (" ; hollow: plus" if any(c["plus"] for c in cells) else ""))
     ax.set_ylim(0, 100)
     ax.grid(axis="y", alpha=0.3)
-    return png(fig)
+    return fig
 
 
-def _split(cells: list[dict]) -> bytes:
+def _split(cells: list[dict]):
     fig = figure(max(5.0, 1.1 * len(cells) + 2), 3.6)
     ax = fig.add_subplot()
     for x, c in enumerate(cells):
@@ -118,12 +138,14 @@ def _split(cells: list[dict]) -> bytes:
             )
             if g["n"]:
                 ax.errorbar([x + dx], [v], yerr=[[lo], [hi]], fmt="none", ecolor="black", capsize=3)
-            ax.text(x + dx, 2, f"n={g['n']}", ha="center", fontsize=7)
-    ax.set_xticks(range(len(cells)), [cell_name(c).replace(" · ", "\n") for c in cells], fontsize=7)
+            ax.text(x + dx, 2, f"n={g['n']}", ha="center", fontsize=FONT)
+    ax.set_xticks(range(len(cells)), ["\n".join(map(wrapped, cell_name(c).split(" · "))) for c in cells],
+                  fontsize=FONT)
+    ax.tick_params(axis="y", labelsize=FONT)
     ax.set_ylabel("pass@1 (%)")
     ax.set_ylim(0, 100)
-    ax.legend(fontsize=8)
-    return png(fig)
+    ax.legend(fontsize=FONT)
+    return fig
 
 
 def _grid(n: int, max_cols: int, width: float, height: float):
@@ -135,7 +157,7 @@ def _grid(n: int, max_cols: int, width: float, height: float):
     return fig, [fig.add_subplot(rows, cols, i + 1) for i in range(n)]
 
 
-def _heatmaps(cells: list[dict]) -> bytes:
+def _heatmaps(cells: list[dict]):
     import numpy as np
 
     fig, axes = _grid(len(cells), 2, 5.2, 4.4)
@@ -146,12 +168,13 @@ def _heatmaps(cells: list[dict]) -> bytes:
             norm = np.nan_to_num(m / m.sum(axis=1, keepdims=True))
         ax.imshow(norm, cmap="Blues", vmin=0, vmax=1)
         short = [label.replace("_", "\n") for label in conf["labels"]]
-        columns = [label.replace("_", "\n") for label in conf.get("predicted_labels", conf["labels"])]
-        ax.set_xticks(range(len(columns)), columns, fontsize=6)
-        ax.set_yticks(range(len(short)), short, fontsize=6)
-        ax.set_xlabel("predicted", fontsize=8)
-        ax.set_ylabel("verified", fontsize=8)
-        ax.set_title(cell_name(c), fontsize=8)
+        columns = conf.get("predicted_labels", conf["labels"])
+        ax.set_xticks(range(len(columns)), conf.get("predicted_labels", conf["labels"]), fontsize=FONT,
+                      rotation=35, ha="right", rotation_mode="anchor")  # whole, and clear of each other
+        ax.set_yticks(range(len(short)), short, fontsize=FONT)
+        ax.set_xlabel("predicted", fontsize=FONT + 1)
+        ax.set_ylabel("verified", fontsize=FONT + 1)
+        ax.set_title(cell_name(c), fontsize=FONT + 1)
         for (r, k), n in np.ndenumerate(m):
             if n:
                 ax.text(
@@ -160,64 +183,69 @@ def _heatmaps(cells: list[dict]) -> bytes:
                     str(int(n)),
                     ha="center",
                     va="center",
-                    fontsize=7,
+                    fontsize=FONT + 1,
                     color="white" if norm[r, k] > 0.6 else "black",
                 )
-    return png(fig)
+    return fig
 
 
-def _calibration(cells: list[dict]) -> bytes:
-    fig = figure(10, 4)
+def _calibration(cells: list[dict]):
+    fig = figure(11, 4.6)
     left, right = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
     left.plot([0, 100], [0, 100], color="grey", lw=0.8, ls="--")
     labels = cells[0]["confusion"]["labels"]
     markers = "osD^v<>p"
     width = 0.8 / len(cells)
+    drawn, never = [False] * len(cells), False
     for i, c in enumerate(cells):
         classes = c["confusion"]["classes"]
         seen = [k for k in classes if k["predicted"] or k["verified"]]
         xs = [100 * k["base_rate"]["value"] for k in seen]
         ys = [100 * k["prediction_share"]["value"] for k in seen]
-        left.scatter(xs, ys, marker=markers[i % len(markers)], label=cell_name(c), s=25)
+        left.scatter(xs, ys, marker=markers[i % len(markers)], label=cell_name(c), s=25, clip_on=False)
         for x, y, k in zip(xs, ys, seen, strict=True):
+            far = x > 55  # the label to the point's left near the right edge, so it stays in the axes
             left.annotate(
-                SHORT.get(k["label"], k["label"]),
+                k["label"],
                 (x, y),
-                fontsize=6,
-                xytext=(3, 3),
+                fontsize=FONT,
+                xytext=(-4 if far else 4, 4),
                 textcoords="offset points",
+                ha="right" if far else "left",
             )
         for j, k in enumerate(classes):
             p = k["precision"]
+            at = j + (i - (len(cells) - 1) / 2) * width
             if p["n"]:
                 v, lo, hi = _err(p)
-                right.bar(
-                    j + (i - (len(cells) - 1) / 2) * width,
-                    v,
-                    width=width,
-                    color=f"C{i}",
-                    label=cell_name(c) if j == 0 else None,
-                )
-                right.errorbar(
-                    [j + (i - (len(cells) - 1) / 2) * width],
-                    [v],
-                    yerr=[[lo], [hi]],
-                    fmt="none",
-                    ecolor="black",
-                    capsize=2,
-                )
+                right.bar(at, v, width=width, color=f"C{i}", label=cell_name(c) if not drawn[i] else None)
+                drawn[i] = True
+                right.errorbar([at], [v], yerr=[[lo], [hi]], fmt="none", ecolor="black", capsize=2)
+            else:  # never predicted: no precision to show, and not a 0%
+                right.bar(at, 100, width=width, color="none", edgecolor=NEVER, hatch="//", lw=0.8,
+                          label="never predicted (no precision)" if not never else None)
+                never = True
+                right.text(at, 50, "never predicted", rotation=90, ha="center", va="center", fontsize=FONT,
+                           color="#555555")
     left.set_xlabel("base rate of the verified outcome (%)")
     left.set_ylabel("share of predictions (%)")
-    left.set_title("prediction share vs base rate (diagonal: matched)", fontsize=9)
-    left.legend(fontsize=6)
-    right.set_xticks(range(len(labels)), [label.replace("_", "\n") for label in labels], fontsize=6)
+    left.set_xlim(-3, 103)
+    left.set_ylim(-3, 103)
+    left.tick_params(labelsize=FONT)
+    left.set_title("prediction share vs base rate (diagonal: matched)", fontsize=FONT + 1)
+    left.legend(fontsize=FONT, loc="upper left")
+    right.set_xticks(range(len(labels)), labels, fontsize=FONT, rotation=35, ha="right",
+                     rotation_mode="anchor")
+    right.tick_params(axis="y", labelsize=FONT)
     right.set_ylabel("precision (%), 95% Wilson")
-    right.set_ylim(0, 105)
-    right.set_title("when the agent predicts a class, how often it is that class", fontsize=9)
-    return png(fig)
+    right.set_ylim(0, 135)  # the room above 100% holds the legend, clear of the bars
+    right.set_yticks(range(0, 101, 20))
+    right.set_title("when the agent predicts a class, how often it is that class", fontsize=FONT + 1)
+    right.legend(fontsize=FONT, loc="upper right", ncol=2)
+    return fig
 
 
-def _tool_calls(cells: list[dict]) -> bytes:
+def _tool_calls(cells: list[dict]):
     fig, axes = _grid(len(cells), 3, 4.2, 3.0)
     for c, ax in zip(cells, axes):
         tc = c["tool_calls"]
@@ -240,10 +268,11 @@ def _tool_calls(cells: list[dict]) -> bytes:
                 color=colour,
                 label=f"{label} (n={total})",
             )
-        ax.set_title(cell_name(c), fontsize=8)
-        ax.set_xlabel("visible tool calls", fontsize=8)
-        ax.set_ylabel("% of trajectories", fontsize=8)
+        ax.set_title(cell_name(c), fontsize=FONT + 1)
+        ax.set_xlabel("visible tool calls", fontsize=FONT)
+        ax.set_ylabel("% of trajectories", fontsize=FONT)
+        ax.tick_params(labelsize=FONT)
         ax.xaxis.get_major_locator().set_params(integer=True)
         if groups:
-            ax.legend(fontsize=6)
-    return png(fig)
+            ax.legend(fontsize=FONT)
+    return fig

@@ -1,13 +1,11 @@
-"""The report document as display tables, and those tables as Markdown and
-as ``rich`` tables. Percentages print with one decimal, as the study's
+"""The report document as display tables, and those tables as Markdown (on a
+terminal: :mod:`glyph.report.terminal`). Percentages print with one decimal, as the study's
 tables do; an interval prints as ``[lo, hi]`` in the same unit as its value.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-
-from rich.table import Table as RichTable
 
 DASH = "—"
 GROUPS = (("never", "never REVISE (KEEP only)"), ("revised", "chose REVISE"))
@@ -34,6 +32,15 @@ class Table:
     rows: list[list[str]] = field(default_factory=list)
     caption: str = ""
     numeric: int = 0  # columns from this index on are right-aligned
+    keys: int = 0  # the leading columns that name a row (repeated in each part of a split terminal table)
+    legend: list[str] = field(default_factory=list)  # lines under the table (``r1: <a run's path>``)
+    markup: bool = False  # cells hold rich markup (terminal only)
+    styles: list[str | None] = field(default_factory=list)  # a rich style per row (terminal only)
+    right_columns: tuple[int, ...] = ()  # right-aligned, besides ``numeric``'s
+
+    def right(self, i: int) -> bool:
+        """Whether column ``i`` is right-aligned (a number)."""
+        return i >= self.numeric > 0 or i in self.right_columns
 
 
 def pct(value: float | None) -> str:
@@ -95,6 +102,7 @@ def tables(doc: dict) -> list[Table]:
             f"({' and '.join(conventions)} convention)",
             ["arm", "seed", "ckpt", "trajectories", "n", "share", "pass@1"],
             numeric=4,
+            keys=3,
             caption="share and pass@1: 95% Wilson; incomplete: errored, timed out or no trace, the "
             "trajectory cut short or unknown (failures in pass@1); "
             + "; ".join(CONVENTION_NOTES[k] for k in conventions),
@@ -125,6 +133,7 @@ def tables(doc: dict) -> list[Table]:
                 "REVISEd (passing)",
             ],
             numeric=3,
+            keys=3,
             caption="over every patch the agent predicted on; 95% Wilson",
         )
         for c in gated:
@@ -139,6 +148,7 @@ def tables(doc: dict) -> list[Table]:
         "Tool calls and cap hits: KEEP-only vs REVISE trajectories",
         ["arm", "seed", "ckpt", "trajectories", "n", "mean tool calls", "cap hit"],
         numeric=4,
+        keys=3,
         caption=f"mean: {boot}, over trajectories; cap hit (the budget ran out or was used up): 95% Wilson; "
         f"incomplete trajectories (errored, timed out, no trace) are counted, not measured",
     )
@@ -169,6 +179,7 @@ def tables(doc: dict) -> list[Table]:
             "pass@1 over seeds",
             ["arm", "ckpt", "seeds", "pass@1 per seed", "mean", "min–max"],
             numeric=3,
+            keys=2,
             caption="mean of the seeds' pass@1; interval: " + boot + " over tasks (the same draw "
             "for every seed), so it reflects task sampling; the seeds' spread is min–max",
         )
@@ -191,44 +202,67 @@ def tables(doc: dict) -> list[Table]:
         "incidents",
         f"Incidents: errored, timed-out and tampered rollouts ({len(doc['incidents'])})",
         ["run", "line", "task", "arm", "seed", "ckpt", "kind", "reason"],
-        caption="each counts as a failure in every rate above",
+        caption="each counts as a failure in every rate above; line: the rollout's line in the run's "
+        "results file; reason: the cause as recorded, the endpoint's own words where it answered",
+        keys=2,
+        legend=_run_legend(doc, sorted({i["run"] for i in doc["incidents"]})),
     )
     for i in doc["incidents"]:
         t.rows.append(
             [
-                doc["runs"][i["run"]]["path"],
+                run_label(i["run"]),
                 str(i["line"]),
                 i["task"],
                 show(i["arm"]),
                 show(i["seed"]),
                 show(i["ckpt"]),
                 i["kind"],
-                i["reason"][:300],
+                i["reason"],
             ]
         )
     out.append(t)
     return out
 
 
+SOURCE_WORDS = {"label": "--label", "task records": "task records"}
+"""How a run's ``sources`` value reads in the Runs table (the rest as recorded)."""
+
+
+def run_label(i: int) -> str:
+    """The short name of the document's ``i``-th run: ``r1``, ``r2``, ... (its path in the legend)."""
+    return f"r{i + 1}"
+
+
+def _run_legend(doc: dict, which: list[int]) -> list[str]:
+    return [f"{run_label(i)}: {doc['runs'][i]['path']}" for i in which]
+
+
 def _runs(doc: dict) -> Table:
     t = Table(
         "runs",
         "Runs",
-        ["run", "source", "verifiers", "rollouts", "arm", "seed", "ckpt", "from"],
-        caption="from: where arm / seed / checkpoint came from",
+        ["run", "source", "verifiers", "rollouts", "arm", "seed", "ckpt",
+         "arm from", "seed from", "ckpt from"],
+        caption="arm from, seed from, ckpt from: where the run's arm, seed and checkpoint came from: --label "
+        "(given on the command line), task records (each rollout's task), sampling.seed (the run's sampling "
+        "seed), PRIME-RL step (the step the checkpoint was evaluated at), model name (the model the run "
+        "names), not recorded (the run does not say)",
+        keys=1,
+        right_columns=(3,),
+        legend=_run_legend(doc, list(range(len(doc["runs"])))),
     )
-    for run in doc["runs"]:
+    for n, run in enumerate(doc["runs"]):
         v = run["values"]
         t.rows.append(
             [
-                run["path"],
+                run_label(n),
                 run["source"],
                 show(run["verifiers"]),
                 str(run["rollouts"]),
                 ", ".join(map(show, v["arm"])),
                 ", ".join(map(show, v["seed"])),
                 ", ".join(map(show, v["ckpt"])),
-                " / ".join(run["sources"][k] for k in ("arm", "seed", "ckpt")),
+                *(SOURCE_WORDS.get(run["sources"][k], run["sources"][k]) for k in ("arm", "seed", "ckpt")),
             ]
         )
     return t
@@ -262,7 +296,7 @@ def _pass(doc: dict, boot: str) -> Table:
             "; pass@1 base / plus: the hidden tests / the hidden and the generated plus tests, as finalize "
             "recorded them (base_passed, plus_passed; a rollout without a grade counts as a failure)"
         )
-    t = Table("pass", "pass@1 by arm × seed × checkpoint", cols, numeric=3, caption=caption)
+    t = Table("pass", "pass@1 by arm × seed × checkpoint", cols, numeric=3, caption=caption, keys=3)
     for c in cells:
         row = (
             _key(c)
@@ -289,6 +323,7 @@ def _episode(cells: list[dict]) -> Table:
         "First-patch correctness and recovery after an executed failure",
         ["arm", "seed", "ckpt", "definitions", "first patch correct", "executed failure", "recovered"],
         numeric=3,
+        keys=3,
         caption="95% Wilson; first patch and executed failure: of all rollouts; recovered: of those with an "
         "executed failure. Definitions: "
         + "; ".join(f"{k}: {DEFINITIONS[k]}" for k in sorted({c["definitions"] for c in cells})),
@@ -311,6 +346,7 @@ def _confusion(c: dict) -> list[Table]:
         f"Prediction confusion, {cell_name(c)} ({conf['n']} predicted patches)",
         ["verified \\ predicted", *columns, "total"],
         numeric=1,
+        keys=1,
         caption="rows: the verified outcome; columns: the sampled prediction"
         + (" (INVALID: a label that is no outcome class, as the study counts it)" if len(columns) > len(labels)
            else "")
@@ -326,6 +362,7 @@ def _confusion(c: dict) -> list[Table]:
         f"Per-class precision and recall, {cell_name(c)}",
         ["class", "predicted", "verified", "precision", "recall", "prediction share", "base rate"],
         numeric=1,
+        keys=1,
         caption="95% Wilson; prediction share: of all predictions; base rate: of all verified outcomes",
     )
     for k in conf["classes"]:
@@ -402,6 +439,7 @@ def markdown(doc: dict, tabs: list[Table] | None = None) -> str:
         else:
             parts.append("(none)")
         parts += ["", f"_{t.caption}_", ""] if t.caption else [""]
+        parts += [f"- {_md(line)}" for line in t.legend] + [""] if t.legend else []
     if doc["notes"]:
         parts += ["## Notes", ""] + [f"- {n}" for n in doc["notes"]] + [""]
     return "\n".join(parts)
@@ -409,17 +447,3 @@ def markdown(doc: dict, tabs: list[Table] | None = None) -> str:
 
 def _md(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
-
-
-def rich_table(t: Table) -> RichTable:
-    rt = RichTable(title=t.title, caption=t.caption or None, caption_justify="left", title_justify="left")
-    for i, col in enumerate(t.columns):
-        rt.add_column(
-            col,
-            justify="right" if i >= t.numeric > 0 else "left",
-            overflow="fold",
-            max_width=60 if col in ("reason", "run") else None,
-        )
-    for row in t.rows:
-        rt.add_row(*row)
-    return rt
