@@ -33,20 +33,17 @@ stderr, after the trace is saved.
 
 from __future__ import annotations
 
-import http.client
 import json
 import os
-import socket
 import sys
 import time
 import traceback
-import urllib.error
-import urllib.request
 
 if not __package__:  # run as the shipped script: the root that holds glyph/ is two folders up
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from glyph.agent import protocol  # noqa: E402
+from glyph.agent.httppost import HTTPStatusError, post  # noqa: E402
 from glyph.agent.tools import execute, sha256  # noqa: E402
 from glyph.outcomes import Outcome  # noqa: E402
 
@@ -58,7 +55,9 @@ ENDPOINT_FAILED = 97
 """verifiers' reserved exit status for a model call that failed for good
 (``MODEL_TRANSPORT_ERROR_EXIT_CODE``; ``glyph.vfcompat``, 5.)."""
 TESTER_FAILED = 98
-TRANSIENT = (urllib.error.URLError, socket.timeout, TimeoutError, ConnectionError, http.client.HTTPException)
+TRANSIENT = (TimeoutError, ConnectionError)
+"""What ``httppost.post`` raises for a request that got no answer (``ConnectionError``: not
+connected, not sent, broken off; ``TimeoutError``: too slow)."""
 
 
 class EndpointError(RuntimeError):
@@ -73,10 +72,9 @@ def chat(endpoint: dict, messages: list[dict], timeout: float, secret: str) -> s
     if secret:
         headers["Authorization"] = f"Bearer {secret}"
     url = endpoint["base_url"].rstrip("/") + "/chat/completions"
-    req = urllib.request.Request(url, json.dumps(body).encode(), headers)
     try:
-        data = json.loads(_post(req, timeout, 16 << 20, mark_retries=True))
-    except urllib.error.HTTPError as exc:
+        data = json.loads(_post(url, json.dumps(body).encode(), headers, timeout, 16 << 20, mark_retries=True))
+    except HTTPStatusError as exc:
         raise EndpointError(f"endpoint answered HTTP {exc.code}{_endpoint_said(exc)}") from None
     except TRANSIENT as exc:
         raise EndpointError(f"endpoint unreachable or too slow: {exc}") from None
@@ -97,7 +95,8 @@ RETRY_HEADER = "x-stainless-retry-count"
 with that turn, so a retry never records a second reply."""
 
 
-def _post(req: urllib.request.Request, timeout: float, cap: int, mark_retries: bool = False) -> bytes:
+def _post(url: str, body: bytes, headers: dict[str, str], timeout: float, cap: int,
+          mark_retries: bool = False) -> bytes:
     """POST with a few retries on transient failures (a dropped connection,
     429, any 5xx: verifiers' interception server relays the provider's status
     for this, ``glyph.vfcompat``, 3.); a timeout or any other HTTP error is final. Only idempotent requests come
@@ -105,14 +104,13 @@ def _post(req: urllib.request.Request, timeout: float, cap: int, mark_retries: b
     a test call named by its ``request`` id, the episode's end report."""
     for attempt in range(RETRIES):
         if mark_retries and attempt:
-            req.add_header(RETRY_HEADER, str(attempt))
+            headers = {**headers, RETRY_HEADER: str(attempt)}
         try:
-            with urllib.request.urlopen(req, timeout=timeout) as resp:
-                return resp.read(cap)
-        except urllib.error.HTTPError as exc:
+            return post(url, body, headers, timeout, cap)
+        except HTTPStatusError as exc:
             if not (exc.code == 429 or 500 <= exc.code <= 599) or attempt == RETRIES - 1:
                 raise
-        except (socket.timeout, TimeoutError):
+        except TimeoutError:
             raise
         except TRANSIENT:
             if attempt == RETRIES - 1:
@@ -193,10 +191,10 @@ class Tester:
             request = f"{self.calls}:{'shadow' if shadow else 'visible'}:{sha256(source)}"
             body = json.dumps({"secret": self.secret, "request": request, "source": source,
                                "shadow": shadow}).encode()
-            req = urllib.request.Request(self.spec["url"], body, {"Content-Type": "application/json"})
             try:
-                outcome = json.loads(_post(req, 2 * self.wall_s + 30, 1 << 16))["outcome"]
-            except urllib.error.HTTPError as exc:
+                outcome = json.loads(_post(self.spec["url"], body, {"Content-Type": "application/json"},
+                                           2 * self.wall_s + 30, 1 << 16))["outcome"]
+            except HTTPStatusError as exc:
                 raise RuntimeError(f"the test service answered HTTP {exc.code}: {_error_body(exc)}") from None
             except (*TRANSIENT, ValueError, KeyError, TypeError) as exc:
                 raise RuntimeError(f"the test service failed: {exc}") from None
@@ -235,7 +233,7 @@ def own_words(message: str) -> str:
     return f"{head}: {inner}" if isinstance(inner, str) else message
 
 
-def _endpoint_said(exc: urllib.error.HTTPError) -> str:
+def _endpoint_said(exc: HTTPStatusError) -> str:
     """``": <message>"``: what an endpoint's OpenAI-shaped error body
     (``{"error": {"message": ...}}``) says, in its own words (``own_words``);
     at most 500 characters; "" for no readable body."""
@@ -248,7 +246,7 @@ def _endpoint_said(exc: urllib.error.HTTPError) -> str:
     return ": " + own_words(message.strip())[:500]
 
 
-def _error_body(exc: urllib.error.HTTPError) -> str:
+def _error_body(exc: HTTPStatusError) -> str:
     try:
         return str(json.loads(exc.read(1 << 16)).get("error"))[:500]
     except Exception:  # deliberate: the status alone still says what failed
@@ -299,9 +297,8 @@ def report_end(cfg: dict, secret: str, trace: dict) -> None:
         return
     try:
         body = json.dumps({"secret": secret, "end": trace["end"], "turns": trace["turns"]}).encode()
-        req = urllib.request.Request(spec["end_url"], body, {"Content-Type": "application/json"})
-        _post(req, 30, 1 << 16)
-    except urllib.error.HTTPError as exc:
+        _post(spec["end_url"], body, {"Content-Type": "application/json"}, 30, 1 << 16)
+    except HTTPStatusError as exc:
         trace["report_error"] = f"the test service answered HTTP {exc.code}: {_error_body(exc)}"
     except Exception as exc:  # deliberate: any failure is recorded, and the exit says so
         trace["report_error"] = f"the test service did not take the report: {type(exc).__name__}: {exc}"[:2000]

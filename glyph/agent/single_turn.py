@@ -4,7 +4,7 @@ runtime: one chat completion from the rollout's endpoint, and ``solution.py``
 
 Stdlib only. It is shipped into the runtime beside ``glyph/agent/program.py``
 (the agent program), whose ``chat`` it calls, so both programs talk to the
-endpoint one way: urllib, the rollout secret as the bearer token, the same
+endpoint one way (``glyph.agent.httppost``): the rollout secret as the bearer token, the same
 retries on transient failures and the same timeout. It reads its
 configuration (the messages, the endpoint, the model timeout) from
 ``$GLYPH_CONFIG`` and the secret from ``$GLYPH_ROLLOUT_SECRET``, never from

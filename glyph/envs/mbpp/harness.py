@@ -52,12 +52,16 @@ from glyph.agent.study_episode import Switches, system_messages
 from glyph.data import study
 from glyph.data.mbpp import MbppTask
 from glyph.data.study import StudyTask
+from glyph.envs import start
 from glyph.envs.mbpp.finalize import ModelReplies
 from glyph.layers import shipped_files
 from glyph.sandbox import Limits
 
 PROGRAM_DIR = ".glyph/program"  # under .glyph: the agent's tools refuse every path there
 PROGRAM = f"{PROGRAM_DIR}/glyph/agent/program.py"
+COLD = ["python3", "-I", "-S", "-B", PROGRAM]
+"""The cold start: isolated (-I), no site-packages or .pth files to import (-S: the shipped set is
+stdlib only), no bytecode written into the runtime (-B: it is compiled once per rollout either way)."""
 SHIPPED = shipped_files()
 """What the runtime gets under ``PROGRAM_DIR``: the shipped layers (``glyph.layers``), whole."""
 LOCAL_SANDBOX = "auto-or-bare"
@@ -115,6 +119,12 @@ class GlyphHarnessConfig(vf.HarnessConfig):
     revise_feedback: Literal["none", "outcome"] = "none"
     """Whether a REVISE shows the agent the shadow test's outcome (the study: none)."""
     model_timeout: float = Field(300.0, gt=0)
+    """Seconds one model call may take."""
+    start: Literal["warm", "cold"] = "warm"
+    """How the agent program starts (``glyph.envs.start``). ``warm`` (the default): on a runtime
+    with a local workspace (verifiers' subprocess runtime), a fork of a server that imported the
+    program once, its files written once per env process; elsewhere (a container) ``cold``.
+    ``cold``: a fresh ``python3 -I`` on the shipped files written into each rollout's runtime."""
 
     @model_validator(mode="before")
     @classmethod
@@ -235,13 +245,20 @@ class GlyphHarness(vf.Harness[GlyphHarnessConfig]):
                       "tests": data.visible_tests}
         config = program_config(cfg, data.arm, data.task_text, data.visible_tests, tester,
                                 {"base_url": endpoint, "model": ctx.model}, study_task)
-        for target, source in SHIPPED.items():
-            await runtime.write(f"{PROGRAM_DIR}/{target}", source.read_bytes())
+        warm = cfg.start == "warm" and local and start.workspace_of(runtime) is not None
+        if not warm:  # warm, the server runs the shipped set from its own folder (written once)
+            for target, source in SHIPPED.items():
+                await runtime.write(f"{PROGRAM_DIR}/{target}", source.read_bytes())
         await runtime.write(solution, placeholder.encode())
         await runtime.write(program.CONFIG, json.dumps(config).encode())
+        env = {"GLYPH_ROLLOUT_SECRET": secret, "GLYPH_CONFIG": program.CONFIG}
+        started = {"start": "warm" if warm else "cold"}
         try:
-            res = await runtime.run_program(["python3", "-I", PROGRAM],
-                                            {"GLYPH_ROLLOUT_SECRET": secret, "GLYPH_CONFIG": program.CONFIG})
+            if warm:
+                res = await start.run_warm(runtime, env)
+                started.update(cpu_s=res.cpu_s, server_cpu_s=res.server_cpu_s)
+            else:
+                res = await runtime.run_program(COLD, env)
         finally:
             if local:
                 released = service.release(secret)
@@ -252,7 +269,7 @@ class GlyphHarness(vf.Harness[GlyphHarnessConfig]):
         # The interception's record as the program left it: what is recorded later is no turn of its.
         trace.info["glyph_interception"] = {"calls": len(getattr(trace, "calls", None) or []),
                                             "stop_condition": getattr(trace, "stop_condition", None)}
-        trace.info["glyph_program"] = {"exit_code": res.exit_code, "stderr": (res.stderr or "")[-2000:]}
+        trace.info["glyph_program"] = {"exit_code": res.exit_code, "stderr": (res.stderr or "")[-2000:], **started}
         confirmed = None
         if not local and res.exit_code == ENDPOINT_FAILED:
             confirmed = model_call_failure(trace)
