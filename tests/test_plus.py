@@ -198,13 +198,17 @@ def cpu_burners(n: int):
 
 def test_prepare_gives_the_same_bytes_under_load(mbpp_path, tmp_path):
     """Which plus tests are kept is a function of the task, the seed, the count and the reference's
-    answers and op counts, never of a clock: prepared twice from scratch, the second time with two CPU
-    burners running, every file is the same byte for byte (the manifest's hashes and the files)."""
+    answers and op counts, never of a clock: prepared, then its plus tests generated again from
+    scratch (``glyph data plus``) with two CPU burners running, every file is the same byte for byte
+    (the manifest's hashes and the files)."""
     quiet = prepare.prepare(tmp_path / "quiet", mbpp_path, seed=42, progress=False, plus_tasks=SOME)
+    shutil.copytree(tmp_path / "quiet", tmp_path / "loaded")
+    shutil.rmtree(tmp_path / "loaded" / "plus")
     with cpu_burners(2) as procs:
-        loaded = prepare.prepare(tmp_path / "loaded", mbpp_path, seed=42, progress=False, plus_tasks=SOME)
+        summary = prepare.add_plus(tmp_path / "loaded", mbpp_path, tasks=SOME, progress=False)
         assert all(p.poll() is None for p in procs), "the burners ran throughout"
-    assert quiet["plus"]["generated"] == loaded["plus"]["generated"] == len(SOME)
+    loaded = json.loads((tmp_path / "loaded" / "manifest.json").read_text())
+    assert quiet["plus"]["generated"] == summary["generated"] == len(SOME)
     assert quiet["plus"]["tests"] > 20 * len(SOME)
     plus_files = [rel for rel in quiet["artifacts"] if rel.startswith("plus/")]
     assert len(plus_files) == len(SOME)

@@ -28,11 +28,14 @@ Like EvalPlus, this package derives more tests from the reference solution:
    solution in glyph's sandbox (never in this process), under ``SEEDS``
    sandbox servers, each started with its own random hash seed (checked
    distinct), in a different order in each (so state kept between calls
-   shows), each probe under a time limit scaled from the reference's own
-   time on the visible tests (``probe_limit``; killed just past it). A
+   shows). What a probe costs is counted, not timed: the trace events
+   (calls, lines, returns) of the reference's own code, and a probe is
+   stopped past a cap scaled from the reference's count on the visible
+   tests (``probe.ops_cap``); the wall clock only kills what the count
+   cannot see (``probe.WALL_S``: one C-level operation running 10 s). A
    candidate is kept only if every run returns plain data (the sandbox's
    wire types) that a Python literal reproduces, equal (same types) across
-   all runs, within the limit, without raising. A task whose reference
+   all runs, within the cap, without raising. A task whose reference
    answers any candidate differently between runs keeps no plus test at all:
    its outputs depend on hash order, state or chance, and a seed not tried
    could reorder a kept one. Two more rules drop answers a correct solution
@@ -42,10 +45,13 @@ Like EvalPlus, this package derives more tests from the reference solution:
    set's, which a solution that sorts would not reproduce).
 4. **At most ``MAX_KEPT`` per task** (``selection``), deduplicated by their
    probe, chosen round-robin over distinct expected values (so a predicate's
-   tests are not all ``False``) while the reference's total time on them
-   stays within ``PLUS_BUDGET_FACTOR`` times its time on the visible tests
-   (or ``PLUS_BUDGET_FLOOR_S``), so grading with them costs about what
-   grading the visible tests does. They are written as ordinary
+   tests are not all ``False``) while the reference's total count on them
+   stays within ``PLUS_BUDGET_FACTOR`` times its count on the visible tests
+   (or ``PLUS_BUDGET_FLOOR_OPS``), so grading with them costs about what
+   grading the visible tests does. Which are kept is thus a function of the
+   task, the seed, ``MAX_KEPT`` and the reference's answers and counts
+   (under the three hash seeds), never of the machine's speed or load: the
+   same files, byte for byte, on every machine. They are written as ordinary
    ``assert P' == LITERAL`` lines: the grader's fast path grades them, the
    literal read on the trusted side. Before a task's file is written, glyph's grader
    grades the reference on the visible tests followed by the plus tests
@@ -57,7 +63,16 @@ folder), written atomically, whose header records the generator version, the
 seed and a hash of the task's reference, setup and tests; a file whose
 header matches is reused. Candidates are drawn from
 ``random.Random(f"{seed}:{task_id}")``, so a rerun generates the same
-candidates; which survive can differ only where a time limit is near.
+candidates, and keeps the same ones. The header records the counts that
+decided (``ops_cap``, ``ops_budget``) and no time.
+
+Where a rerun could still differ: the hash seeds are the sandbox servers'
+own, random (checked distinct), so a reference whose answers, or whose
+count near a cap, depend on hash order only for rare inputs may be judged
+differently by other seeds; a probe between ``WALL_S`` and its slowdown
+under load away from it, spent outside the reference's own lines, may be
+killed in one run and not another. Neither shows in the 974 tasks measured
+twice (README).
 
 What it does not do: there is no written contract per task (EvalPlus wrote
 one for each), so a precondition neither the seeds, the rules in 2. nor the
