@@ -93,7 +93,7 @@ from pathlib import Path
 
 from glyph.data.mbpp import DataError, MbppTask
 from glyph.data.plus.mutate import candidates, says_sorted
-from glyph.data.plus.plain import same
+from glyph.data.plus.plain import literal, same
 from glyph.data.plus.probe import OPS_CEIL, SEEDS, Runner, SeedSandboxes, ops_cap
 from glyph.data.plus.seeds import seeds_of
 from glyph.data.plus.selection import MAX_KEPT, budget, choose, confirm, fast_check, shared
@@ -123,14 +123,14 @@ def generate_task(task: MbppTask, seed: int, runners: list[Runner], grade_sandbo
     if not cands:
         stats["note"] = "no literal argument to mutate"
         return TaskResult(task.task_id, [], stats)
-    hangs: list[int] = []
+    over: list[int] = []
     # The reference's trace events on the visible probes scale the cap and the budget (counts, not times).
-    calib = runners[0].evaluate(task.code, setup, [s.probe for s in seeds], OPS_CEIL, hangs)
+    calib = runners[0].evaluate(task.code, setup, [s.probe for s in seeds], OPS_CEIL, over)
     cap = ops_cap([a.ops for a in calib])
     budget_ops = budget([a.ops for a in calib])
     stats["ops_cap"], stats["ops_budget"] = cap, budget_ops
     probes = [c.probe for c in cands]
-    first = runners[0].evaluate(task.code, setup, probes, cap, hangs)
+    first = runners[0].evaluate(task.code, setup, probes, cap, over)
     alive = [i for i, a in enumerate(first) if a.ok]
     why = {}
     for a in first:
@@ -140,7 +140,7 @@ def generate_task(task: MbppTask, seed: int, runners: list[Runner], grade_sandbo
     rng = random.Random(f"{seed}:{task.task_id}:order")
     for k, runner in enumerate(runners[1:]):
         order = alive[::-1] if k == 0 else rng.sample(alive, len(alive))
-        again = runner.evaluate(task.code, setup, [probes[i] for i in order], cap, hangs)
+        again = runner.evaluate(task.code, setup, [probes[i] for i in order], cap, over)
         survivors = set()
         for i, a in zip(order, again):
             if not a.ok:
@@ -157,7 +157,7 @@ def generate_task(task: MbppTask, seed: int, runners: list[Runner], grade_sandbo
     alive = shared(alive, cands, [a.value for a in first], checks, why)
     stats["dropped"] = dict(sorted(why.items()))
     chosen = choose([(cands[i], first[i].value, first[i].ops) for i in alive], budget_ops)
-    lines = [f"assert {c.probe} == {v!r}" for c, v, _ in chosen]
+    lines = [f"assert {c.probe} == {literal(v)}" for c, v, _ in chosen]
     lines = [ln for ln in lines if fast_check(ln, task)]
     lines, dropped = confirm(task, lines, grade_sandbox)
     if dropped:

@@ -4,19 +4,24 @@ this process), measured by a count, not a clock.
 What it guarantees: every probe runs under a tracer (``_HELPER``, added to
 the session's setup) that counts the trace events (calls, lines, returns,
 exceptions) of the reference's own code (``solution.py`` and the test
-setup); a probe that would pass ``cap`` events is stopped there. The count
-is a function of the reference, the probe and what ran before it in the
-session, never of the machine's speed or load, and so is every decision
-taken on it: an ``Answer`` is ``ok`` only when its probe returned within
-``cap`` events, without raising, plain data (the sandbox's wire types) that
-a literal of at most ``MAX_REPR`` characters reproduces. A batch stops
-after ``RUN_OPS`` events or ``MAX_HANGS`` kills (the rest ``skipped``). The
-wall clock decides only what the count cannot see: a probe still running
-after ``WALL_S`` (work outside the reference's own lines, e.g. one huge
-C-level operation; ``OPS_CEIL`` events take about a second here, traced)
-is killed and its session replaced; a session that ends under a probe (its
-own limits) is replaced and the probe retried once in the fresh one, so a
-session limit reached under load does not drop it. ``SeedSandboxes``
+setup) and stops the probe past ``cap`` of them. The count is a function of
+the reference, the probe and what ran before it in the session, never of
+the machine's speed or load, and so is every decision taken on it: an
+``Answer`` is ``ok`` only when its probe returned within ``cap`` events,
+without raising, plain data (the sandbox's wire types) that a literal of
+at most ``MAX_REPR`` characters reproduces.
+
+Two backstops see what the count cannot, work outside the reference's own
+lines (one C-level operation on a huge list, ``sum(range(10**15))``): the
+tracer also stops a probe past ``CPU_S`` of CPU time (checked every
+``_CPU_EVERY`` events), and a probe still running after ``WALL_S`` is
+killed. All three are one outcome (``OVER``: the same label, the same
+``cap`` counted against the batch's ``RUN_OPS``, and a fresh session for
+the next probe), so that which of them stopped a probe, which the load can
+change, changes no byte of what is written. A batch stops after
+``RUN_OPS`` events or ``MAX_OVER`` probes over their limit (the rest
+``skipped``). A session that ends under a probe (its own limits) is
+replaced and the probe retried once in the fresh one. ``SeedSandboxes``
 starts servers whose hash seeds differ (checked by asking each).
 """
 
@@ -32,33 +37,38 @@ from glyph.sandbox.runtime import wire
 SEEDS = 3  # sandbox servers, each with its own hash seed
 OPS_FLOOR = 200_000  # trace events of the reference's code a probe may always spend ...
 OPS_FACTOR = 10  # ... or this many times the most a visible test spends ...
-OPS_CEIL = 10_000_000  # ... but never more
-RUN_OPS = 50_000_000  # events one batch may spend (a probe stopped at its cap counts the cap); the rest skipped
-WALL_S = 10.0  # a probe still running after this long is killed: only work the count cannot see gets here
-MAX_HANGS = 3  # probes killed at WALL_S before a task stops trying more
-SESSION_LIMITS = Limits(cpu_s=120, wall_s=300, memory_bytes=512 << 20)
+OPS_CEIL = 10_000_000  # ... but never more (about a second, traced, on a 2-core machine)
+RUN_OPS = 50_000_000  # events one batch may spend (a probe over its limit counts its cap); the rest skipped
+CPU_S = 5.0  # backstop: CPU seconds a probe may spend (work the count cannot see)
+WALL_S = 60.0  # backstop: a probe still running after this long is killed (one C call that never returns)
+MAX_OVER = 30  # probes over their limit before a task stops trying more
+OVER = "over its limit"
+SESSION_LIMITS = Limits(cpu_s=300, wall_s=600, memory_bytes=512 << 20)
 _HASH_PROBE = "hash('glyph plus tests')"
+_CPU_EVERY = 256
 
 _FN = "__glyph_plus_probe__"
 # The tracer, defined in each probing session after the reference and its setup. It counts the events
 # of frames whose code is the reference's or the setup's (not the stdlib's, not this function's) and
-# raises a BaseException past the cap; a reference that catches it has run over all the same (``over``).
+# raises a BaseException past the cap (or CPU_S); a reference that catches it has run over all the same.
 _HELPER = f'''
-def {_FN}(thunk, cap):
+def {_FN}(thunk, cap, cpu_s):
     import sys
+    import time
     files = ("solution.py", "<test setup>")
     spent = 0
     over = False
+    start = time.process_time()
 
-    class OpCap(BaseException):
+    class OverLimit(BaseException):
         pass
 
     def local(frame, event, arg):
         nonlocal spent, over
         spent += 1
-        if spent > cap:
+        if spent > cap or (spent % {_CPU_EVERY} == 0 and time.process_time() - start > cpu_s):
             over = True
-            raise OpCap
+            raise OverLimit
         return local
 
     def call(frame, event, arg):
@@ -74,8 +84,8 @@ def {_FN}(thunk, cap):
         status = "raised"
     finally:
         sys.settrace(None)
-    if over:
-        return [min(spent, cap), "over", None]
+    if over or time.process_time() - start > cpu_s:
+        return [spent, "over", None]
     return [spent, status, value]
 '''
 
@@ -87,13 +97,13 @@ def helper_setup(setup: str) -> str:
 
 def traced(probe: str, cap: int) -> str:
     """The expression a session evaluates for ``probe``: [events, status, value]."""
-    return f"{_FN}(lambda: (\n{probe}\n), {int(cap)})"
+    return f"{_FN}(lambda: (\n{probe}\n), {int(cap)}, {CPU_S!r})"
 
 
 @dataclass
 class Answer:
     """One probe's fate in one run: ``value`` set when it answered plain data;
-    ``ops``: the trace events it spent (0 where the session could not say)."""
+    ``ops``: the trace events it counts against its batch."""
 
     ok: bool
     value: Any = None
@@ -102,8 +112,8 @@ class Answer:
 
 
 class Runner:
-    """Evaluates probes against a reference in one sandbox server: a
-    session per batch, a fresh one after a probe is killed or ends the session."""
+    """Evaluates probes against a reference in one sandbox server: a session
+    per batch, a fresh one after a probe over its limit or one that ends the session."""
 
     def __init__(self, sandbox: Sandbox) -> None:
         self.sandbox = sandbox
@@ -117,31 +127,41 @@ class Runner:
         run.finish(kill=True)
         return None
 
-    def evaluate(self, source: str, setup: str, probes: list[str], cap: int, hangs: list[int],
+    def evaluate(self, source: str, setup: str, probes: list[str], cap: int, over: list[int],
                  budget: int = RUN_OPS) -> list[Answer]:
         """One answer per probe, in order, each stopped at ``cap`` events; after
-        ``budget`` events spent, or ``MAX_HANGS`` in ``hangs``, the rest are ``skipped``."""
+        ``budget`` events spent, or ``MAX_OVER`` in ``over`` (shared by a task's
+        batches), the rest are ``skipped``."""
         answers: list[Answer] = []
         src = source.encode()
         session: list[Run | None] = [None]
         spent = 0
         for probe in probes:
-            if spent >= budget or len(hangs) >= MAX_HANGS:
+            if spent >= budget or len(over) >= MAX_OVER:
                 answers.append(Answer(False, why="skipped"))
                 continue
-            answer = self._one(src, setup, probe, cap, len(answers), session, hangs)
+            answer = self._one(src, setup, probe, cap, len(answers), session)
             if answer.why == "the run ended":  # a session limit, perhaps reached under load: once more, fresh
-                answer = self._one(src, setup, probe, cap, len(answers), session, hangs)
+                answer = self._one(src, setup, probe, cap, len(answers), session)
+            if answer.why == OVER:
+                over.append(1)
+                self._close(session, kill=True)  # however it was stopped, the next probe starts fresh
             spent += answer.ops
             answers.append(answer)
-        run = session[0]
-        if run is not None:
-            run.send({"op": "exit"})
-            run.finish()
+        self._close(session)
         return answers
 
-    def _one(self, src: bytes, setup: str, probe: str, cap: int, rid: int, session: list, hangs: list[int]
-             ) -> Answer:
+    @staticmethod
+    def _close(session: list, kill: bool = False) -> None:
+        run = session[0]
+        session[0] = None
+        if run is None:
+            return
+        if not kill:
+            run.send({"op": "exit"})
+        run.finish(kill=kill)
+
+    def _one(self, src: bytes, setup: str, probe: str, cap: int, rid: int, session: list) -> Answer:
         if session[0] is None:
             session[0] = self._open(src, setup)
             if session[0] is None:
@@ -153,15 +173,13 @@ class Runner:
                 resp = run.recv(timeout=WALL_S)
             except TimeoutError:
                 killed = True
-        if killed or resp is None:
-            if killed:
-                hangs.append(1)
-            run.finish(kill=True)
-            session[0] = None
-            return Answer(False, why="killed at the wall-clock limit" if killed else "the run ended")
+        if killed:
+            return Answer(False, ops=cap, why=OVER)  # evaluate replaces the session
+        if resp is None:
+            self._close(session, kill=True)
+            return Answer(False, ops=cap, why="the run ended")
         if resp.get("ev") != "ret" or resp.get("id") != rid:
-            run.finish(kill=True)
-            session[0] = None
+            self._close(session, kill=True)
             return Answer(False, why="out of turn")
         if "exc" in resp:  # the tracer itself failed (the reference's own exceptions come back as "raised")
             return Answer(False, why="raised")
@@ -174,7 +192,7 @@ class Runner:
         if type(ops) is not int:
             return Answer(False, why="malformed")
         if status == "over":
-            return Answer(False, ops=ops, why="over its op cap")
+            return Answer(False, ops=cap, why=OVER)
         if status != "ok":
             return Answer(False, ops=ops, why="raised")
         if not renders(value) or len(repr(value)) > MAX_REPR:

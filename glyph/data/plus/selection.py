@@ -18,6 +18,7 @@ from typing import Any
 
 from glyph.data.mbpp import MbppTask
 from glyph.data.plus.mutate import Candidate
+from glyph.data.plus.plain import literal
 from glyph.grading import InvalidTests, ProbeCheck, compile_tests, grade, solution_bindings
 from glyph.sandbox import Limits, Sandbox
 
@@ -85,7 +86,7 @@ def choose(kept: list[tuple[Candidate, Any, int]], budget_ops: int, limit: int =
     while the reference's total trace events on the chosen stay within ``budget_ops``."""
     groups: dict[str, list] = {}
     for item in kept:
-        groups.setdefault(repr(item[1]), []).append(item)
+        groups.setdefault(literal(item[1]), []).append(item)
     queues = list(groups.values())
     out: list = []
     spent = 0
