@@ -118,6 +118,33 @@ def test_mutations_cover_the_types_and_edges(mbpp_tasks):
     assert candidates(seeds, "42:486") == candidates(seeds, "42:486"), "seeded: the same candidates"
 
 
+def has_set(v) -> bool:
+    if type(v) is set:
+        return True
+    if type(v) is dict:
+        return any(has_set(x) for x in v.values())
+    return type(v) in (list, tuple) and any(has_set(x) for x in v)
+
+
+def test_literal_is_repr_but_for_a_sets_order():
+    """``plain.literal`` reads back as the value, and is ``repr`` wherever no set is inside."""
+    import ast
+
+    from glyph.data.plus.plain import literal, same
+    mut = Mutator(random.Random(3))
+    fixed = [(1,), (), {"k": [(), (2,)]}, ("x", b"y", None, True, 1 + 2j), -0.0]
+    mutated = [[1, -2.5, "a"], {"a": [1, (2, "x")], "b": {3, 4}}, (1.5, -2), {"b", "a", "zz"}, 3 + 4j]
+    for v in fixed + mutated:
+        for w in [v] + [mut.value(v, profile([v])) for _ in range(30 if v in mutated else 0)]:
+            text = literal(w)
+            back = ast.literal_eval(text)
+            assert same(back, w) if type(w) is not set else back == w, (w, text)
+            if not has_set(w):
+                assert text == repr(w), (w, text)
+    assert literal({"b", "a", "c"}) == "{'a', 'b', 'c'}" and literal({10, 2, -1}) == "{-1, 2, 10}"
+    assert literal([{(1, "a"), (1, 2)}]) == "[{(1, 'a'), (1, 2)}]"
+
+
 def test_reading_plus_tests_loads_no_generator_and_no_sandbox():
     """``glyph.data.plus``, what the taskset and ``glyph grade --plus`` read plus
     tests with, imports neither the generator's modules nor the sandbox client

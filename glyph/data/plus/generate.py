@@ -31,8 +31,10 @@ Like EvalPlus, this package derives more tests from the reference solution:
    shows). What a probe costs is counted, not timed: the trace events
    (calls, lines, returns) of the reference's own code, and a probe is
    stopped past a cap scaled from the reference's count on the visible
-   tests (``probe.ops_cap``); the wall clock only kills what the count
-   cannot see (``probe.WALL_S``: one C-level operation running 10 s). A
+   tests (``probe.ops_cap``). Two backstops stop what the count cannot
+   see, work between trace events (a C-level operation on a huge list):
+   ``probe.CPU_S`` of CPU time and ``probe.WALL_S`` of wall clock; a probe
+   stopped by either is the same outcome as one stopped by the count. A
    candidate is kept only if every run returns plain data (the sandbox's
    wire types) that a Python literal reproduces, equal (same types) across
    all runs, within the cap, without raising. A task whose reference
@@ -63,16 +65,19 @@ folder), written atomically, whose header records the generator version, the
 seed and a hash of the task's reference, setup and tests; a file whose
 header matches is reused. Candidates are drawn from
 ``random.Random(f"{seed}:{task_id}")``, so a rerun generates the same
-candidates, and keeps the same ones. The header records the counts that
-decided (``ops_cap``, ``ops_budget``) and no time.
+candidates, and keeps the same ones; a set, in a probe or an answer, is
+written in one canonical order (``plain.literal``), not this process's hash
+order. The header records the counts that decided (``ops_cap``,
+``ops_budget``) and no time.
 
 Where a rerun could still differ: the hash seeds are the sandbox servers'
 own, random (checked distinct), so a reference whose answers, or whose
 count near a cap, depend on hash order only for rare inputs may be judged
-differently by other seeds; a probe between ``WALL_S`` and its slowdown
-under load away from it, spent outside the reference's own lines, may be
-killed in one run and not another. Neither shows in the 974 tasks measured
-twice (README).
+differently by other seeds; and a probe that finishes within its count but
+spends close to ``CPU_S`` of CPU time between trace events may fall on
+either side of it on another machine (CPU time moves little with load, but
+does with the processor), or past ``WALL_S`` under extreme load. README
+gives what a full regeneration under load measured.
 
 What it does not do: there is no written contract per task (EvalPlus wrote
 one for each), so a precondition neither the seeds, the rules in 2. nor the

@@ -3,8 +3,8 @@
 What it guarantees: ``candidates`` is a function of the seeds and its
 seed (the same candidates in the same order on every run, in any
 process, whatever its hash seed: sets are iterated and written in
-``plain.literal``'s order); it gives at most ``n`` distinct probes, none a visible one, the
-seeds' edge values first; every argument it writes is a plain value
+``plain.literal``'s order); it gives at most ``n`` distinct probes, none
+a visible one, the seeds' edge values first; every argument it writes is a plain value
 (``plain.renders``) and an argument list is at most ``MAX_REPR``
 characters; ``Fixed`` arguments are never mutated. The mutations keep
 what the seeds hold fixed (the rules in 2. of ``glyph.data.plus.generate``).

@@ -62,7 +62,8 @@ def literal(value) -> str:
     if t is list:
         return "[" + ", ".join(literal(v) for v in value) + "]"
     if t is tuple:
-        return f"({literal(value[0])},)" if len(value) == 1 else "(" + ", ".join(literal(v) for v in value) + ")"
+        inner = ", ".join(literal(v) for v in value)
+        return f"({inner},)" if len(value) == 1 else f"({inner})"
     if t is dict:
         return "{" + ", ".join(f"{literal(k)}: {literal(v)}" for k, v in value.items()) + "}"
     return repr(value)

@@ -119,8 +119,8 @@ class Runner:
         self.sandbox = sandbox
 
     def _open(self, source: bytes, setup: str) -> Run | None:
-        run = self.sandbox.open({"mode": "solution"}, {"source": source, "setup": helper_setup(setup).encode()},
-                                SESSION_LIMITS)
+        blobs = {"source": source, "setup": helper_setup(setup).encode()}
+        run = self.sandbox.open({"mode": "solution"}, blobs, SESSION_LIMITS)
         msg = run.recv()
         if msg is not None and msg.get("ev") == "ready":
             return run

@@ -122,7 +122,7 @@ def confirm(task: MbppTask, lines: list[str], sandbox: Sandbox | None) -> tuple[
         if not lines:
             return lines, dropped
         g = grade(task.code, task.test_setup_code, "\n".join(list(task.test_list) + lines), sandbox=sandbox,
-                  limits=Limits(cpu_s=20, wall_s=40))
+                  limits=Limits(cpu_s=60, wall_s=180))  # generous: no clock decides
         if g.passed:
             return lines, dropped
         bad = next((c.index for c in g.checks if c.outcome is not None and not c.passed), None)
