@@ -128,7 +128,7 @@ def generate_task(task: MbppTask, seed: int, runners: list[Runner], grade_sandbo
     if not cands:
         stats["note"] = "no literal argument to mutate"
         return TaskResult(task.task_id, [], stats)
-    over: list[int] = []
+    over: list[str] = []  # the probes over their limit, shared by the task's batches
     # The reference's trace events on the visible probes scale the cap and the budget (counts, not times).
     calib = runners[0].evaluate(task.code, setup, [s.probe for s in seeds], OPS_CEIL, over)
     cap = ops_cap([a.ops for a in calib])

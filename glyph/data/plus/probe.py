@@ -19,8 +19,12 @@ killed. All three are one outcome (``OVER``: the same label, the same
 ``cap`` counted against the batch's ``RUN_OPS``, and a fresh session for
 the next probe), so that which of them stopped a probe, which the load can
 change, changes no byte of what is written. A batch stops after
-``RUN_OPS`` events or ``MAX_OVER`` probes over their limit (the rest
-``skipped``). A session that ends under a probe (its own limits) is
+``RUN_OPS`` events, ``MAX_OVER`` probes over their limit, or
+``MAX_KILLS`` of them killed by the wall clock (the rest ``skipped``; the
+last bounds the time a task whose every probe never returns can take, and
+is the one rule a clock can move: a probe must spend under ``CPU_S`` of
+CPU yet over ``WALL_S`` of wall clock to be killed in one run and not
+another). A session that ends under a probe (its own limits) is
 replaced and the probe retried once in the fresh one. ``SeedSandboxes``
 starts servers whose hash seeds differ (checked by asking each).
 """
@@ -41,7 +45,8 @@ OPS_CEIL = 10_000_000  # ... but never more (about a second, traced, on a 2-core
 RUN_OPS = 50_000_000  # events one batch may spend (a probe over its limit counts its cap); the rest skipped
 CPU_S = 5.0  # backstop: CPU seconds a probe may spend (work the count cannot see)
 WALL_S = 60.0  # backstop: a probe still running after this long is killed (one C call that never returns)
-MAX_OVER = 30  # probes over their limit before a task stops trying more
+MAX_OVER = 100  # probes over their limit before a task stops trying more ...
+MAX_KILLS = 3  # ... or probes killed at WALL_S
 OVER = "over its limit"
 SESSION_LIMITS = Limits(cpu_s=300, wall_s=600, memory_bytes=512 << 20)
 _HASH_PROBE = "hash('glyph plus tests')"
@@ -127,24 +132,24 @@ class Runner:
         run.finish(kill=True)
         return None
 
-    def evaluate(self, source: str, setup: str, probes: list[str], cap: int, over: list[int],
+    def evaluate(self, source: str, setup: str, probes: list[str], cap: int, over: list[str],
                  budget: int = RUN_OPS) -> list[Answer]:
         """One answer per probe, in order, each stopped at ``cap`` events; after
-        ``budget`` events spent, or ``MAX_OVER`` in ``over`` (shared by a task's
-        batches), the rest are ``skipped``."""
+        ``budget`` events spent, ``MAX_OVER`` probes over their limit or ``MAX_KILLS``
+        killed (tallied in ``over``, shared by a task's batches), the rest are ``skipped``."""
         answers: list[Answer] = []
         src = source.encode()
         session: list[Run | None] = [None]
         spent = 0
         for probe in probes:
-            if spent >= budget or len(over) >= MAX_OVER:
+            if spent >= budget or len(over) >= MAX_OVER or over.count("killed") >= MAX_KILLS:
                 answers.append(Answer(False, why="skipped"))
                 continue
-            answer = self._one(src, setup, probe, cap, len(answers), session)
+            answer, killed = self._one(src, setup, probe, cap, len(answers), session)
             if answer.why == "the run ended":  # a session limit, perhaps reached under load: once more, fresh
-                answer = self._one(src, setup, probe, cap, len(answers), session)
+                answer, killed = self._one(src, setup, probe, cap, len(answers), session)
             if answer.why == OVER:
-                over.append(1)
+                over.append("killed" if killed else "stopped")
                 self._close(session, kill=True)  # however it was stopped, the next probe starts fresh
             spent += answer.ops
             answers.append(answer)
@@ -161,20 +166,23 @@ class Runner:
             run.send({"op": "exit"})
         run.finish(kill=kill)
 
-    def _one(self, src: bytes, setup: str, probe: str, cap: int, rid: int, session: list) -> Answer:
+    def _one(self, src: bytes, setup: str, probe: str, cap: int, rid: int, session: list
+             ) -> tuple[Answer, bool]:
+        """The probe's answer, and whether the wall clock killed it."""
         if session[0] is None:
             session[0] = self._open(src, setup)
             if session[0] is None:
-                return Answer(False, why="the reference did not load")
+                return Answer(False, why="the reference did not load"), False
         run = session[0]
-        resp, killed = None, False
+        resp = None
         if run.send({"op": "eval", "id": rid, "expr": traced(probe, cap)}):
             try:
                 resp = run.recv(timeout=WALL_S)
             except TimeoutError:
-                killed = True
-        if killed:
-            return Answer(False, ops=cap, why=OVER)  # evaluate replaces the session
+                return Answer(False, ops=cap, why=OVER), True  # evaluate replaces the session
+        return self._read(resp, cap, rid, session), False
+
+    def _read(self, resp: dict | None, cap: int, rid: int, session: list) -> Answer:
         if resp is None:
             self._close(session, kill=True)
             return Answer(False, ops=cap, why="the run ended")
