@@ -2,6 +2,7 @@
 they catch that the visible tests miss. Not a test (minutes, all 974 tasks).
 
     uv run python benchmarks/plus.py [--out DIR] [--fresh] [--jobs 2] [--only generate,gold,suites,mutants,finalize]
+        [--burners 2]
 
 1. ``generate``: ``glyph data plus`` into DIR/plus for every task, timed
    (``--fresh`` starts from an empty folder), then again (the resume: every
@@ -22,6 +23,10 @@ they catch that the visible tests miss. Not a test (minutes, all 974 tasks).
    reference policies, then ``verify`` (finalize's work) timed side by side
    on the same traces: without plus tests (as before), ``hidden=base`` with
    the plus metric, ``hidden=plus``; prints median ms and ``ratio=``.
+6. ``repeat`` (not run unless named in ``--only``): generates every task's
+   plus tests again, from scratch, into a temporary folder while
+   ``--burners`` CPU-bound processes load the machine, and compares each
+   file byte for byte with DIR/plus: the selection depends on no clock.
 """
 
 from __future__ import annotations
@@ -31,7 +36,9 @@ import json
 import random
 import shutil
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -64,10 +71,32 @@ def generate(out: Path, source: mbpp.Source, jobs: int, fresh: bool) -> dict:
     console.print(f"generate: {n} tasks in {first:.1f} s with {jobs} jobs ({summary['generated']} generated, "
                   f"{summary['reused']} reused); again: {resumed:.1f} s ({again['reused']} reused)")
     console.print(f"  tasks with >= 1 plus test: {summary['with_tests']}/{n} = {summary['with_tests'] / n:.1%}; "
-                  f"kept {summary['tests']}, mean {summary['mean_kept']} per task (max {MAX_KEPT})")
+                  f"kept {summary['tests']}, mean {summary['mean_kept']}, median "
+                  f"{statistics.median(summary['kept'].values())} per task (max {MAX_KEPT})")
     for task_id, note in sorted(summary["notes"].items()):
         console.print(f"  [dim]{task_id}: {note}[/]")
     return summary
+
+
+def repeat(out: Path, source: mbpp.Source, jobs: int, burners: int) -> None:
+    """Generate again from scratch under load; compare every file with DIR/plus."""
+    folder = out / prepare.PLUS_DIR
+    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(burners)]
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            t0 = time.perf_counter()
+            generate_plus(source.tasks, Path(tmp), jobs=jobs, progress=True)
+            seconds = time.perf_counter() - t0
+            names = [plus.file_name(t.task_id) for t in source.tasks]
+            differ = [n for n in names if (Path(tmp) / n).read_bytes() != (folder / n).read_bytes()]
+    finally:
+        for p in procs:
+            p.kill()
+        for p in procs:
+            p.wait()
+    console.print(f"repeat: {len(names)} tasks again from scratch in {seconds:.1f} s with {jobs} jobs and "
+                  f"{burners} CPU burners; identical files {len(names) - len(differ)}/{len(names)}"
+                  + (f"; differ: {', '.join(differ[:20])}" if differ else ""))
 
 
 def plus_lines(out: Path, tasks) -> dict[str, list[str]]:
@@ -212,7 +241,9 @@ def main() -> None:
     ap.add_argument("--mutants", type=int, default=8, help="single-token mutants per task in the pool")
     ap.add_argument("--finalize-tasks", type=int, default=40)
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--only", default="generate,gold,suites,mutants,finalize")
+    ap.add_argument("--only", default="generate,gold,suites,mutants,finalize",
+                    help="steps, comma-separated; also repeat")
+    ap.add_argument("--burners", type=int, default=2, help="CPU-bound processes running during repeat")
     args = ap.parse_args()
     only = set(args.only.split(","))
     source = mbpp.load_source(args.mbpp_path)
@@ -230,6 +261,8 @@ def main() -> None:
         mutants(tasks, lines, args.jobs, args.mutants)
     if "finalize" in only:
         finalize(tasks, lines, args.finalize_tasks, args.reps)
+    if "repeat" in only:
+        repeat(args.out, source, args.jobs, args.burners)
 
 
 if __name__ == "__main__":

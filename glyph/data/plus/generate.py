@@ -28,11 +28,16 @@ Like EvalPlus, this package derives more tests from the reference solution:
    solution in glyph's sandbox (never in this process), under ``SEEDS``
    sandbox servers, each started with its own random hash seed (checked
    distinct), in a different order in each (so state kept between calls
-   shows), each probe under a time limit scaled from the reference's own
-   time on the visible tests (``probe_limit``; killed just past it). A
+   shows). What a probe costs is counted, not timed: the trace events
+   (calls, lines, returns) of the reference's own code, and a probe is
+   stopped past a cap scaled from the reference's count on the visible
+   tests (``probe.ops_cap``). Two backstops stop what the count cannot
+   see, work between trace events (a C-level operation on a huge list):
+   ``probe.CPU_S`` of CPU time and ``probe.WALL_S`` of wall clock; a probe
+   stopped by either is the same outcome as one stopped by the count. A
    candidate is kept only if every run returns plain data (the sandbox's
    wire types) that a Python literal reproduces, equal (same types) across
-   all runs, within the limit, without raising. A task whose reference
+   all runs, within the cap, without raising. A task whose reference
    answers any candidate differently between runs keeps no plus test at all:
    its outputs depend on hash order, state or chance, and a seed not tried
    could reorder a kept one. Two more rules drop answers a correct solution
@@ -42,10 +47,13 @@ Like EvalPlus, this package derives more tests from the reference solution:
    set's, which a solution that sorts would not reproduce).
 4. **At most ``MAX_KEPT`` per task** (``selection``), deduplicated by their
    probe, chosen round-robin over distinct expected values (so a predicate's
-   tests are not all ``False``) while the reference's total time on them
-   stays within ``PLUS_BUDGET_FACTOR`` times its time on the visible tests
-   (or ``PLUS_BUDGET_FLOOR_S``), so grading with them costs about what
-   grading the visible tests does. They are written as ordinary
+   tests are not all ``False``) while the reference's total count on them
+   stays within ``PLUS_BUDGET_FACTOR`` times its count on the visible tests
+   (or ``PLUS_BUDGET_FLOOR_OPS``), so grading with them costs about what
+   grading the visible tests does. Which are kept is thus a function of the
+   task, the seed, ``MAX_KEPT`` and the reference's answers and counts
+   (under the three hash seeds), never of the machine's speed or load: the
+   same files, byte for byte, on every machine. They are written as ordinary
    ``assert P' == LITERAL`` lines: the grader's fast path grades them, the
    literal read on the trusted side. Before a task's file is written, glyph's grader
    grades the reference on the visible tests followed by the plus tests
@@ -57,7 +65,19 @@ folder), written atomically, whose header records the generator version, the
 seed and a hash of the task's reference, setup and tests; a file whose
 header matches is reused. Candidates are drawn from
 ``random.Random(f"{seed}:{task_id}")``, so a rerun generates the same
-candidates; which survive can differ only where a time limit is near.
+candidates, and keeps the same ones; a set, in a probe or an answer, is
+written in one canonical order (``plain.literal``), not this process's hash
+order. The header records the counts that decided (``ops_cap``,
+``ops_budget``) and no time.
+
+Where a rerun could still differ: the hash seeds are the sandbox servers'
+own, random (checked distinct), so a reference whose answers, or whose
+count near a cap, depend on hash order only for rare inputs may be judged
+differently by other seeds; and a probe that finishes within its count but
+spends close to ``CPU_S`` of CPU time between trace events may fall on
+either side of it on another machine (CPU time moves little with load, but
+does with the processor), or past ``WALL_S`` under extreme load. README
+gives what a full regeneration under load measured.
 
 What it does not do: there is no written contract per task (EvalPlus wrote
 one for each), so a precondition neither the seeds, the rules in 2. nor the
@@ -78,15 +98,13 @@ from pathlib import Path
 
 from glyph.data.mbpp import DataError, MbppTask
 from glyph.data.plus.mutate import candidates, says_sorted
-from glyph.data.plus.plain import same
-from glyph.data.plus.probe import PROBE_CAP_S, SEEDS, Runner, SeedSandboxes, probe_limit
+from glyph.data.plus.plain import literal, same
+from glyph.data.plus.probe import OPS_CEIL, SEEDS, Runner, SeedSandboxes, ops_cap
 from glyph.data.plus.seeds import seeds_of
 from glyph.data.plus.selection import MAX_KEPT, budget, choose, confirm, fast_check, shared
 from glyph.data.plus.store import GENERATOR, TaskResult, current, file_name, read_file, write_file
 from glyph.grading import InvalidTests
 from glyph.sandbox import Sandbox
-
-TASK_BUDGET_S = 20.0  # wall clock for one task's runs, after which it keeps what it has
 
 
 def generate_task(task: MbppTask, seed: int, runners: list[Runner], grade_sandbox: Sandbox | None = None
@@ -110,15 +128,14 @@ def generate_task(task: MbppTask, seed: int, runners: list[Runner], grade_sandbo
     if not cands:
         stats["note"] = "no literal argument to mutate"
         return TaskResult(task.task_id, [], stats)
-    deadline = time.monotonic() + TASK_BUDGET_S
-    hangs: list[int] = []
-    # The reference's time on the visible probes scales the limit and the budget.
-    calib = runners[0].evaluate(task.code, setup, [s.probe for s in seeds], PROBE_CAP_S, deadline, hangs)
-    limit = probe_limit([a.seconds for a in calib])
-    budget_s = budget([a.seconds for a in calib])
-    stats["limit_s"] = round(limit, 3)
+    over: list[str] = []  # the probes over their limit, shared by the task's batches
+    # The reference's trace events on the visible probes scale the cap and the budget (counts, not times).
+    calib = runners[0].evaluate(task.code, setup, [s.probe for s in seeds], OPS_CEIL, over)
+    cap = ops_cap([a.ops for a in calib])
+    budget_ops = budget([a.ops for a in calib])
+    stats["ops_cap"], stats["ops_budget"] = cap, budget_ops
     probes = [c.probe for c in cands]
-    first = runners[0].evaluate(task.code, setup, probes, limit, deadline, hangs)
+    first = runners[0].evaluate(task.code, setup, probes, cap, over)
     alive = [i for i, a in enumerate(first) if a.ok]
     why = {}
     for a in first:
@@ -128,7 +145,7 @@ def generate_task(task: MbppTask, seed: int, runners: list[Runner], grade_sandbo
     rng = random.Random(f"{seed}:{task.task_id}:order")
     for k, runner in enumerate(runners[1:]):
         order = alive[::-1] if k == 0 else rng.sample(alive, len(alive))
-        again = runner.evaluate(task.code, setup, [probes[i] for i in order], limit, deadline, hangs)
+        again = runner.evaluate(task.code, setup, [probes[i] for i in order], cap, over)
         survivors = set()
         for i, a in zip(order, again):
             if not a.ok:
@@ -144,8 +161,8 @@ def generate_task(task: MbppTask, seed: int, runners: list[Runner], grade_sandbo
         alive = []
     alive = shared(alive, cands, [a.value for a in first], checks, why)
     stats["dropped"] = dict(sorted(why.items()))
-    chosen = choose([(cands[i], first[i].value, first[i].seconds) for i in alive], budget_s)
-    lines = [f"assert {c.probe} == {v!r}" for c, v, _ in chosen]
+    chosen = choose([(cands[i], first[i].value, first[i].ops) for i in alive], budget_ops)
+    lines = [f"assert {c.probe} == {literal(v)}" for c, v, _ in chosen]
     lines = [ln for ln in lines if fast_check(ln, task)]
     lines, dropped = confirm(task, lines, grade_sandbox)
     if dropped:

@@ -2,8 +2,9 @@
 
 What it guarantees: ``candidates`` is a function of the seeds and its
 seed (the same candidates in the same order on every run, in any
-process); it gives at most ``n`` distinct probes, none a visible one, the
-seeds' edge values first; every argument it writes is a plain value
+process, whatever its hash seed: sets are iterated and written in
+``plain.literal``'s order); it gives at most ``n`` distinct probes, none
+a visible one, the seeds' edge values first; every argument it writes is a plain value
 (``plain.renders``) and an argument list is at most ``MAX_REPR``
 characters; ``Fixed`` arguments are never mutated. The mutations keep
 what the seeds hold fixed (the rules in 2. of ``glyph.data.plus.generate``).
@@ -15,7 +16,7 @@ import random
 import re
 from dataclasses import dataclass, field
 
-from glyph.data.plus.plain import MAX_REPR, renders
+from glyph.data.plus.plain import MAX_REPR, in_order, renders
 from glyph.data.plus.seeds import Fixed, Seed, render
 
 MAX_CANDIDATES = 160  # distinct candidate inputs per task
@@ -88,7 +89,7 @@ def profile(values: list, in_container: bool = False, sorted_inputs: bool = True
         if tuples and len(tuples) == len(values) and len({len(t) for t in tuples}) == 1 and len(tuples[0]) <= 6 \
                 and _mixed_or_short(tuples):
             p.items = [profile([t[i] for t in tuples], True, sorted_inputs) for i in range(len(tuples[0]))]
-        elems = [e for v in seqs for e in v]
+        elems = [e for v in seqs for e in in_order(v)]
         if elems:
             p.elem = profile(elems, True, sorted_inputs)
         ordered = [list(v) for v in seqs if type(v) is not set and len(v) >= 2]
@@ -234,7 +235,7 @@ class Mutator:
     def seq(self, v, p: Profile, keep_len: bool = False):
         r = self.r
         kind = type(v)
-        items = list(v)
+        items = in_order(v)
         if p.items is not None and len(items) == len(p.items):  # a record: its arity is part of it
             j = r.randrange(len(items))
             items[j] = self.value(items[j], p.items[j])
@@ -270,7 +271,7 @@ class Mutator:
         elif op == "extend" and p.samples:
             other = r.choice(p.samples)
             if type(other) in (list, tuple, set):
-                items += list(other)
+                items += in_order(other)
         elif op == "mutate" and items:
             j = r.randrange(len(items))
             items[j] = self.value(items[j], elem, keep_len=inner_keep)
@@ -374,7 +375,7 @@ class Mutator:
             if u:
                 out.append(v[: len(v) // 2] + u + v[len(v) // 2:])
         elif t in (list, tuple, set) and p.items is None:
-            items = list(v)
+            items = in_order(v)
             out = [[], items[:1], items + items[:1], items[1:]]
             if p.elem is not None and p.elem.types & {int, float}:
                 out.append([-x if type(x) in (int, float) else x for x in items])
@@ -479,6 +480,7 @@ def candidates(seeds: list[Seed], seed: int | str, n: int = MAX_CANDIDATES,
     for s in seeds:
         groups.setdefault(s.signature, []).append(s)
     seen = {s.probe for s in seeds}
+    shown = {render(s, s.args, s.keywords) for s in seeds}  # a visible probe as ``render`` writes it
     out: list[Candidate] = []
 
     def add(s: Seed, args: list, kws: list, moved: set[int], rel, edge: bool) -> None:
@@ -490,7 +492,7 @@ def candidates(seeds: list[Seed], seed: int | str, n: int = MAX_CANDIDATES,
         if len(repr(args)) + len(repr(kws)) > MAX_REPR:
             return
         probe = render(s, tuple(args), tuple(kws))
-        if probe not in seen:
+        if probe not in seen and probe not in shown:
             seen.add(probe)
             empty = any(type(a) in (str, list, tuple, dict, set) and not a for a in args)
             out.append(Candidate(probe, edge, empty))

@@ -5,7 +5,10 @@ Python literal that gives back a value equal to ``v`` with the same types
 all the way down (None, bool, int, float, complex, str, bytes, and lists,
 tuples, sets and dicts of them nested at most 20 deep; no nan or inf, no
 frozenset, no int past the digit limit); ``same(a, b)`` is equality that
-also asks for the same types, through lists, tuples and dict values. Pure
+also asks for the same types, through lists, tuples and dict values;
+``literal(v)`` is ``repr(v)`` with every set's items in one canonical order
+and ``in_order(v)`` iterates a set in that order, so that neither depends on
+this process's hash seed (a set of strings iterates in hash order). Pure
 functions of their arguments.
 """
 
@@ -48,3 +51,30 @@ def same(a, b) -> bool:
     if type(a) is dict:
         return a.keys() == b.keys() and all(same(v, b[k]) for k, v in a.items())
     return a == b
+
+
+def literal(value) -> str:
+    """``repr(value)`` of a plain value, but a set's items in ``in_order``'s
+    order: the same text in every process, whatever its hash seed."""
+    t = type(value)
+    if t is set:
+        return "{" + ", ".join(literal(v) for v in in_order(value)) + "}" if value else "set()"
+    if t is list:
+        return "[" + ", ".join(literal(v) for v in value) + "]"
+    if t is tuple:
+        inner = ", ".join(literal(v) for v in value)
+        return f"({inner},)" if len(value) == 1 else f"({inner})"
+    if t is dict:
+        return "{" + ", ".join(f"{literal(k)}: {literal(v)}" for k, v in value.items()) + "}"
+    return repr(value)
+
+
+def in_order(value) -> list:
+    """The items of a list, tuple or set; a set's sorted, not in hash order: numbers by value,
+    strings or bytes as themselves, anything else (mixed types, tuples) by its ``literal``."""
+    if type(value) is not set:
+        return list(value)
+    kinds = {type(v) for v in value}
+    if kinds <= {int, float} or kinds == {str} or kinds == {bytes}:
+        return sorted(value)
+    return sorted(value, key=literal)

@@ -1,18 +1,36 @@
 """Running a reference solution on probes, in glyph's sandbox (never in
-this process).
+this process), measured by a count, not a clock.
 
-What it guarantees: an ``Answer`` is ``ok`` only when its probe returned
-within the time limit, without raising, plain data (the sandbox's wire
-types) that a literal of at most ``MAX_REPR`` characters reproduces; a
-probe still running just past its limit is killed and its session
-replaced by a fresh one; a batch stops at its deadline or after
-``MAX_HANGS`` kills (the rest ``skipped``). ``SeedSandboxes`` starts
-servers whose hash seeds differ (checked by asking each).
+What it guarantees: every probe runs under a tracer (``_HELPER``, added to
+the session's setup) that counts the trace events (calls, lines, returns,
+exceptions) of the reference's own code (``solution.py`` and the test
+setup) and stops the probe past ``cap`` of them. The count is a function of
+the reference, the probe and what ran before it in the session, never of
+the machine's speed or load, and so is every decision taken on it: an
+``Answer`` is ``ok`` only when its probe returned within ``cap`` events,
+without raising, plain data (the sandbox's wire types) that a literal of
+at most ``MAX_REPR`` characters reproduces.
+
+Two backstops see what the count cannot, work outside the reference's own
+lines (one C-level operation on a huge list, ``sum(range(10**15))``): the
+tracer also stops a probe past ``CPU_S`` of CPU time (checked every
+``_CPU_EVERY`` events), and a probe still running after ``WALL_S`` is
+killed. All three are one outcome (``OVER``: the same label, the same
+``cap`` counted against the batch's ``RUN_OPS``, and a fresh session for
+the next probe), so that which of them stopped a probe, which the load can
+change, changes no byte of what is written. A batch stops after
+``RUN_OPS`` events, ``MAX_OVER`` probes over their limit, or
+``MAX_KILLS`` of them killed by the wall clock (the rest ``skipped``; the
+last bounds the time a task whose every probe never returns can take, and
+is the one rule a clock can move: a probe must spend under ``CPU_S`` of
+CPU yet over ``WALL_S`` of wall clock to be killed in one run and not
+another). A session that ends under a probe (its own limits) is
+replaced and the probe retried once in the fresh one. ``SeedSandboxes``
+starts servers whose hash seeds differ (checked by asking each).
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,93 +39,173 @@ from glyph.sandbox import Limits, Run, Sandbox, SandboxUnavailable
 from glyph.sandbox.runtime import wire
 
 SEEDS = 3  # sandbox servers, each with its own hash seed
-PROBE_FLOOR_S = 0.05  # a probe may always take this long (wall clock, IPC included)
-PROBE_FACTOR = 10  # ... or this many times the slowest visible test
-PROBE_CAP_S = 1.0  # ... but never longer
-MAX_HANGS = 30  # probes killed at their limit before a task stops trying more
-SESSION_LIMITS = Limits(cpu_s=30, wall_s=60, memory_bytes=512 << 20)
+OPS_FLOOR = 200_000  # trace events of the reference's code a probe may always spend ...
+OPS_FACTOR = 10  # ... or this many times the most a visible test spends ...
+OPS_CEIL = 10_000_000  # ... but never more (about a second, traced, on a 2-core machine)
+RUN_OPS = 50_000_000  # events one batch may spend (a probe over its limit counts its cap); the rest skipped
+CPU_S = 5.0  # backstop: CPU seconds a probe may spend (work the count cannot see)
+WALL_S = 60.0  # backstop: a probe still running after this long is killed (one C call that never returns)
+MAX_OVER = 100  # probes over their limit before a task stops trying more ...
+MAX_KILLS = 3  # ... or probes killed at WALL_S
+OVER = "over its limit"
+SESSION_LIMITS = Limits(cpu_s=300, wall_s=600, memory_bytes=512 << 20)
 _HASH_PROBE = "hash('glyph plus tests')"
+_CPU_EVERY = 256
+
+_FN = "__glyph_plus_probe__"
+# The tracer, defined in each probing session after the reference and its setup. It counts the events
+# of frames whose code is the reference's or the setup's (not the stdlib's, not this function's) and
+# raises a BaseException past the cap (or CPU_S); a reference that catches it has run over all the same.
+_HELPER = f'''
+def {_FN}(thunk, cap, cpu_s):
+    import sys
+    import time
+    files = ("solution.py", "<test setup>")
+    spent = 0
+    over = False
+    start = time.process_time()
+
+    class OverLimit(BaseException):
+        pass
+
+    def local(frame, event, arg):
+        nonlocal spent, over
+        spent += 1
+        if spent > cap or (spent % {_CPU_EVERY} == 0 and time.process_time() - start > cpu_s):
+            over = True
+            raise OverLimit
+        return local
+
+    def call(frame, event, arg):
+        if frame.f_code.co_filename in files:
+            return local(frame, event, arg)
+        return None
+
+    status, value = "ok", None
+    sys.settrace(call)
+    try:
+        value = thunk()
+    except BaseException:
+        status = "raised"
+    finally:
+        sys.settrace(None)
+    if over or time.process_time() - start > cpu_s:
+        return [spent, "over", None]
+    return [spent, status, value]
+'''
+
+
+def helper_setup(setup: str) -> str:
+    """A probing session's setup: the task's, then the tracer."""
+    return setup + "\n" + _HELPER
+
+
+def traced(probe: str, cap: int) -> str:
+    """The expression a session evaluates for ``probe``: [events, status, value]."""
+    return f"{_FN}(lambda: (\n{probe}\n), {int(cap)}, {CPU_S!r})"
 
 
 @dataclass
 class Answer:
-    """One probe's fate in one run: ``value`` set when it answered plain data."""
+    """One probe's fate in one run: ``value`` set when it answered plain data;
+    ``ops``: the trace events it counts against its batch."""
 
     ok: bool
     value: Any = None
-    seconds: float = 0.0
+    ops: int = 0
     why: str = ""
 
 
 class Runner:
-    """Evaluates probes against a reference in one sandbox server: a
-    session per batch, a fresh one after a probe is killed or fails the run."""
+    """Evaluates probes against a reference in one sandbox server: a session
+    per batch, a fresh one after a probe over its limit or one that ends the session."""
 
     def __init__(self, sandbox: Sandbox) -> None:
         self.sandbox = sandbox
 
     def _open(self, source: bytes, setup: str) -> Run | None:
-        run = self.sandbox.open({"mode": "solution"}, {"source": source, "setup": setup.encode()}, SESSION_LIMITS)
+        blobs = {"source": source, "setup": helper_setup(setup).encode()}
+        run = self.sandbox.open({"mode": "solution"}, blobs, SESSION_LIMITS)
         msg = run.recv()
         if msg is not None and msg.get("ev") == "ready":
             return run
         run.finish(kill=True)
         return None
 
-    def evaluate(self, source: str, setup: str, probes: list[str], limit_s: float,
-                 deadline: float, hangs: list[int]) -> list[Answer]:
+    def evaluate(self, source: str, setup: str, probes: list[str], cap: int, over: list[str],
+                 budget: int = RUN_OPS) -> list[Answer]:
+        """One answer per probe, in order, each stopped at ``cap`` events; after
+        ``budget`` events spent, ``MAX_OVER`` probes over their limit or ``MAX_KILLS``
+        killed (tallied in ``over``, shared by a task's batches), the rest are ``skipped``."""
         answers: list[Answer] = []
-        run: Run | None = None
         src = source.encode()
+        session: list[Run | None] = [None]
+        spent = 0
         for probe in probes:
-            if time.monotonic() > deadline or len(hangs) >= MAX_HANGS:
+            if spent >= budget or len(over) >= MAX_OVER or over.count("killed") >= MAX_KILLS:
                 answers.append(Answer(False, why="skipped"))
                 continue
-            if run is None:
-                run = self._open(src, setup)
-                if run is None:
-                    answers.append(Answer(False, why="the reference did not load"))
-                    continue
-            t0 = time.perf_counter()
-            resp, killed = None, False
-            if run.send({"op": "eval", "id": len(answers), "expr": probe}):
-                try:
-                    resp = run.recv(timeout=limit_s + 0.02)  # a probe over the limit is dropped anyway
-                except TimeoutError:
-                    killed = True
-            seconds = time.perf_counter() - t0
-            if killed or resp is None:
-                if killed:
-                    hangs.append(1)
-                answers.append(Answer(False, seconds=seconds, why="killed at its limit" if killed else "the run ended"))
-                run.finish(kill=True)
-                run = None
-                continue
-            if resp.get("ev") != "ret" or resp.get("id") != len(answers):
-                answers.append(Answer(False, why="out of turn"))
-                run.finish(kill=True)
-                run = None
-                continue
-            if "exc" in resp:
-                answers.append(Answer(False, seconds=seconds, why="raised"))
-            elif "notplain" in resp:
-                answers.append(Answer(False, seconds=seconds, why="not plain data"))
-            else:
-                try:
-                    value = wire.decode(resp.get("value"))
-                except wire.WireError:
-                    answers.append(Answer(False, seconds=seconds, why="malformed"))
-                    continue
-                if seconds > limit_s:
-                    answers.append(Answer(False, value, seconds, why="over the time limit"))
-                elif not renders(value) or len(repr(value)) > MAX_REPR:
-                    answers.append(Answer(False, value, seconds, why="no literal reproduces it"))
-                else:
-                    answers.append(Answer(True, value, seconds))
-        if run is not None:
-            run.send({"op": "exit"})
-            run.finish()
+            answer, killed = self._one(src, setup, probe, cap, len(answers), session)
+            if answer.why == "the run ended":  # a session limit, perhaps reached under load: once more, fresh
+                answer, killed = self._one(src, setup, probe, cap, len(answers), session)
+            if answer.why == OVER:
+                over.append("killed" if killed else "stopped")
+                self._close(session, kill=True)  # however it was stopped, the next probe starts fresh
+            spent += answer.ops
+            answers.append(answer)
+        self._close(session)
         return answers
+
+    @staticmethod
+    def _close(session: list, kill: bool = False) -> None:
+        run = session[0]
+        session[0] = None
+        if run is None:
+            return
+        if not kill:
+            run.send({"op": "exit"})
+        run.finish(kill=kill)
+
+    def _one(self, src: bytes, setup: str, probe: str, cap: int, rid: int, session: list
+             ) -> tuple[Answer, bool]:
+        """The probe's answer, and whether the wall clock killed it."""
+        if session[0] is None:
+            session[0] = self._open(src, setup)
+            if session[0] is None:
+                return Answer(False, why="the reference did not load"), False
+        run = session[0]
+        resp = None
+        if run.send({"op": "eval", "id": rid, "expr": traced(probe, cap)}):
+            try:
+                resp = run.recv(timeout=WALL_S)
+            except TimeoutError:
+                return Answer(False, ops=cap, why=OVER), True  # evaluate replaces the session
+        return self._read(resp, cap, rid, session), False
+
+    def _read(self, resp: dict | None, cap: int, rid: int, session: list) -> Answer:
+        if resp is None:
+            self._close(session, kill=True)
+            return Answer(False, ops=cap, why="the run ended")
+        if resp.get("ev") != "ret" or resp.get("id") != rid:
+            self._close(session, kill=True)
+            return Answer(False, why="out of turn")
+        if "exc" in resp:  # the tracer itself failed (the reference's own exceptions come back as "raised")
+            return Answer(False, why="raised")
+        if "notplain" in resp:
+            return Answer(False, why="not plain data")
+        try:
+            ops, status, value = wire.decode(resp.get("value"))
+        except (wire.WireError, TypeError, ValueError):
+            return Answer(False, why="malformed")
+        if type(ops) is not int:
+            return Answer(False, why="malformed")
+        if status == "over":
+            return Answer(False, ops=cap, why=OVER)
+        if status != "ok":
+            return Answer(False, ops=ops, why="raised")
+        if not renders(value) or len(repr(value)) > MAX_REPR:
+            return Answer(False, value, ops, why="no literal reproduces it")
+        return Answer(True, value, ops)
 
 
 class SeedSandboxes:
@@ -145,6 +243,6 @@ class SeedSandboxes:
             sb.close()
 
 
-def probe_limit(seed_seconds: list[float]) -> float:
-    """Per-probe time limit: scaled from the reference's slowest visible test."""
-    return min(PROBE_CAP_S, max(PROBE_FLOOR_S, PROBE_FACTOR * max(seed_seconds, default=0.0)))
+def ops_cap(seed_ops: list[int]) -> int:
+    """Per-probe cap, in trace events: scaled from the most a visible test spent."""
+    return min(OPS_CEIL, max(OPS_FLOOR, OPS_FACTOR * max(seed_ops, default=0)))

@@ -15,7 +15,7 @@ import copy
 from dataclasses import dataclass
 
 from glyph.data.mbpp import MbppTask
-from glyph.data.plus.plain import renders
+from glyph.data.plus.plain import literal, renders
 from glyph.grading import ProbeCheck, compile_tests, module_bindings, parse, solution_bindings
 
 
@@ -123,7 +123,7 @@ def seeds_of(task: MbppTask) -> tuple[list[Seed], list[ProbeCheck], str]:
 def render(seed: Seed, args: tuple, keywords: tuple) -> str:
     """The probe with the target call's arguments replaced."""
     def node(v):
-        return parse(v.source if isinstance(v, Fixed) else repr(v), mode="eval").body
+        return parse(v.source if isinstance(v, Fixed) else literal(v), mode="eval").body
 
     call = _at(seed.tree, seed.path)
     new = ast.Call(call.func, [node(a) for a in args], [ast.keyword(k, node(v)) for k, v in keywords])

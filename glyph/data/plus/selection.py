@@ -4,7 +4,9 @@ What it guarantees: ``shared`` keeps no answer a correct solution need not
 give (an empty input's answer that is not ``natural``; an unsorted
 sequence where every visible answer is sorted); ``choose`` keeps at most
 ``MAX_KEPT``, in candidate order, round-robin over distinct expected
-values, while the reference's total time on them stays within ``budget``;
+values, while the reference's total trace events on them (``probe``'s
+count, never a clock) stay within ``budget``: a function of the candidates
+and their answers and counts only;
 every line written is one fast-path assert with a literal expected value
 (``fast_check``) that the reference passes under glyph's grader after the
 visible tests (``confirm`` drops a line it fails).
@@ -16,17 +18,18 @@ from typing import Any
 
 from glyph.data.mbpp import MbppTask
 from glyph.data.plus.mutate import Candidate
+from glyph.data.plus.plain import literal
 from glyph.grading import InvalidTests, ProbeCheck, compile_tests, grade, solution_bindings
 from glyph.sandbox import Limits, Sandbox
 
 MAX_KEPT = 50
-PLUS_BUDGET_FACTOR = 2  # the kept tests may cost the reference this many times the visible tests' time ...
-PLUS_BUDGET_FLOOR_S = 0.1  # ... or this long, whichever is more
+PLUS_BUDGET_FACTOR = 2  # the kept tests may cost the reference this many times the visible tests' events ...
+PLUS_BUDGET_FLOOR_OPS = 2_000_000  # ... or this many, whichever is more
 
 
-def budget(seed_seconds: list[float]) -> float:
-    """The reference's time the kept tests may cost: scaled from its time on the visible tests."""
-    return max(PLUS_BUDGET_FLOOR_S, PLUS_BUDGET_FACTOR * sum(seed_seconds))
+def budget(seed_ops: list[int]) -> int:
+    """The trace events the kept tests may cost the reference: scaled from its events on the visible tests."""
+    return max(PLUS_BUDGET_FLOOR_OPS, PLUS_BUDGET_FACTOR * sum(seed_ops))
 
 
 def natural(v) -> bool:
@@ -77,22 +80,22 @@ def shared(alive: list[int], cands: list[Candidate], values: list, checks: list[
     return alive
 
 
-def choose(kept: list[tuple[Candidate, Any, float]], budget_s: float, limit: int = MAX_KEPT
-           ) -> list[tuple[Candidate, Any, float]]:
+def choose(kept: list[tuple[Candidate, Any, int]], budget_ops: int, limit: int = MAX_KEPT
+           ) -> list[tuple[Candidate, Any, int]]:
     """Round-robin over distinct expected values, each in candidate order,
-    while the reference's total time on the chosen stays within ``budget_s``."""
+    while the reference's total trace events on the chosen stay within ``budget_ops``."""
     groups: dict[str, list] = {}
     for item in kept:
-        groups.setdefault(repr(item[1]), []).append(item)
+        groups.setdefault(literal(item[1]), []).append(item)
     queues = list(groups.values())
     out: list = []
-    spent = 0.0
+    spent = 0
     while len(out) < limit and queues:
         for q in list(queues):
             if len(out) >= limit:
                 break
             item = q.pop(0)
-            if spent + item[2] <= budget_s:
+            if spent + item[2] <= budget_ops:
                 out.append(item)
                 spent += item[2]
             if not q:
@@ -119,7 +122,7 @@ def confirm(task: MbppTask, lines: list[str], sandbox: Sandbox | None) -> tuple[
         if not lines:
             return lines, dropped
         g = grade(task.code, task.test_setup_code, "\n".join(list(task.test_list) + lines), sandbox=sandbox,
-                  limits=Limits(cpu_s=20, wall_s=40))
+                  limits=Limits(cpu_s=60, wall_s=180))  # generous: no clock decides
         if g.passed:
             return lines, dropped
         bad = next((c.index for c in g.checks if c.outcome is not None and not c.passed), None)
