@@ -209,7 +209,7 @@ def finalize(tasks, lines, n_tasks: int, reps: int) -> None:
             for arm in ("a", "b"):
                 played = rollouts.play(t, arm, "recover" if arm == "a" else "revise", Path(tempfile.mkdtemp(dir=root)))
                 final = (played.workspace / "solution.py").read_bytes().decode("utf-8", "surrogateescape")
-                episodes.append((t, json.loads(json.dumps(played.trace)), final, played.service["log"]))
+                episodes.append((t, json.loads(json.dumps(played.trace)), final, played.service, played.replies))
     modes = {"before": lambda t: TaskTests(t.test_setup_code, tuple(t.test_list), tuple(t.test_list)),
              "base+plus metric": lambda t: TaskTests(t.test_setup_code, tuple(t.test_list), tuple(t.test_list),
                                                      tuple(lines[t.id]), "base"),
@@ -218,10 +218,11 @@ def finalize(tasks, lines, n_tasks: int, reps: int) -> None:
     times: dict[str, list[float]] = {m: [] for m in modes}
     rewarded = {m: 0 for m in modes}
     for _ in range(reps):
-        for t, trace, final, log in episodes:
+        for t, trace, final, service, replies in episodes:
             for m, make in modes.items():  # interleaved: the same load for each mode
                 t0 = time.perf_counter()
-                info = verify(trace, final, make(t), limits, log)
+                info = verify(trace, final, make(t), limits, service["log"], service_end=service["end"],
+                              replies=replies, profile="glyph")
                 times[m].append(time.perf_counter() - t0)
                 rewarded[m] += info.reward == 1.0
     base = statistics.median(times["before"])
