@@ -226,14 +226,20 @@ def test_a_warm_child_is_alone_in_its_session_with_only_its_own_descriptors(tmp_
     assert (a.workdir / program.TRACE).is_file() and (b.workdir / program.TRACE).is_file()
 
 
+async def _started(ws, held):
+    """A warm rollout under way: its task, the server and the child, once the child has asked the endpoint."""
+    run = asyncio.ensure_future(start.run_warm(ws, env_of("s")))
+    server = start.get_server()
+    [kid] = await asyncio.to_thread(wait_for, lambda: children_of(server.pid), "the child")
+    await asyncio.to_thread(wait_for, lambda: held.seen, "the child asking the endpoint")
+    return run, server, kid
+
+
 def test_a_cancelled_rollout_leaves_no_process(tmp_path, held):
     ws = workspace(tmp_path / "ws", held.base_url)
 
     async def cancel():
-        run = asyncio.ensure_future(start.run_warm(ws, env_of("s")))
-        server = start.get_server()
-        [kid] = await asyncio.to_thread(wait_for, lambda: children_of(server.pid), "the child")
-        await asyncio.to_thread(wait_for, lambda: held.seen, "the child asking the endpoint")
+        run, _, kid = await _started(ws, held)
         run.cancel()
         with pytest.raises(asyncio.CancelledError):
             await run
@@ -248,10 +254,7 @@ def test_killing_the_server_leaves_nothing_and_it_starts_again(tmp_path, held, e
     ws = workspace(tmp_path / "ws", held.base_url)
 
     async def kill_server():
-        run = asyncio.ensure_future(start.run_warm(ws, env_of("s")))
-        server = start.get_server()
-        [kid] = await asyncio.to_thread(wait_for, lambda: children_of(server.pid), "the child")
-        await asyncio.to_thread(wait_for, lambda: held.seen, "the child asking the endpoint")
+        run, server, kid = await _started(ws, held)
         os.kill(server.pid, signal.SIGKILL)
         return await run, kid, server.pid
 
