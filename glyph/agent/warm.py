@@ -4,7 +4,7 @@ shipped with the agent layer; started and owned by ``glyph.envs.start`` in
 the env process, on a runtime with a local workspace).
 
 A fresh ``python3 -I program.py`` spends most of its CPU starting Python and
-importing (http.client, urllib, email, ssl, json, the shipped modules); a
+importing (json, dataclasses, socket, the shipped modules); a
 fork of this process, which already imported them, starts the same episode
 for a fraction of that. Each child is started as verifiers' subprocess
 runtime starts the cold program (``verifiers/v1/runtimes/subprocess.py``,

@@ -34,7 +34,6 @@ from pathlib import Path
 
 from glyph.layers import shipped_files
 
-STARTS = ("warm", "cold")
 SERVER = "glyph/agent/warm.py"
 HELLO_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 5.0
@@ -234,11 +233,16 @@ _owner: int | None = None
 _lock = threading.Lock()
 
 
+def _running() -> WarmServer | None:
+    """This env process's warm server if it is running (a forked env process owns none of its parent's)."""
+    return _server if _server is not None and _owner == os.getpid() and _server.alive() else None
+
+
 def get_server() -> WarmServer:
     """This env process's warm server: started on first use and again when it died."""
     global _server, _owner
     with _lock:
-        if _server is not None and _owner == os.getpid() and _server.alive():
+        if _running() is not None:
             return _server
         if _server is not None and _owner == os.getpid():
             _server.close()
@@ -263,8 +267,7 @@ async def run_warm(runtime, env: dict[str, str]) -> Finished:
     if cwd is None:
         raise ValueError("a warm start needs a runtime with a local workspace")
     full = process_env(runtime, env)
-    server = _server if _server is not None and _owner == os.getpid() and _server.alive() else None
-    server = server or await asyncio.to_thread(get_server)  # a start waits for its imports: off the loop
+    server = _running() or await asyncio.to_thread(get_server)  # a start waits for its imports: off the loop
     try:
         return await server.run(cwd, full)
     except ConnectionError:  # it was gone before it forked the rollout's child: nothing ran
