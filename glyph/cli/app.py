@@ -10,8 +10,9 @@ are the same."""
 
 from __future__ import annotations
 
+import importlib
 import sys
-from collections.abc import Callable, Iterator, MutableMapping
+from collections.abc import Iterator, MutableMapping
 from typing import Annotated
 
 import typer
@@ -19,67 +20,28 @@ import typer.main
 
 from glyph.cli.common import App, _Group
 
-
-def _grade(app: App) -> None:
-    from glyph.cli import grade
-    app.command()(grade.grade)
-
-
-def _demo(app: App) -> None:
-    from glyph.cli import run
-    app.command()(run.demo)
+COMMANDS: dict[str, tuple[str, str | None]] = {
+    "grade": ("grade", "grade"), "demo": ("run", "demo"), "serve": ("run", "serve"), "report": ("report", "report"),
+    "sandbox": ("sandbox", None), "data": ("data", None), "prime-rl": ("prime_rl", None),
+    "conventions": ("conventions", None), "flywheel": ("flywheel", None), "study": ("study", None)}
+"""Each top-level command and group, in the order help lists them: the ``glyph.cli`` module that
+holds it, and the command's function there (None: a group, the module's ``app``)."""
 
 
-def _serve(app: App) -> None:
-    from glyph.cli import run
-    app.command()(run.serve)
-
-
-def _report(app: App) -> None:
-    from glyph.cli import report
-    app.command()(report.report)
-
-
-def _sandbox(app: App) -> None:
-    from glyph.cli import sandbox
-    app.add_typer(sandbox.app, name="sandbox")
-
-
-def _data(app: App) -> None:
-    from glyph.cli import data
-    app.add_typer(data.app, name="data")
-
-
-def _prime_rl(app: App) -> None:
-    from glyph.cli import prime_rl
-    app.add_typer(prime_rl.app, name="prime-rl")
-
-
-def _conventions(app: App) -> None:
-    from glyph.cli import conventions
-    app.add_typer(conventions.app, name="conventions")
-
-
-def _flywheel(app: App) -> None:
-    from glyph.cli import flywheel
-    app.add_typer(flywheel.app, name="flywheel")
-
-
-def _study(app: App) -> None:
-    from glyph.cli import study
-    app.add_typer(study.app, name="study")
-
-
-COMMANDS: dict[str, Callable[[App], None]] = {
-    "grade": _grade, "demo": _demo, "serve": _serve, "report": _report, "sandbox": _sandbox, "data": _data,
-    "prime-rl": _prime_rl, "conventions": _conventions, "flywheel": _flywheel, "study": _study}
-"""Each top-level command and group, in the order help lists them, with what registers it."""
+def _register(app: App, name: str) -> None:
+    """Register ``COMMANDS[name]`` on ``app`` as an eager ``app.command()`` / ``app.add_typer`` would."""
+    module, function = COMMANDS[name]
+    code = importlib.import_module(f"glyph.cli.{module}")
+    if function is None:
+        app.add_typer(code.app, name=name)
+    else:
+        app.command()(getattr(code, function))
 
 
 def _built(name: str):
     """The click command ``COMMANDS[name]`` registers, built by typer as for any app's command."""
     one = App()
-    COMMANDS[name](one)
+    _register(one, name)
     return typer.main.get_group(one).commands[name]
 
 
