@@ -150,7 +150,7 @@ def idle_worker(job_fd: int, uid: int | None, rundir: str, mode: str, cap_last: 
     if mode == "userns":
         _private_run_view(rundir)
         _own_pid_namespace()
-    if mode == "confined":  # elsewhere the server emptied its own before its first fork (server_setup)
+    if mode != "bare" and mode not in INHERITED_BOUNDING:  # those inherit the server's empty set (server_setup)
         isolation.drop_bounding_set(cap_last)
     if uid is not None:
         os.setgroups([])

@@ -260,8 +260,7 @@ class Server:
                         data = b""
                     if not data or b"k" in data:
                         item.killed = True
-                        self.poller.unregister(fd)
-                        self.by_fd.pop(fd, None)
+                        self._unwatch(fd)
                         self._kill_run(item.pid)
             now = time.monotonic()
             for run in list(self.runs.values()):
@@ -327,23 +326,27 @@ class Server:
         if data == b"e":  # checked at start: something removed our cgroup
             self._kill(idle.pid)
             raise RuntimeError("a worker could not enter its cgroup: the server's cgroup is gone")
-        fd = idle.sock.fileno()
-        self.poller.unregister(fd)
-        self.by_fd.pop(fd, None)
-        self.dropped.add(fd)
+        self._unwatch(idle.sock.fileno())
         idle.ready = data == b"r"
         return idle.ready
+
+    def _unwatch(self, fd: int) -> None:
+        """Stop watching ``fd`` (registered or not) and skip what is left of this poll's events for it:
+        once it is closed, its number may be reused by a descriptor opened later in the same batch."""
+        self.by_fd.pop(fd, None)
+        try:
+            self.poller.unregister(fd)
+        except KeyError:  # not registered (any more)
+            pass
+        self.dropped.add(fd)
 
     def _forget_idle(self, idle: IdleWorker) -> None:
         """An idle worker died before getting a job (killed from outside)."""
         self.idle.pop(idle.pid, None)
-        self.by_fd.pop(idle.pidfd, None)
-        self.poller.unregister(idle.pidfd)
+        self._unwatch(idle.pidfd)
         os.close(idle.pidfd)
-        self.dropped.add(idle.pidfd)
-        if not idle.ready and self.by_fd.pop(idle.sock.fileno(), None) is not None:
-            self.poller.unregister(idle.sock.fileno())
-            self.dropped.add(idle.sock.fileno())
+        if not idle.ready:
+            self._unwatch(idle.sock.fileno())
         idle.sock.close()
         os.waitpid(idle.pid, 0)
         self.sweep(idle.uid)
@@ -439,12 +442,7 @@ class Server:
         _, status, usage = os.wait4(run.pid, 0)
         wall = time.monotonic() - run.t0
         for fd in (run.pidfd, run.ctl):
-            self.dropped.add(fd)
-            self.by_fd.pop(fd, None)
-            try:
-                self.poller.unregister(fd)
-            except KeyError:
-                pass
+            self._unwatch(fd)
         os.close(run.pidfd)
         del self.runs[run.pid]
         swept = self.sweep(run.uid)
@@ -506,10 +504,7 @@ class Server:
         efd = self.oom_fd.pop(pid, None)
         if efd is not None:
             self.oom_of.pop(efd, None)
-            try:
-                self.poller.unregister(efd)
-            except KeyError:
-                pass
+            self._unwatch(efd)
             os.close(efd)
         over = pid in self.oom_hit
         self.oom_hit.discard(pid)
