@@ -479,8 +479,8 @@ def candidates(seeds: list[Seed], seed: int | str, n: int = MAX_CANDIDATES,
     groups: dict[tuple, list[Seed]] = {}
     for s in seeds:
         groups.setdefault(s.signature, []).append(s)
-    seen = {s.probe for s in seeds}
-    shown = {render(s, s.args, s.keywords) for s in seeds}  # a visible probe as ``render`` writes it
+    # each visible probe as recorded and as ``render`` writes it
+    seen = {s.probe for s in seeds} | {render(s, s.args, s.keywords) for s in seeds}
     out: list[Candidate] = []
 
     def add(s: Seed, args: list, kws: list, moved: set[int], rel, edge: bool) -> None:
@@ -492,7 +492,7 @@ def candidates(seeds: list[Seed], seed: int | str, n: int = MAX_CANDIDATES,
         if len(repr(args)) + len(repr(kws)) > MAX_REPR:
             return
         probe = render(s, tuple(args), tuple(kws))
-        if probe not in seen and probe not in shown:
+        if probe not in seen:
             seen.add(probe)
             empty = any(type(a) in (str, list, tuple, dict, set) and not a for a in args)
             out.append(Candidate(probe, edge, empty))
