@@ -265,8 +265,8 @@ def flywheel_import(
     t = Table("import", "imported from the original flywheel",
               ["file", "kind", "K", "holdout", "baseline", "final", "gain (pp)", "band recorded", "formula",
                "two-rate", "kept", "checks"], keys=1, right_columns=tuple(range(2, 11)))
-    pct = lambda x: "-" if x is None else f"{100 * x:.1f}%"  # noqa: E731
-    num = lambda x, f="{:.1f}": "-" if x is None else f.format(x)  # noqa: E731
+    from glyph.flywheel.outputs import pct
+    num = aggregate._pp
     order = sorted(parsed, key=lambda p: {"run": 0, "replication": 1, "credit": 2}[p[3]])  # runs first: matched
     for f, src, prov, kind in track(order, description="importing", console=err, transient=True):
         where = out / f.stem

@@ -99,9 +99,9 @@ NO_AA_FIT = ("no band fitted: no measured A/A band at two or more K (run the swe
              "nothing")
 
 
-def _aa_band(docs: Sequence[dict]) -> float | None:
-    """The mean measured A/A band of ``docs`` (pp); None unless every one measured it."""
-    bands = [(d.get("bands") or {}).get("aa_pp") for d in docs]
+def _mean_band(docs: Sequence[dict], key: str) -> float | None:
+    """The mean of ``docs``' band ``key`` (``bands[key]``, pp); None unless every one recorded it."""
+    bands = [(d.get("bands") or {}).get(key) for d in docs]
     return None if not bands or None in bands else statistics.fmean(bands)
 
 
@@ -125,13 +125,12 @@ def sweep_doc(by_k: dict[int, list[tuple[dict, str]]]) -> dict:
     per_k = []
     for k in ks:
         docs = [d for d, _ in by_k[k]]
-        two_rate = [(d.get("bands") or {}).get("two_rate_pp") for d in docs]
         per_k.append({"K": k, "runs": [run_row(d, w) for d, w in by_k[k]],
                       "baseline": _spread([d["baseline"] for d in docs]), "final": _spread([d["final"] for d in docs]),
                       "gain_pp": _spread([d["gain_pp"] for d in docs]),
                       "band_pp": statistics.fmean(d["noise_band_pp"] for d in docs),
-                      "two_rate_pp": None if None in two_rate else statistics.fmean(two_rate),
-                      "aa_pp": _aa_band(docs), "climbed": sum(climbed(d) for d in docs)})
+                      "two_rate_pp": _mean_band(docs, "two_rate_pp"),
+                      "aa_pp": _mean_band(docs, "aa_pp"), "climbed": sum(climbed(d) for d in docs)})
     all_docs = [d for k in ks for d, _ in by_k[k]]
     first = all_docs[0]
     return {"K": ks, "n_runs_per_K": len(by_k[ks[0]]), "gate": first["gate"], "n_holdout": first["n_holdout"],

@@ -169,7 +169,7 @@ def _heatmaps(cells: list[dict]):
         ax.imshow(norm, cmap="Blues", vmin=0, vmax=1)
         short = [label.replace("_", "\n") for label in conf["labels"]]
         columns = conf.get("predicted_labels", conf["labels"])
-        ax.set_xticks(range(len(columns)), conf.get("predicted_labels", conf["labels"]), fontsize=FONT,
+        ax.set_xticks(range(len(columns)), columns, fontsize=FONT,
                       rotation=35, ha="right", rotation_mode="anchor")  # whole, and clear of each other
         ax.set_yticks(range(len(short)), short, fontsize=FONT)
         ax.set_xlabel("predicted", fontsize=FONT + 1)

@@ -224,7 +224,7 @@ def tables(doc: dict) -> list[Table]:
     return out
 
 
-SOURCE_WORDS = {"label": "--label", "task records": "task records"}
+SOURCE_WORDS = {"label": "--label"}
 """How a run's ``sources`` value reads in the Runs table (the rest as recorded)."""
 
 
