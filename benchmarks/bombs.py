@@ -112,10 +112,11 @@ def git(*args: str) -> str:
     return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, check=True).stdout
 
 
-def default_before() -> str:
-    first = git("log", "--reverse", "--format=%H", "-S", "MAX_NODES", "--", WIRE).split()
+def default_before(symbol: str = "MAX_NODES", path: str = WIRE) -> str:
+    """The commit before the first that added ``symbol`` to ``path``: the code from before that change."""
+    first = git("log", "--reverse", "--format=%H", "-S", symbol, "--", path).split()
     if not first:
-        sys.exit(f"no commit defines MAX_NODES in {WIRE}: pass --before")
+        sys.exit(f"no commit defines {symbol} in {path}: pass --before")
     return first[0] + "^"
 
 

@@ -102,11 +102,10 @@ def one_run(base_url: str, cell: str, n: int, concurrency: int, data_path: str |
     """One vf-eval run of ``cell``: ``cold`` or ``warm`` here, or ``baseline`` (``python``'s checkout, as it is)."""
     out = Path(tempfile.mkdtemp(dir=work))
     times = out / "times.json"
-    start = [] if cell == "baseline" and python else ["--env.agent.harness.start",
-                                                      "cold" if cell == "baseline" else cell]
+    start = [] if cell == "baseline" else ["--env.agent.harness.start", cell]
     cmd = vf_eval_command(base_url, "mix", "b", n, out / "eval", data_path, ["-c", str(min(n, concurrency)), *start])
     cmd[2] = MEASURE + cmd[2]  # vfcompat.eval_command: [python, "-c", "from ... import main; main()", ...]
-    if cell == "baseline" and python:
+    if cell == "baseline":
         cmd[0] = python
     env = dict(os.environ, PRIME_RUNS_MODE="disabled", GLYPH_BENCH_TIMES=str(times))
     if profile:
@@ -204,8 +203,10 @@ def main() -> None:
     console = Console()
     runs: list[dict] = []
     with PolicyServer(tasks) as server, tempfile.TemporaryDirectory() as tmp:
+        # no other checkout: the baseline is this one's cold start, run once as ``cold``
+        cells = CELLS if args.baseline_python else tuple(c for c in CELLS if c != "baseline")
         for rep in range(args.reps):
-            for cell in CELLS:
+            for cell in cells:
                 for n in (args.small, args.large):
                     run = one_run(server.base_url, cell, n, args.concurrency, data_path, Path(tmp),
                                   python=args.baseline_python)
@@ -228,6 +229,8 @@ def main() -> None:
             if m is not None:
                 per[small["cell"]][k].append(m)
     med = {s: {k: statistics.median(v) if v else None for k, v in per[s].items()} for s in CELLS}
+    if not args.baseline_python:
+        med["baseline"] = med["cold"]
     sandbox = med["warm"]["tree"] - med["warm"]["env"] - med["warm"]["agent"]
     med["warm"]["sandbox"] = sandbox
     for cell in ("baseline", "cold"):

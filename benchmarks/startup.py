@@ -36,7 +36,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bombs import REPO, export, git
+from bombs import REPO, default_before, export, git
 
 COMMON = "glyph/cli/common.py"
 SOLUTION = "def add(a, b):\n    return a + b\n"
@@ -44,13 +44,6 @@ TESTS = "assert add(1, 2) == 3\nassert add(2, 2) == 4\n"
 GLYPH = "import sys; from glyph.cli.app import app; sys.argv[0] = 'glyph'; app()"
 GRADE = ("import sys; from glyph.grading import grade; "
          "r = grade(open(sys.argv[1], 'rb').read(), '', open(sys.argv[2]).read()); sys.exit(not r.passed)")
-
-
-def default_before() -> str:
-    first = git("log", "--reverse", "--format=%H", "-S", "_PlainValue", "--", COMMON).split()
-    if not first:
-        sys.exit(f"no commit defines _PlainValue in {COMMON}: pass --before")
-    return first[0] + "^"
 
 
 def once(cmd: list[str], env: dict, cwd: Path) -> tuple[float, float]:
@@ -93,7 +86,7 @@ def main() -> None:
     ap.add_argument("--vf-eval", action="store_true", help="also time vf-eval glyph-mbpp against vf-eval harbor")
     ap.add_argument("--vf-runs", type=int, default=3)
     args = ap.parse_args()
-    before = args.before or default_before()
+    before = args.before or default_before("_PlainValue", COMMON)
     work = Path(tempfile.mkdtemp(prefix="glyph-startup-"))
     # Bytecode cached for every module of both sides (the warm-up run writes it), under a prefix of
     # the work folder: the checkout is left as it is, whatever PYTHONDONTWRITEBYTECODE says.
