@@ -87,7 +87,7 @@ FAULT_SHARES = (("fault-500", 0.08), ("fault-hang", 0.08), ("fork_bomb", 0.06), 
                 ("memory_bomb", 0.06))  # the rest: mix
 HOSTILE = ("fork_bomb", "stdout_flood", "memory_bomb")
 SANDBOX_SERVER = "glyph/sandbox/runtime/server.py"
-PATTERNS = (SANDBOX_SERVER, "glyph/sandbox/runtime", "glyph-runs", "/.glyph/", "program.py")
+PATTERNS = (SANDBOX_SERVER, "glyph/sandbox/runtime", "glyph-runs", "/.glyph/", "program.py", "program.bundle")
 MARKER = "GLYPH_LOAD_BENCH"
 PAGE = os.sysconf("SC_PAGE_SIZE")
 

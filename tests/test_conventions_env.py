@@ -22,9 +22,11 @@ import pytest
 
 from glyph.agent import single_turn
 from glyph.data import conventions
+from glyph.envs import bundle
 from glyph.envs.conventions.harness import (SINGLE_TURN, ConventionsHarness, ConventionsHarnessConfig,
     runtime_files)
 from glyph.envs.conventions.taskset import ConventionsTaskset, ConventionsTasksetConfig, read_lessons
+from glyph.envs.mbpp.harness import BUNDLE
 from glyph.policies.server import PolicyServer
 from glyph.vfcompat import eval_command
 
@@ -229,7 +231,9 @@ def test_nothing_written_into_the_runtime_holds_the_hidden_test(protocol):
         ctx, trace = types.SimpleNamespace(model="conv-fixed"), types.SimpleNamespace(info={})
         res = asyncio.run(harness.launch(ctx, trace, runtime, "http://127.0.0.1:9/v1", "s3cr3t", {}, data))
         assert res.exit_code == 0
-        blob = b"\n".join(runtime.written.values()).decode()
+        written = dict(runtime.written)
+        shipped = bundle.unpack(written.pop(BUNDLE, b"\n[]"))  # each file of the cold start's bundle, pycs too
+        blob = b"\n".join([*written.values(), *shipped.values()]).decode("utf-8", "surrogateescape")
         assert json.dumps(task.spec.strip())[1:-1] in blob  # the prompt went in (in the JSON config) ...
         for fragment in [task.hidden_test, task.reference_fixed, task.reference_broken] + hidden_checks(task):
             assert fragment not in blob and json.dumps(fragment)[1:-1] not in blob, (task.id, fragment)
@@ -256,14 +260,15 @@ def server():
 
 
 def _shipped(tmp_path: Path, server, policy: str, task, timeout: float = 10) -> subprocess.CompletedProcess:
-    """The single program exactly as shipped (``python3 -I`` in a workspace holding only its files)."""
+    """The single program exactly as shipped (its cold start in a workspace holding only its files, with
+    this Python)."""
     data = _task_data("single", task)
     for path, content in runtime_files(data, server.base_url, policy, timeout).items():
         (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / path).write_bytes(content)
     env = {"PATH": os.environ.get("PATH", ""), "GLYPH_ROLLOUT_SECRET": secrets.token_hex(8),
            "GLYPH_CONFIG": ".glyph/config.json"}
-    return subprocess.run([sys.executable, "-I", SINGLE_TURN], cwd=tmp_path, env=env,
+    return subprocess.run([sys.executable, *SINGLE_TURN[1:]], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=60)
 
 

@@ -563,7 +563,8 @@ def test_the_harness_prompt_names_its_own_budget(mbpp_tasks, budget):
     import types
 
     from glyph.data import mbpp
-    from glyph.envs.mbpp.harness import PROGRAM_DIR, SHIPPED, GlyphHarness, GlyphHarnessConfig
+    from glyph.envs import bundle
+    from glyph.envs.mbpp.harness import BUNDLE, SHIPPED, GlyphHarness, GlyphHarnessConfig
     from glyph.envs.mbpp.taskset import GlyphData
 
     task = mbpp_tasks["mbpp_11"]
@@ -580,4 +581,6 @@ def test_the_harness_prompt_names_its_own_budget(mbpp_tasks, budget):
         assert cfg["messages"] == protocol.messages(arm, task.text, task.test_list, budget)
         assert f"budget of {budget} tool calls" in cfg["messages"][0]["content"]
         assert (cfg["messages"] == row["prompt"][arm]) == (budget == row["prompt_budget"])
-        assert {f"{PROGRAM_DIR}/{t}" for t in SHIPPED} <= set(runtime.written)
+        shipped = bundle.unpack(runtime.written[BUNDLE])  # the one file a container gets besides its two
+        assert {t: shipped[t] for t in SHIPPED} == {t: src.read_bytes() for t, src in SHIPPED.items()}
+        assert set(runtime.written) == {BUNDLE, program.CONFIG, program.workspace("glyph", None)[0]}

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from glyph.agent import program, protocol
-from glyph.envs import start
-from glyph.envs.mbpp.harness import COLD, SHIPPED, GlyphHarnessConfig, program_config
+from glyph.envs import bundle, start
+from glyph.envs.mbpp.harness import BUNDLE, COLD, SHIPPED, GlyphHarnessConfig, program_config
 from glyph.localhttp import JsonHandler, LocalServer
 
 WAIT_S = 60.0  # a bound on waiting for a process to appear or go, never an assertion on speed
@@ -111,11 +111,9 @@ def trace_of(root: Path) -> dict:
 
 
 def cold(root: Path, secret: str) -> subprocess.CompletedProcess:
-    """Today's cold start, as the harness asks it of a runtime: the shipped set in the workspace, ``python3 -I``."""
-    for target, source in SHIPPED.items():
-        dest = root / ".glyph/program" / target
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        dest.write_bytes(source.read_bytes())
+    """The cold start, as the harness asks it of a runtime: the bundle in the workspace, ``COLD``."""
+    (root / BUNDLE).parent.mkdir(parents=True, exist_ok=True)
+    (root / BUNDLE).write_bytes(bundle.build())
     return subprocess.run(COLD, cwd=root, capture_output=True, text=True, timeout=WAIT_S,
                           env={**start.process_env(types.SimpleNamespace(process_env=dict), {}), **env_of(secret)},
                           check=False)

@@ -67,10 +67,10 @@ def _forge():
         with open(f"/proc/{{pid}}/cmdline", "rb") as f:
             argv = f.read().split(b"\\0")
         hit = [a.decode() for a in argv if a.endswith(b"/sandbox/runtime/server.py")]
-        if server is None and hit:
+        if server is not None:
+            program = pid  # the grader that started the server runs in the agent program's process
+        elif hit:
             server = (pid, hit[0])
-        if any(a.endswith(b"/glyph/agent/program.py") for a in argv):
-            program = pid
         with open(f"/proc/{{pid}}/stat") as f:
             pid = int(f.read().rsplit(")", 1)[1].split()[1])
     if server is None or program is None:

@@ -19,13 +19,16 @@ from glyph import record
 from glyph.agent import program
 from glyph.agent.single_turn import ENDPOINT_FAILED
 from glyph.envs.conventions.taskset import IMPORT_CHECK, MAX_READ, ConventionsData, info_record
+from glyph.envs import bundle
 from glyph.envs.local import read_text
 from glyph.envs.mbpp import harness
 from glyph.envs.mbpp.harness import PROGRAM_DIR, GlyphHarness, GlyphHarnessConfig
 from glyph.envs.mbpp.taskset import GlyphData
 from glyph.text import encodable
 
-SINGLE_TURN = f"{PROGRAM_DIR}/glyph/agent/single_turn.py"
+SINGLE_TURN = bundle.argv("python3", harness.BUNDLE, PROGRAM_DIR, "glyph.agent.single_turn")
+"""The single protocol's command: the bundle's cold start (``glyph.envs.bundle``), running the single-turn
+program."""
 
 
 class ConventionsHarnessConfig(GlyphHarnessConfig):
@@ -37,15 +40,14 @@ class ConventionsHarnessConfig(GlyphHarnessConfig):
 
 
 def runtime_files(data: ConventionsData, endpoint: str, model: str, model_timeout: float) -> dict[str, bytes]:
-    """Everything the single protocol writes into the runtime: the program,
-    what it imports, and its configuration (the prompt and the endpoint)."""
+    """Everything the single protocol writes into the runtime: the bundle
+    (the program and what it imports) and its configuration (the prompt and
+    the endpoint)."""
     messages = [m if isinstance(m, dict) else m.model_dump(mode="json", exclude_none=True)
                 for m in data.prompt or []]
     config = {"messages": messages, "model_timeout": model_timeout,
               "endpoint": {"base_url": endpoint, "model": model}}
-    files = {f"{PROGRAM_DIR}/{target}": source.read_bytes() for target, source in harness.SHIPPED.items()}
-    files[program.CONFIG] = json.dumps(config).encode()
-    return files
+    return {harness.BUNDLE: bundle.build(), program.CONFIG: json.dumps(config).encode()}
 
 
 def agent_view(data: ConventionsData) -> GlyphData:
@@ -62,8 +64,7 @@ class ConventionsHarness(vf.Harness[ConventionsHarnessConfig]):
             return await self._agent(ctx, trace, runtime, endpoint, secret, mcp_urls, data)
         for path, content in runtime_files(data, endpoint, ctx.model, self.config.model_timeout).items():
             await runtime.write(path, content)
-        res = await runtime.run_program(["python3", "-I", SINGLE_TURN],
-                                        {"GLYPH_ROLLOUT_SECRET": secret, "GLYPH_CONFIG": program.CONFIG})
+        res = await runtime.run_program(SINGLE_TURN, {"GLYPH_ROLLOUT_SECRET": secret, "GLYPH_CONFIG": program.CONFIG})
         trace.info["glyph_program"] = {"exit_code": res.exit_code, "stdout": (res.stdout or "")[-2000:],
                                        "stderr": (res.stderr or "")[-2000:]}
         if res.exit_code != 0:  # not graded: the rollout fails with this reason

@@ -52,16 +52,16 @@ from glyph.agent.study_episode import Switches, system_messages
 from glyph.data import study
 from glyph.data.mbpp import MbppTask
 from glyph.data.study import StudyTask
-from glyph.envs import start
+from glyph.envs import bundle, start
 from glyph.envs.mbpp.finalize import ModelReplies
 from glyph.layers import shipped_files
 from glyph.sandbox import Limits
 
 PROGRAM_DIR = ".glyph/program"  # under .glyph: the agent's tools refuse every path there
-PROGRAM = f"{PROGRAM_DIR}/glyph/agent/program.py"
-COLD = ["python3", "-I", "-S", "-B", PROGRAM]
-"""The cold start: isolated (-I), no site-packages or .pth files to import (-S: the shipped set is
-stdlib only), no bytecode written into the runtime (-B: it is compiled once per rollout either way)."""
+BUNDLE = ".glyph/program.bundle"
+COLD = bundle.argv("python3", BUNDLE, PROGRAM_DIR)
+"""The cold start: one file written (``BUNDLE``: the shipped set and its bytecode), unpacked under
+``PROGRAM_DIR`` by the command itself, which then runs the program (``glyph.envs.bundle``)."""
 SHIPPED = shipped_files()
 """What the runtime gets under ``PROGRAM_DIR``: the shipped layers (``glyph.layers``), whole."""
 LOCAL_SANDBOX = "auto-or-bare"
@@ -247,8 +247,7 @@ class GlyphHarness(vf.Harness[GlyphHarnessConfig]):
                                 {"base_url": endpoint, "model": ctx.model}, study_task)
         warm = cfg.start == "warm" and local and start.workspace_of(runtime) is not None
         if not warm:  # warm, the server runs the shipped set from its own folder (written once)
-            for target, source in SHIPPED.items():
-                await runtime.write(f"{PROGRAM_DIR}/{target}", source.read_bytes())
+            await runtime.write(BUNDLE, bundle.build())
         await runtime.write(solution, placeholder.encode())
         await runtime.write(program.CONFIG, json.dumps(config).encode())
         env = {"GLYPH_ROLLOUT_SECRET": secret, "GLYPH_CONFIG": program.CONFIG}
