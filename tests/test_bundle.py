@@ -74,3 +74,16 @@ def test_pack_and_unpack_agree_and_unpack_refuses_trailing_bytes():
         assert "4 bytes after its last file" in str(exc)
     else:
         raise AssertionError("trailing bytes were accepted")
+
+
+def test_boot_writes_no_pyc_another_python_would_read(tmp_path):
+    """A runtime whose python3 is another version gets the sources alone (its own
+    pycs it would compile and, under -B, not write)."""
+    files = bundle.unpack(bundle.build())
+    tag = sys.implementation.cache_tag
+    other = {name.replace(f".{tag}.pyc", ".cpython-399.pyc"): data for name, data in files.items()}
+    proc = _unpack_and(tmp_path, "import glyph.agent.protocol\n", other)
+    assert proc.returncode == 0, proc.stderr
+    written = {p.relative_to(tmp_path / PROGRAM_DIR).as_posix() for p in (tmp_path / PROGRAM_DIR).rglob("*")
+               if p.is_file()}
+    assert written == set(SHIPPED)

@@ -38,13 +38,15 @@ import json, os, sys
 bundle, root = sys.argv[1], sys.argv[2]
 with open(bundle, "rb") as f:
     head, _, body = f.read().partition(b"\\n")
-at = 0
+at, tag = 0, "." + sys.implementation.cache_tag + ".pyc"
 for name, size in json.loads(head):
+    at += size
+    if name.endswith(".pyc") and not name.endswith(tag):
+        continue  # another Python's: it would never read it
     path = os.path.join(root, name)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "wb") as out:
-        out.write(body[at:at + size])
-    at += size
+        out.write(body[at - size:at])
 sys.path.insert(0, os.path.abspath(root))
 """
 BOOT = UNPACK + """\
@@ -53,7 +55,8 @@ sys.argv = [program.__file__]
 sys.exit(program.main())
 """
 """Run as ``python3 -I -S -B -c BOOT BUNDLE ROOT MODULE`` (``argv``): unpack
-``BUNDLE`` under ``ROOT`` (the shipped set's folder; made as needed), then
+``BUNDLE`` under ``ROOT`` (the shipped set's folder; made as needed; a pyc
+only where this Python's cache tag names it), then
 import the program ``MODULE`` from there, its bytecode included, and run it
 as the warm start does (``glyph.agent.warm``: ``argv`` is the program's
 path, ``main()``'s status the exit status). The programs read their
