@@ -18,8 +18,8 @@ import verifiers.v1 as vf
 from glyph import record
 from glyph.agent import program
 from glyph.agent.single_turn import ENDPOINT_FAILED
-from glyph.envs.conventions.taskset import IMPORT_CHECK, MAX_READ, ConventionsData, info_record
 from glyph.envs import bundle
+from glyph.envs.conventions.taskset import IMPORT_CHECK, MAX_READ, ConventionsData, info_record
 from glyph.envs.local import read_text
 from glyph.envs.mbpp import harness
 from glyph.envs.mbpp.harness import PROGRAM_DIR, GlyphHarness, GlyphHarnessConfig
