@@ -20,7 +20,6 @@ CPU is the child's user + system (``RUSAGE_CHILDREN``). Last line
 from __future__ import annotations
 
 import argparse
-import resource
 import shutil
 import statistics
 import subprocess
@@ -28,6 +27,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from env import children_cpu
 from rich.console import Console
 from rich.table import Table
 
@@ -36,11 +36,6 @@ from glyph.envs.mbpp.harness import BUNDLE, PROGRAM_DIR, SHIPPED
 
 IMPORTS = "import glyph.agent.program, glyph.agent.study_episode, glyph.grading\n"
 FILES = f"import os, sys\nsys.path.insert(0, os.path.abspath({PROGRAM_DIR!r}))\n"
-
-
-def children_cpu() -> float:
-    r = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return r.ru_utime + r.ru_stime
 
 
 def one(way: str, data: dict[str, bytes]) -> float:
@@ -69,7 +64,8 @@ def main() -> None:
     args = ap.parse_args()
     ours = bundle.build()
     tag = f".{sys.implementation.cache_tag}.pyc"
-    other = bundle.pack({name.replace(tag, ".cpython-399.pyc"): blob for name, blob in bundle.unpack(ours).items()})
+    other = bundle.pack({name.replace(tag, ".cpython-399.pyc"): blob
+                         for name, blob in bundle.unpack(ours).items()})
     data = {"bundle": ours, "bundle, other Python": other}
     ways = ("files", "bundle", "bundle, other Python")
     cpu: dict[str, list[float]] = {w: [] for w in ways}
@@ -83,7 +79,8 @@ def main() -> None:
     for way in ways:
         table.add_row(way, f"{med[way]:.1f}", f"{min(cpu[way]) * 1000:.1f}", f"{max(cpu[way]) * 1000:.1f}")
     Console().print(table)
-    print(f"bundle_cpu_ms={med['bundle']:.1f} files_cpu_ms={med['files']:.1f} ratio={med['files'] / med['bundle']:.2f}")
+    print(f"bundle_cpu_ms={med['bundle']:.1f} files_cpu_ms={med['files']:.1f} "
+          f"ratio={med['files'] / med['bundle']:.2f}")
 
 
 if __name__ == "__main__":

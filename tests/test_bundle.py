@@ -10,6 +10,8 @@ import shlex
 import subprocess
 import sys
 
+import pytest
+
 from glyph.envs import bundle
 from glyph.envs.mbpp.harness import BUNDLE, COLD, PROGRAM_DIR, SHIPPED
 
@@ -20,8 +22,8 @@ def _unpack_and(tmp_path, code: str, files: dict[str, bytes] | None = None) -> s
     data = bundle.build() if files is None else bundle.pack(files)
     (tmp_path / BUNDLE).parent.mkdir(parents=True, exist_ok=True)
     (tmp_path / BUNDLE).write_bytes(data)
-    return subprocess.run([sys.executable, "-I", "-S", "-B", "-v", "-c", bundle.UNPACK + code, BUNDLE, PROGRAM_DIR],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False)
+    argv = [sys.executable, "-I", "-S", "-B", "-v", "-c", bundle.UNPACK + code, BUNDLE, PROGRAM_DIR]
+    return subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False)
 
 
 def test_the_bundle_holds_the_shipped_set_and_a_checked_hash_pyc_for_each_module():
@@ -54,26 +56,24 @@ def test_a_pyc_never_stands_in_for_other_source(tmp_path):
     proc = _unpack_and(tmp_path, "import glyph.outcomes as o\nprint(o.STAND_IN)\n", files)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "the source, not the pyc"
-    loaded = [line for line in proc.stderr.splitlines() if line.startswith("# code object from") and "outcomes" in line]
-    assert loaded and all(".pyc" not in line for line in loaded), loaded  # compiled from the source it was given
+    loaded = [line for line in proc.stderr.splitlines()
+              if line.startswith("# code object from") and "outcomes" in line]
+    assert loaded and all(".pyc" not in line for line in loaded), loaded  # compiled from the source given
 
 
 def test_the_cold_command_survives_a_shell(tmp_path):
     """verifiers' prime and e2b runtimes run ``shlex.join(argv)`` through a
     shell: ``BOOT``'s lines and quotes must reach Python as they are."""
-    words = subprocess.run(["sh", "-c", f"printf '%s\\0' {shlex.join(COLD)}"], capture_output=True, check=True).stdout
+    shell = ["sh", "-c", f"printf '%s\\0' {shlex.join(COLD)}"]
+    words = subprocess.run(shell, capture_output=True, check=True).stdout
     assert words.decode().split("\0")[:-1] == COLD
 
 
 def test_pack_and_unpack_agree_and_unpack_refuses_trailing_bytes():
     files = {"a/b.py": b"x = 1\n", "c": b"", "d/e": bytes(range(256))}
     assert bundle.unpack(bundle.pack(files)) == files
-    try:
+    with pytest.raises(ValueError, match="4 bytes after its last file"):
         bundle.unpack(bundle.pack(files) + b"junk")
-    except ValueError as exc:
-        assert "4 bytes after its last file" in str(exc)
-    else:
-        raise AssertionError("trailing bytes were accepted")
 
 
 def test_boot_writes_no_pyc_another_python_would_read(tmp_path):

@@ -78,15 +78,12 @@ def build() -> bytes:
     files: dict[str, bytes] = {}
     with tempfile.TemporaryDirectory(prefix="glyph-bundle-") as tmp:
         for target, source in shipped_files().items():
-            data = source.read_bytes()
-            files[target] = data
-            copy = Path(tmp) / target
-            copy.parent.mkdir(parents=True, exist_ok=True)
-            copy.write_bytes(data)
-            pyc = Path(importlib.util.cache_from_source(str(copy)))
-            py_compile.compile(str(copy), cfile=str(pyc), dfile=target, doraise=True,
+            files[target] = source.read_bytes()
+            pyc = importlib.util.cache_from_source(target)
+            cfile = Path(tmp) / pyc
+            py_compile.compile(str(source), cfile=str(cfile), dfile=target, doraise=True,
                                invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH)
-            files[pyc.relative_to(tmp).as_posix()] = pyc.read_bytes()
+            files[pyc] = cfile.read_bytes()
     return pack(files)
 
 

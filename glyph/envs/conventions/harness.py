@@ -64,7 +64,8 @@ class ConventionsHarness(vf.Harness[ConventionsHarnessConfig]):
             return await self._agent(ctx, trace, runtime, endpoint, secret, mcp_urls, data)
         for path, content in runtime_files(data, endpoint, ctx.model, self.config.model_timeout).items():
             await runtime.write(path, content)
-        res = await runtime.run_program(SINGLE_TURN, {"GLYPH_ROLLOUT_SECRET": secret, "GLYPH_CONFIG": program.CONFIG})
+        res = await runtime.run_program(SINGLE_TURN,
+                                        {"GLYPH_ROLLOUT_SECRET": secret, "GLYPH_CONFIG": program.CONFIG})
         trace.info["glyph_program"] = {"exit_code": res.exit_code, "stdout": (res.stdout or "")[-2000:],
                                        "stderr": (res.stderr or "")[-2000:]}
         if res.exit_code != 0:  # not graded: the rollout fails with this reason
