@@ -236,6 +236,66 @@ def test_no_data_offline_is_one_line_naming_the_env_var_and_option(monkeypatch):
     assert "--mbpp-path" not in problem
 
 
+def _closed_port() -> int:
+    """A port on 127.0.0.1 nothing listens on (bound, then closed)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_no_data_with_the_hub_unreachable_fails_in_seconds(monkeypatch, tmp_path, caplog):
+    """Offline without a data path: the one line naming GLYPH_MBPP_PATH comes after the
+    two-second reachability check (``glyph.data.hub``), not after huggingface_hub's retries
+    (five, up to 8 s apart: 23-29 s measured). The hub endpoint is a closed port on 127.0.0.1;
+    the hub cache an empty folder."""
+    import time
+
+    from huggingface_hub import constants
+
+    monkeypatch.delenv(mbpp.ENV_VAR, raising=False)
+    for var in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setattr(constants, "ENDPOINT", f"http://127.0.0.1:{_closed_port()}")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    started = time.monotonic()
+    problem = mbpp.data_problem(None, option="--env.taskset.data-path")
+    elapsed = time.monotonic() - started
+    assert elapsed < 3, f"{elapsed:.1f} s"
+    assert problem is not None and "\n" not in problem
+    assert "connection refused by 127.0.0.1:" in problem and "not in the local hub cache" in problem, problem
+    assert "GLYPH_MBPP_PATH" in problem and "--env.taskset.data-path" in problem
+    assert "Retrying" not in caplog.text
+
+
+def test_hub_check_names_why_and_keeps_its_deadline(monkeypatch):
+    """``hub.unreachable``: a refused connection is named; name resolution that hangs (it takes
+    no timeout) is abandoned at the deadline; behind a proxy no direct check is made."""
+    import time
+
+    from glyph.data import hub
+
+    for var in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(var, raising=False)
+    port = _closed_port()
+    assert hub.unreachable(f"http://127.0.0.1:{port}") == f"connection refused by 127.0.0.1:{port}"
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        assert hub.unreachable(f"http://127.0.0.1:{listening.getsockname()[1]}") is None
+
+    def hangs(*args, **kwargs):
+        time.sleep(3)
+        raise OSError("answered after the deadline")
+
+    monkeypatch.setattr(socket, "create_connection", hangs)
+    started = time.monotonic()
+    assert hub.unreachable("https://hub.example", deadline=0.5) == "no connection to hub.example:443 within 0.5 s"
+    assert time.monotonic() - started < 2
+    monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:3128")
+    assert hub.unreachable("https://hub.example", deadline=0.5) is None
+
+
 def test_data_problem_accepts_good_data_and_names_a_bad_row(mbpp_path, tmp_path):
     assert mbpp.data_problem(mbpp_path, option="--env.taskset.data-path") is None
     bad = tmp_path / "bad.jsonl"

@@ -219,15 +219,23 @@ def load_official(files: dict[str, str | os.PathLike]) -> list[MbppTask]:
 def download_official(cache_dir: str | os.PathLike | None = None,
                       option: str = CLI_OPTION) -> dict[str, Path]:
     """Fetch the official parquet files at the pinned revision (hub client);
-    a failure is one line naming ``$GLYPH_MBPP_PATH`` and ``option``."""
+    a failure is one line naming ``$GLYPH_MBPP_PATH`` and ``option``. When the
+    hub cannot be reached (``glyph.data.hub``: a two-second check) or
+    ``HF_HUB_OFFLINE`` is set, only the local hub cache is read, so an
+    offline machine gets that line in seconds, not after the client's retries."""
     from huggingface_hub import hf_hub_download
 
+    from glyph.data import hub
+
+    why = "HF_HUB_OFFLINE is set" if hub.offline() else hub.unreachable()
     try:
         return {split: Path(hf_hub_download(OFFICIAL_REPO, filename, repo_type="dataset",
-                                            revision=OFFICIAL_REVISION, cache_dir=cache_dir))
+                                            revision=OFFICIAL_REVISION, cache_dir=cache_dir,
+                                            local_files_only=why is not None))
                 for split, (filename, _) in OFFICIAL_FILES.items()}
     except Exception as exc:  # offline, hub down, proxy: one line on how to proceed
-        raise DataError(f"could not download MBPP from the hub ({type(exc).__name__}); offline, set "
+        cause = f"{why}; not in the local hub cache" if why else type(exc).__name__
+        raise DataError(f"could not download MBPP from the hub ({cause}); offline, set "
                         f"{ENV_VAR} to an MBPP JSONL in the official schema or pass {option}") from None
 
 
