@@ -366,6 +366,61 @@ def test_vf_eval_with_no_data_at_all_is_one_line_naming_the_env_option(tmp_path,
     assert "GLYPH_MBPP_PATH" in last and "--env.taskset.data-path" in last
 
 
+
+def test_offline_without_data_demo_and_vf_eval_fail_within_3_s(tmp_path, eval_in_process, monkeypatch):
+    """The hub a closed port on 127.0.0.1 (as with no network), no data path, an empty hub
+    cache: ``glyph demo`` (a subprocess) fails with the line naming GLYPH_MBPP_PATH at most
+    3 s later than the same command given a missing file (what starting it costs), and
+    vf-eval's run of glyph-mbpp (in this process: verifiers' own import, 10-28 s on a busy
+    machine, is not glyph's) within 3 s; neither prints the hub client's retries."""
+    import subprocess
+    import sys
+    import time
+
+    from huggingface_hub import constants
+
+    from glyph.vfcompat import eval_command
+
+    hub = f"http://127.0.0.1:{_closed_port()}"
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("GLYPH_MBPP_PATH", "HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")}
+    env.update(HF_ENDPOINT=hub, HF_HOME=str(tmp_path / "hf"), PRIME_RUNS_MODE="disabled", COLUMNS="200")
+    env.pop("HF_HUB_OFFLINE", None)
+    glyph = [sys.executable, "-m", "glyph.cli.app", "demo", "--tasks", "1", "--out", str(tmp_path / "demo")]
+
+    def timed(cmd):
+        started = time.monotonic()
+        r = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+        return r, time.monotonic() - started
+
+    baseline, base_s = timed(glyph + ["--mbpp-path", str(tmp_path / "absent.jsonl")])
+    assert baseline.returncode == 2 and "absent.jsonl: no such file" in baseline.stderr, baseline.stderr
+    r, took = timed(glyph)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert r.stderr.startswith("error: could not download MBPP from the hub (connection refused by 127.0.0.1:")
+    assert "GLYPH_MBPP_PATH" in r.stderr and "Retrying" not in r.stderr and len(r.stderr.splitlines()) == 1
+    assert took - base_s < 3, f"{took:.1f} s against {base_s:.1f} s with a missing file"
+
+    for var in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setattr(constants, "ENDPOINT", hub)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf" / "hub"))
+    args = ("-n", "1", "-m", "x", "--client.base-url", "http://127.0.0.1:9/v1", "--no-push")
+
+    def timed_eval(*more):
+        started = time.monotonic()
+        r = eval_in_process(eval_command("glyph-mbpp", *args, *more), capture_output=True, text=True,
+                            cwd=tmp_path, timeout=120, env=env)
+        return r.stdout + r.stderr, time.monotonic() - started
+
+    out, base_s = timed_eval("--env.taskset.data-path", "absent.jsonl")  # imports verifiers' CLI and glyph-mbpp
+    assert "absent.jsonl: no such file" in " ".join(out.replace("│", " ").split()), out
+    out, took = timed_eval()
+    assert out.strip().splitlines()[-1].startswith("glyph-mbpp: could not download MBPP"), out
+    assert "Retrying" not in out, out
+    assert took < 3, f"{took:.1f} s (with a missing file: {base_s:.1f} s)"
+
 # ---------------------------------------------------------------- the one error handler (glyph.cli.common)
 
 
