@@ -138,6 +138,19 @@ def eval_command(*args: str) -> list[str]:
     return [sys.executable, "-c", f"from {EVAL_MAIN} import main; main()", *args]
 
 
+def eval_cli() -> str:
+    """The console script that runs the installed verifiers' v1 eval CLI (1.):
+    ``vf-eval`` in 0.4.0, ``eval`` at a60a606 (where ``vf-eval`` is the legacy
+    CLI), read from the distribution's entry points."""
+    from importlib.metadata import PackageNotFoundError, distribution
+    try:
+        points = distribution("verifiers").entry_points
+    except PackageNotFoundError:
+        return "vf-eval"
+    names = [ep.name for ep in points if ep.group == "console_scripts" and ep.value == f"{EVAL_MAIN}:main"]
+    return names[0] if names else "vf-eval"
+
+
 def in_process_args() -> list[str]:
     """Eval CLI arguments that run the rollouts in the CLI's own process
     (where a caller's patches of glyph apply): ``--no-serve`` at a60a606,

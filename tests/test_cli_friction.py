@@ -209,7 +209,7 @@ def test_the_report_shows_the_endpoints_own_reason_for_an_errored_rollout():
     body = json.dumps({"error": {"message": unknown_policy("gpt-4o")}})
     trace = {"ok": False, "is_timeout": False,
              "errors": [{"type": "ProviderError", "message": f"upstream 404: {body}", "status_code": 404}],
-             "info": {"glyph": {"reward": None, "reason": "endpoint_error: endpoint answered HTTP 404",
+             "info": {"glyph": {"reward": None, "reason": "endpoint_error: model call failed: HTTP 404",
                                 "fault": "endpoint_error", "confirmed_by": None, "tamper": [], "candidates": [],
                                 "final_outcome": None, "final_detail": None, "base_outcome": None,
                                 "plus_outcome": None, "plus_detail": None, "reward_suite": "base",
@@ -217,7 +217,7 @@ def test_the_report_shows_the_endpoints_own_reason_for_an_errored_rollout():
                                 "visible_gradings": 0, "sandbox": None}}}
     j = judge({"ok": False, "errors": []}, trace)
     assert j.status == "errored"
-    assert j.reason.startswith("endpoint_error: endpoint answered HTTP 404 (upstream 404: unknown policy "
+    assert j.reason.startswith("endpoint_error: model call failed: HTTP 404 (upstream 404: unknown policy "
                                "'gpt-4o'; policies: oracle"), j.reason
     assert "{" not in j.reason and len(j.reason) < 300
 
@@ -233,7 +233,7 @@ def test_the_programs_fault_reason_carries_the_endpoints_own_words():
     # the reference server, asked for gpt-4o
     with PolicyServer({}, log=lambda line: None) as server, pytest.raises(program.EndpointError) as direct:
         program.chat({"base_url": server.base_url, "model": "gpt-4o"}, MSGS, 5, "")
-    assert str(direct.value) == f"endpoint answered HTTP 404: {unknown_policy('gpt-4o')}"
+    assert str(direct.value) == f"model call failed: HTTP 404: {unknown_policy('gpt-4o')}"
 
     wrapped = json.dumps({"error": {"message": unknown_policy("gpt-4o")}})
 
@@ -260,7 +260,7 @@ def test_the_programs_fault_reason_carries_the_endpoints_own_words():
         httpd.shutdown()
         httpd.server_close()
         thread.join()
-    assert str(relayed.value) == f"endpoint answered HTTP 404: upstream 404: {unknown_policy('gpt-4o')}"
+    assert str(relayed.value) == f"model call failed: HTTP 404: upstream 404: {unknown_policy('gpt-4o')}"
     assert program.own_words("upstream 500: not json") == "upstream 500: not json"
 
 

@@ -165,7 +165,7 @@ def test_vf_eval_failed_model_call_is_not_scored(runs):
     t = traces[0]
     assert not t["ok"] and reward(t) is None and t["errors"], t.get("errors")
     # the endpoint's own words after the status (verifiers' wrapping of the upstream's body undone)
-    assert t["info"]["glyph"]["reason"] == ("endpoint_error: endpoint answered HTTP 500: upstream 500: "
+    assert t["info"]["glyph"]["reason"] == ("endpoint_error: model call failed: HTTP 500: upstream 500: "
                                             "injected failure")
     assert t["info"]["glyph"]["reward"] is None
 
@@ -243,14 +243,14 @@ def test_nothing_written_into_the_runtime_holds_the_hidden_test(protocol):
 def test_single_harness_records_a_failed_model_call():
     data = _task_data("single", holdout(1)[0])
     runtime = FakeRuntime(exit_code=single_turn.ENDPOINT_FAILED,
-                          stderr="endpoint_error: endpoint answered HTTP 503\n")
+                          stderr="endpoint_error: model call failed: HTTP 503\n")
     trace = types.SimpleNamespace(info={})
     harness = ConventionsHarness(ConventionsHarnessConfig(id="glyph-conventions"))
     ctx = types.SimpleNamespace(model="m")
     res = asyncio.run(harness.launch(ctx, trace, runtime, "http://x/v1", "s", {}, data))
     assert res.exit_code == single_turn.ENDPOINT_FAILED  # verifiers fails the rollout: not scored
     assert trace.info["glyph"]["reward"] is None
-    assert trace.info["glyph"]["reason"] == "endpoint_error: endpoint answered HTTP 503"
+    assert trace.info["glyph"]["reason"] == "endpoint_error: model call failed: HTTP 503"
 
 
 @pytest.fixture(scope="module")
@@ -286,7 +286,7 @@ def test_shipped_program_writes_the_replys_code(tmp_path, server, policy, refere
 def test_shipped_program_exits_97_on_a_failed_call(tmp_path, server):
     proc = _shipped(tmp_path, server, "fault-500", holdout(1)[0])
     assert proc.returncode == single_turn.ENDPOINT_FAILED == 97
-    assert proc.stderr.strip() == "endpoint_error: endpoint answered HTTP 500: injected failure"
+    assert proc.stderr.strip() == "endpoint_error: model call failed: HTTP 500: injected failure"
     assert not (tmp_path / "solution.py").exists()
 
 

@@ -15,6 +15,7 @@ import json
 import os
 import secrets
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -461,7 +462,7 @@ def _launch(monkeypatch, local: bool, code: int, line: str, calls=(), stop=None)
 
 
 @pytest.mark.parametrize("local", [True, False])
-@pytest.mark.parametrize("code,line", [(97, "endpoint_error: endpoint answered HTTP 500"),
+@pytest.mark.parametrize("code,line", [(97, "endpoint_error: model call failed: HTTP 500"),
                                        (98, "tester_error: the test service answered HTTP 500: x")])
 def test_the_harness_errors_a_fault_exit_only_where_it_is_trusted(monkeypatch, local, code, line):
     """Local runtime: the fault exit fails the rollout with its reason. A
@@ -486,7 +487,7 @@ def test_the_harness_errors_a_fault_exit_only_where_it_is_trusted(monkeypatch, l
 ])
 def test_a_container_endpoint_fault_is_errored_only_when_the_interception_recorded_it(
         monkeypatch, calls, stop, errored):
-    line = "endpoint_error: endpoint answered HTTP 500"
+    line = "endpoint_error: model call failed: HTTP 500"
     res, trace = _launch(monkeypatch, False, program.ENDPOINT_FAILED, line, _calls(*calls), stop)
     confirmed = trace.info["glyph_endpoint_fault_confirmed"]
     if errored:
@@ -511,7 +512,7 @@ def policy_server(mbpp_tasks):
 
 
 @pytest.mark.parametrize("policy,extra,why", [
-    ("fault-500", [], "endpoint_error: endpoint answered HTTP 500"),
+    ("fault-500", [], "endpoint_error: model call failed: HTTP 500"),
     ("fault-hang", ["--env.agent.harness.model-timeout", "2"], "endpoint_error: endpoint unreachable or too slow"),
 ])
 def test_vf_eval_an_endpoint_fault_is_an_errored_rollout(tmp_path, policy_server, mbpp_path, policy, extra, why):
@@ -524,6 +525,50 @@ def test_vf_eval_an_endpoint_fault_is_an_errored_rollout(tmp_path, policy_server
     assert r["reason"].startswith(why), r["reason"]
     [t] = _traces(tmp_path)
     assert t["info"]["glyph"]["reward"] is None and t["info"]["glyph"]["fault"] == "endpoint_error"
+
+
+def test_eval_with_no_model_says_why_at_the_first_failed_call(tmp_path, mbpp_path):
+    """Nothing listens at ``--client.base-url`` (a closed port on 127.0.0.1): the eval CLI
+    (``vf-eval``; ``eval`` at the pin, its rollouts in an env-server worker) prints on stderr,
+    within 2 s of verifiers' log of the first failed model call, what failed and how to run
+    against glyph's reference policies, and at the end how many calls failed
+    (``glyph.envs.model_faults``); the rollouts are still errored with their cause."""
+    import time
+
+    from glyph.demo import read_rollouts, vf_eval_command
+    from glyph.vfcompat import eval_cli
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = vf_eval_command(f"http://127.0.0.1:{port}/v1", "mix", "a", 2, tmp_path, mbpp_path, [], profile="glyph")
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, PRIME_RUNS_MODE="disabled"))
+    stdout: list[str] = []
+    reader = threading.Thread(target=lambda: stdout.append(proc.stdout.read()), daemon=True)
+    reader.start()
+    lines: list[tuple[float, str]] = []
+    try:
+        for line in proc.stderr:
+            lines.append((time.monotonic(), line.rstrip("\n")))
+        proc.wait(timeout=300)
+    finally:
+        proc.kill()
+        proc.wait()
+    reader.join(10)
+    err = "\n".join(line for _, line in lines)
+    assert proc.returncode == 0, err[-3000:]
+    logged = [t for t, line in lines if "model call failed: id=" in line]  # verifiers' own console log
+    said = [t for t, line in lines if line.startswith("glyph-mbpp: a model call failed: connection refused")]
+    assert logged and len(said) == 1, err[-3000:]
+    assert abs(said[0] - logged[0]) < 2, err[-3000:]
+    text = " ".join(err.split())
+    assert f"endpoint: http://127.0.0.1:{port}/v1/chat/completions" in text
+    assert f"uv run {eval_cli()} glyph-mbpp -m mix --client.base-url http://127.0.0.1:8000/v1" in text
+    assert "failed in 2 rollout(s), the first: connection refused" in text, err[-3000:]
+    rows = read_rollouts(tmp_path)
+    assert len(rows) == 2 and all(not r["ok"] and r["reward"] is None for r in rows), rows
+    assert all(r["reason"].startswith("endpoint_error: model call failed: HTTP 50") for r in rows), rows
 
 
 @pytest.mark.parametrize("policy,extra,errored", [
@@ -556,7 +601,7 @@ def test_vf_eval_a_container_endpoint_fault_is_errored_when_the_interception_con
         assert not r["ok"] and r["reward"] is None
         # the reason, with what verifiers recorded of the upstream's answer (glyph.report.load)
         # the program's fault reason carries the endpoint's own words, so the report adds nothing to it
-        assert r["reason"] == "endpoint_error: endpoint answered HTTP 500: upstream 500: injected failure"
+        assert r["reason"] == "endpoint_error: model call failed: HTTP 500: upstream 500: injected failure"
         assert confirmed.startswith("the interception server recorded: ProviderError (HTTP 500)")
         assert t["info"]["glyph"]["confirmed_by"] == confirmed
         assert t["calls"][-1]["error"]["status_code"] == 500

@@ -138,7 +138,7 @@ def episode(
         trace["is_timeout"] = True
         g["reason"] = "the rollout timed out; the program did not finish (killed, or the rollout timed out)"
     elif kind == "errored" and not pin:
-        g["reason"] = "ended by endpoint_error: endpoint answered HTTP 500"
+        g["reason"] = "ended by endpoint_error: model call failed: HTTP 500"
     elif kind in ("timed_out", "errored"):  # the pin: an errored, unscored trace
         message = (
             "agent timeout: rollout exceeded its 600s budget"

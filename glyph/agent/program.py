@@ -75,7 +75,7 @@ def chat(endpoint: dict, messages: list[dict], timeout: float, secret: str) -> s
     try:
         data = json.loads(_post(url, json.dumps(body).encode(), headers, timeout, 16 << 20, mark_retries=True))
     except HTTPStatusError as exc:
-        raise EndpointError(f"endpoint answered HTTP {exc.code}{_endpoint_said(exc)}") from None
+        raise EndpointError(f"model call failed: HTTP {exc.code}{_endpoint_said(exc)}") from None
     except TRANSIENT as exc:
         raise EndpointError(f"endpoint unreachable or too slow: {exc}") from None
     except ValueError:

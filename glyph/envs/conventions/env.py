@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import verifiers.v1 as vf
 
+from glyph.envs import model_faults
 from glyph.envs.conventions.harness import ConventionsHarnessConfig
 from glyph.record import CONVENTIONS_ENV_ID
 
@@ -18,3 +19,15 @@ class ConventionsEnvConfig(vf.SingleAgentEnvConfig):
 
 class ConventionsEnv(vf.SingleAgentEnv, vf.Env[ConventionsEnvConfig]):
     """One agent seat running the conventions harness (verifiers types the config from ``vf.Env[...]``)."""
+
+    _watch: model_faults.Watch | None = None
+
+    async def start(self) -> None:
+        """Before any rollout: say the first failed model call on the terminal (``glyph.envs.model_faults``)."""
+        await super().start()
+        self._watch = model_faults.start(CONVENTIONS_ENV_ID)
+
+    async def stop(self) -> None:
+        model_faults.stop(self._watch)
+        self._watch = None
+        await super().stop()

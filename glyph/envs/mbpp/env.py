@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import verifiers.v1 as vf
 
+from glyph.envs import model_faults
 from glyph.envs.mbpp.harness import GlyphHarnessConfig
 from glyph.record import MBPP_ENV_ID
 
@@ -19,3 +20,15 @@ class GlyphEnvConfig(vf.SingleAgentEnvConfig):
 
 class GlyphEnv(vf.SingleAgentEnv, vf.Env[GlyphEnvConfig]):
     """One agent seat running glyph-mbpp's harness (verifiers types the config from ``vf.Env[...]``)."""
+
+    _watch: model_faults.Watch | None = None
+
+    async def start(self) -> None:
+        """Before any rollout: say the first failed model call on the terminal (``glyph.envs.model_faults``)."""
+        await super().start()
+        self._watch = model_faults.start(MBPP_ENV_ID)
+
+    async def stop(self) -> None:
+        model_faults.stop(self._watch)
+        self._watch = None
+        await super().stop()
