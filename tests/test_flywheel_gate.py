@@ -48,3 +48,39 @@ def test_paired_needs_two_tasks_and_band_is_strict():
     assert not gate.decide("band", math.nan, 0.05, none)
     with pytest.raises(ValueError, match="unknown gate"):
         gate.decide("bonferroni", 1.0, 0.0, none)
+
+
+def test_every_gate_decides_the_same_candidate_side_by_side():
+    """The constructed example above (+25 pp, paired [-3.0, +53.0]) against a 10 pp formula band and a
+    20 pp A/A band: formula keeps, two-rate (14.1 pp) keeps, paired rejects, A/A keeps; they disagree,
+    and the paired interval includes 0. Each verdict is the one ``decide`` gives for that gate."""
+    p = gate.paired({"t1": 0.5, "t2": 0.5, "t3": 0.5, "t4": 0.5}, {"t1": 0.0, "t2": 0.25, "t3": 0.5, "t4": 0.25})
+    aa = gate.aa_band([0.1, 0.3])  # |0.1 - 0.3| = 20 pp
+    d = gate.decisions(0.25, 0.10, p, aa)
+    assert d["formula"] == {"band_pp": 10.0, "keep": True}
+    assert d["two_rate"] == {"band_pp": pytest.approx(100 * math.sqrt(2) * 0.10, abs=1e-4), "keep": True}
+    assert d["paired"]["keep"] is False and d["paired"]["lo_pp"] < 0 < d["paired"]["hi_pp"]
+    assert d["aa"] == {"band_pp": 20.0, "keep": True}
+    for name, key in gate.DECISION_OF.items():
+        assert d[key]["keep"] == gate.decide(name, 0.25, 0.10, p, aa)
+    assert not gate.agree(d) and gate.includes_zero(d["paired"]) is True
+    fields = gate.lesson_fields(d, "band")
+    assert fields["gated_by"] == "formula" and fields["gates_agree"] is False and fields["paired_includes_zero"]
+    assert gate.verdicts(d) == {"formula": True, "two_rate": True, "paired": False, "aa": True}
+
+    small = gate.decisions(0.12, 0.10, gate.paired({"a": 1.0, "b": 0.9}, {"a": 0.8, "b": 0.8}), None)
+    assert small["two_rate"]["keep"] is False and small["formula"]["keep"] is True and small["aa"] is None
+    assert gate.verdicts(small)["aa"] is None and not gate.agree(small)
+    unanimous = gate.decisions(-0.05, 0.10, gate.paired({"a": 0.0, "b": 0.1}, {"a": 0.1, "b": 0.1}), None)
+    assert gate.agree(unanimous) and gate.includes_zero(unanimous["paired"]) is True
+    assert gate.includes_zero(gate.paired({"a": 1.0}, {"a": 0.0}).to_json()) is True  # one task: (-inf, inf)
+    assert gate.includes_zero(None) is None
+
+
+def test_the_default_gate_is_the_originals_and_the_recommended_one_is_named_with_why():
+    from glyph.flywheel.options import RunOptions
+
+    assert RunOptions().gate == gate.DEFAULT == "band" and gate.RECOMMENDED in gate.GATES
+    help_text = RunOptions.model_fields["gate"].description
+    assert "rl-loop.mjs" in help_text and f"recommends {gate.RECOMMENDED}" in help_text
+    assert set(gate.ASSUMES) == set(gate.DECISION_OF.values()) | {"two_rate"}

@@ -78,6 +78,102 @@ def test_every_point_of_a_run_has_the_interval_of_its_stored_rollouts(tmp_path, 
     assert f"[{100 * last['lo']:.1f}%, {100 * last['hi']:.1f}%]" in html and "95% Wilson interval" in html
 
 
+def test_the_interval_over_tasks_counts_a_tasks_agreeing_rollouts():
+    """Ten tasks, ten rollouts each, 50 of 100 passing. Where each task's rollouts agree (five tasks
+    pass all ten, five fail all ten) there are in effect ten draws, not 100: the cluster bootstrap over
+    tasks is about three times as wide as Wilson's (which counts 100 independent rollouts). Where every
+    task passes 5 of 10, tasks do not differ and resampling them changes nothing."""
+    agreeing = {f"t{i}": _rows(10, 0) if i < 5 else _rows(0, 10) for i in range(10)}
+    alike = {f"t{i}": _rows(5, 5) for i in range(10)}
+    a, b = curve_point(0, 0.5, agreeing), curve_point(0, 0.5, alike)
+    assert (a["lo"], a["hi"]) == (b["lo"], b["hi"]) == pytest.approx(wilson(50, 100), abs=1e-6)
+    assert a["task_hi"] - a["task_lo"] > 2.5 * (a["hi"] - a["lo"])
+    assert a["task_lo"] == pytest.approx(0.2, abs=0.1) and a["task_hi"] == pytest.approx(0.8, abs=0.1)
+    assert b["task_lo"] == b["task_hi"] == 0.5
+    assert curve_point(0, 0.5, agreeing) == a  # seeded: the same rows give the same interval
+
+
+def _gate_cell(d: dict) -> str:
+    word = "keep" if d["keep"] else "reject"
+    return f"{d['band_pp']:.1f} {word}"
+
+
+@pytest.mark.parametrize("gate_name", ["band", "aa"])
+def test_run_json_and_the_curve_page_carry_every_gates_decision_per_round(tmp_path, tasks_file, gate_name):
+    """Each round's lesson in run.json holds the formula, two-rate, paired and (with --gate aa) A/A
+    verdicts, each recomputed here from the round's own numbers; the deciding one is the lesson's
+    ``kept``; the curve point carries the same verdicts; the page and the terminal table show each
+    gate's band and verdict per round, and say what each gate assumes."""
+    import math
+
+    from rich.console import Console
+
+    from glyph.flywheel.gate import ASSUMES, DECISION_OF
+    from glyph.flywheel.outputs import gates_table
+
+    opts = RunOptions(tasks=tasks_file, K=2, concurrency=2, quiet=True, p_lucky=0.3, gate=gate_name,
+                      **({"aa_runs": 3} if gate_name == "aa" else {}))
+    doc, _ = run_one(opts, tmp_path / "run")
+    html = _text((tmp_path / "run" / "curve.html").read_text())
+    console = Console(width=80, record=True, file=None, color_system=None)
+    with console.capture() as captured:
+        console.print(gates_table(doc))
+    terminal = " ".join(captured.get().split())
+    aa_pp = doc["bands"]["aa_pp"]
+    assert (aa_pp is not None) is (gate_name == "aa")
+    scored = [les for les in doc["lessons"] if les["gates"] is not None]
+    assert len(scored) >= 2
+    for les in scored:
+        g, gain = les["gates"], les["gain_pp"]
+        assert g["formula"] == {"band_pp": les["band_pp"], "keep": gain > les["band_pp"]}
+        assert g["two_rate"]["band_pp"] == pytest.approx(math.sqrt(2) * les["band_pp"], abs=1e-3)
+        assert g["two_rate"]["keep"] is (gain > g["two_rate"]["band_pp"])
+        assert g["paired"] == les["paired"] | {"keep": les["paired"]["lo_pp"] is not None and les["paired"]["lo_pp"] > 0}
+        assert g["aa"] == (None if aa_pp is None else {"band_pp": aa_pp, "keep": gain > aa_pp})
+        assert les["gated_by"] == DECISION_OF[gate_name] and les["kept"] is g[les["gated_by"]]["keep"]
+        verdicts = {k: None if v is None else v["keep"] for k, v in g.items()}
+        assert les["gates_agree"] is (len({v for v in verdicts.values() if v is not None}) == 1)
+        [point] = [c for c in doc["curve"] if c["round"] == les["round"]]
+        assert point["decisions"] == verdicts
+        for shown in (html, terminal):
+            assert _gate_cell(g["formula"]) in shown and _gate_cell(g["two_rate"]) in shown
+            if g["aa"] is not None:
+                assert _gate_cell(g["aa"]) in shown
+        assert ("disagree" if not les["gates_agree"] else "agree") in html
+    if gate_name == "band":
+        assert any(not les["gates_agree"] for les in scored)  # this run's round 2: two-rate rejects
+        assert "not measured" in html and "not measured" in terminal
+    for rule, assumes in ASSUMES.values():
+        assert " ".join(rule.split()) in html and " ".join(assumes.split()) in " ".join(html.split())
+    assert "glyph recommends --gate aa" in " ".join(html.split())
+
+
+def test_a_kept_lesson_whose_paired_interval_includes_0_is_marked(tmp_path, tasks_file):
+    """A kept lesson whose paired interval includes 0 (here the run's own lesson with its paired
+    interval widened to [-1.7, +19.0], the issue's round 1): marked on the page, in the terminal
+    table and on the curve (its own legend entry)."""
+    from rich.console import Console
+
+    from glyph.flywheel import gate
+    from glyph.flywheel.outputs import KEPT_BUT_ZERO, summary_table
+
+    doc, _ = run_one(RunOptions(tasks=tasks_file, K=2, concurrency=2, quiet=True, p_lucky=0.3), tmp_path / "run")
+    les = next(les for les in doc["lessons"] if les["kept"])
+    wide = gate.Paired(0.086, -0.017, 0.19, 14)
+    decisions = gate.decisions(les["gain_pp"] / 100, les["band_pp"] / 100, wide, None)
+    les.update(paired=wide.to_json(), **gate.lesson_fields(decisions, "band"))
+    assert les["kept"] and les["paired_includes_zero"]
+    (tmp_path / "edited").mkdir()
+    write_run(tmp_path / "edited", doc)
+    html = " ".join(_text((tmp_path / "edited" / "curve.html").read_text()).split())
+    assert KEPT_BUT_ZERO in html and "+8.6 [-1.7, +19.0] reject" in html and "kept, paired CI includes 0" in html
+    assert f"kept although the paired interval includes 0: round(s) {les['round']}" in html
+    console = Console(width=80, record=True, color_system=None)
+    with console.capture() as captured:
+        console.print(summary_table(doc))
+    assert KEPT_BUT_ZERO in captured.get()
+
+
 # ---------------------------------------------------------------- replicate.html and sweep.html
 
 

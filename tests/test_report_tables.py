@@ -129,10 +129,19 @@ def flywheel_run(K: int = 8, aa: float | None = None, lessons: int = 2) -> dict:
     """A run document with the fields the tables and the aggregates read (what ``Flywheel.run`` writes)."""
     n = 42
     formula = 100 * 1.96 * (0.25 / (n * K)) ** 0.5
+    from glyph.flywheel import gate
+
+    def paired(i: int) -> gate.Paired:
+        return gate.Paired((8.0 - 5 * i) / 100, (3.1 - 6 * i) / 100, float("inf"), n)
+
     les = [{"round": i + 1, "mode": f"mode_{i}", "text": LONG_LESSON if i == 0 else "Round to 2 dp.",
             "cluster_size": 3 + i, "candidate": 0.3 + 0.1 * i, "gain_pp": 8.6 - 5 * i, "band_pp": formula,
-            "paired": {"mean_pp": 8.0 - 5 * i, "lo_pp": 3.1 - 6 * i, "hi_pp": None}, "kept": i == 0,
-            "error": "HTTP 500: the writer's endpoint failed" if i == 2 else None} for i in range(lessons)]
+            "paired": paired(i).to_json(), "kept": i == 0,
+            "error": "HTTP 500: the writer's endpoint failed" if i == 2 else None}
+           | gate.lesson_fields(None if i == 2 else gate.decisions(
+               (8.6 - 5 * i) / 100, formula / 100, paired(i),
+               None if aa is None else gate.AABand((0.4, 0.45), aa / 100, 0.05, 0.03)), "aa" if aa else "band")
+           for i in range(lessons)]
     return {"seed": 0, "K": K, "baseline": 0.086, "final": 0.464, "gain_pp": 37.8, "noise_band_pp": formula,
             "rounds": lessons, "lessons": les, "excluded": {"rollouts": 0}, "stop": "2 rejections in a row",
             "gate": "aa" if aa is not None else "band", "n_holdout": n, "n_train": 20,
@@ -157,11 +166,14 @@ def _fitted(table) -> Table:
 def test_the_flywheel_tables_fit(width):
     from glyph.flywheel.aggregate import replicate_doc, runs_table, sweep_doc
     from glyph.flywheel.noise import aa_table
-    from glyph.flywheel.outputs import summary_table
+    from glyph.flywheel.outputs import gates_table, summary_table
 
     lessons = _fitted(summary_table(flywheel_run(lessons=3)))
     text = assert_fits(lessons, width)
     assert _squeeze(f"round 1 · lesson: {LONG_LESSON}") in _squeeze(text) or f" {LONG_LESSON} " in text
+    for aa in (None, 10.5):
+        text = assert_fits(_fitted(gates_table(flywheel_run(aa=aa, lessons=3))), width)
+        assert "+8.0 [+3.1, inf] keep" in text and ("not measured" in text) is (aa is None)
     rep = replicate_doc([flywheel_run(), dict(flywheel_run(), seed=1)], ["run-0", "run-1"])
     text = assert_fits(_fitted(runs_table("replicate: 2/2 climbed", rep["runs"])), width)
     assert "run-1" in text and "baseline [95%]" in text

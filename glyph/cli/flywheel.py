@@ -93,10 +93,11 @@ def flywheel_run(out: _FwOut, opts: RunOptions) -> None:
     Baseline on the holdout, then rounds of: roll out the train tasks, cluster
     the failures, write one lesson, re-roll the holdout with it, keep it if the
     gate passes. Writes OUT/run.json, curve.png, curve.html, rollouts.jsonl."""
-    from glyph.flywheel.outputs import summary_table
+    from glyph.flywheel.outputs import gates_table, summary_table
 
     doc, fw = _run(opts, out)
     console.print(summary_table(doc))
+    console.print(gates_table(doc))
     err.print(f"wrote {out / 'run.json'}, {out / 'curve.png'}, {out / 'curve.html'}")
     _fw_timing(doc, fw)
 

@@ -48,6 +48,33 @@ from typing import Literal, Mapping, Sequence
 
 Gate = Literal["band", "paired", "aa"]
 GATES: tuple[str, ...] = ("band", "paired", "aa")
+DECISION_OF: dict[str, str] = {"band": "formula", "paired": "paired", "aa": "aa"}
+"""Each ``--gate`` value's key among :func:`decisions` (``run.json``'s ``gated_by``)."""
+DEFAULT: Gate = "band"
+"""The original flywheel's rule (abhid1234/flywheel ``integrations/daytona/learn/rl-loop.mjs:57``, the
+band, and ``:101``, ``gain > band``): the default, so that a run reproduces the original's."""
+RECOMMENDED: Gate = "aa"
+WHY_RECOMMENDED = (
+    "glyph recommends --gate aa: the original calls its band the A/A noise floor (rl-loop.mjs:56); "
+    "measuring it sees what the formula assumes away (a task's rollouts that agree, rates far from "
+    "p = 0.5). Read the paired interval beside it: it asks whether the gain carries over to other "
+    "tasks, which no band does.")
+"""Why (``docs/flywheel.md`` measures each on glyph's data)."""
+ASSUMES: dict[str, tuple[str, str]] = {
+    "formula": ("gain > 1.96*sqrt(0.25/N), N the scored candidate rollouts",
+                "every rollout an independent Bernoulli draw at p = 0.5, no task effects; one rate's "
+                "half-width held against a difference of two rates (sqrt(2) too narrow even then)"),
+    "two_rate": ("gain > sqrt(2) x formula",
+                 "independent Bernoulli rollouts at p = 0.5, no task effects: the half-width of a "
+                 "difference of two independent rates"),
+    "paired": ("per-task differences, 95% t interval over tasks, lower bound > 0",
+               "tasks exchangeable draws from a population of tasks, each its own control (clustering "
+               "by task counted); a near-normal mean; little power when a lesson moves few tasks"),
+    "aa": ("gain > 95% quantile of |difference| between no-lesson re-rolls",
+           "only that the re-rolls are like a round's comparison (same agent, holdout, K): measured, so "
+           "it sees correlated rollouts and rates far from 0.5; measured at the no-lesson level"),
+}
+"""Each gate's rule and what it assumes, as the curve page and ``glyph flywheel run`` print them."""
 Z95 = 1.96
 AA_QUANTILE = 0.95
 
@@ -206,3 +233,51 @@ def decide(gate: Gate, gain: float, band_value: float, paired_result: Paired, aa
             raise ValueError("gate 'aa' needs the A/A measurement")
         return math.isfinite(gain) and gain > aa.band
     raise ValueError(f"unknown gate {gate!r} (expected one of {', '.join(GATES)})")
+
+
+def decisions(gain: float | None, formula: float | None, paired_result: Paired | None,
+              aa: AABand | None) -> dict[str, dict | None]:
+    """Every gate's verdict on one candidate, side by side (pp, as ``run.json``
+    holds them): ``formula`` (gain > ``formula``), ``two_rate`` (gain >
+    sqrt(2) x it), ``paired`` (its interval, ``keep``) and ``aa`` (gain > the
+    A/A band); None for a gate that cannot be computed (no per-task rates, no
+    A/A measurement)."""
+    finite = gain is not None and math.isfinite(gain)
+    pp = lambda x: None if x is None or not math.isfinite(x) else round(100 * x, 4)  # noqa: E731
+
+    def band_gate(width: float | None) -> dict | None:
+        return None if width is None else {"band_pp": pp(width), "keep": finite and gain > width}
+
+    return {"formula": band_gate(formula),
+            "two_rate": band_gate(None if formula is None else math.sqrt(2) * formula),
+            "paired": None if paired_result is None else paired_result.to_json() | {"keep": paired_result.keep},
+            "aa": band_gate(None if aa is None else aa.band)}
+
+
+def agree(gates: dict[str, dict | None]) -> bool:
+    """Whether every computed gate of :func:`decisions` says the same."""
+    return len({d["keep"] for d in gates.values() if d is not None}) <= 1
+
+
+def includes_zero(paired_json: dict | None) -> bool | None:
+    """Whether a paired interval (``Paired.to_json``: ``lo_pp``/``hi_pp``, None for an infinite bound)
+    includes 0; None where there is no paired comparison."""
+    if not paired_json or paired_json.get("mean_pp") is None:
+        return None
+    lo, hi = paired_json["lo_pp"], paired_json["hi_pp"]
+    return (lo is None or lo <= 0) and (hi is None or hi >= 0)
+
+
+def lesson_fields(decisions: dict | None, gate: str) -> dict:
+    """A lesson's gate fields in ``run.json``: every gate's verdict (``gate.decisions``), the one
+    that decided (``gated_by``), whether they agree, and whether the paired interval includes 0."""
+    if decisions is None:
+        return {"gates": None, "gated_by": DECISION_OF[gate], "gates_agree": None,
+                "paired_includes_zero": None}
+    return {"gates": decisions, "gated_by": DECISION_OF[gate], "gates_agree": agree(decisions),
+            "paired_includes_zero": includes_zero(decisions["paired"])}
+
+
+def verdicts(decisions: dict) -> dict:
+    """A curve point's ``decisions``: each gate's keep (None where it was not computed)."""
+    return {name: None if d is None else d["keep"] for name, d in decisions.items()}

@@ -48,6 +48,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
+import numpy as np
+
 from glyph.agent.tools import sha256
 from glyph.data import conventions
 from glyph.data.conventions import ConventionTask
@@ -56,7 +58,7 @@ from glyph.flywheel.agents import Agent, ModelCallFailed, RolloutKey
 from glyph.flywheel.options import RunConfig
 from glyph.flywheel.store import Store, fingerprint
 from glyph.flywheel.writers import Cluster, Failure, Writer
-from glyph.report.stats import wilson
+from glyph.report.stats import Bootstrap, wilson
 
 MAX_REJECTIONS = 2
 _EXC_CLASS = re.compile(r"^([A-Z][\w.]*):")
@@ -134,24 +136,42 @@ def pooled(by_task: dict[str, list[dict]], tasks: Iterable[str] | None = None) -
 
 
 CURVE_INTERVAL = {"method": "wilson", "level": 0.95,
-                  "of": "each curve point's pass rate over the scored holdout rollouts of its measurement (n)"}
-"""What a curve point's ``lo``/``hi`` (the accepted level) and ``candidate_lo``/``candidate_hi`` are."""
+                  "of": "each curve point's pass rate over the scored holdout rollouts of its measurement (n)",
+                  "assumes": "rollouts independent: a task's K rollouts count as K draws",
+                  "clustered": {"method": "task cluster bootstrap", "level": 0.95, "resamples": 2000, "seed": 0,
+                                "of": "the same pooled rate, tasks resampled with their rollouts "
+                                      "(task_lo/task_hi, candidate_task_lo/candidate_task_hi)",
+                                "assumes": "tasks exchangeable draws from a population of tasks; a task's "
+                                           "rollouts may be correlated"}}
+"""What a curve point's intervals are: ``lo``/``hi`` (the accepted level) and ``candidate_lo``/
+``candidate_hi`` Wilson's, ``task_lo``/``task_hi`` and ``candidate_task_*`` the task cluster bootstrap's."""
+_CLUSTERED = Bootstrap(resamples=CURVE_INTERVAL["clustered"]["resamples"], seed=CURVE_INTERVAL["clustered"]["seed"])
 
 
 def rate_interval(by_task: dict[str, list[dict]] | None, prefix: str = "") -> dict:
     """``{prefix}lo``, ``{prefix}hi``, ``{prefix}n``: the 95% Wilson interval
     (``glyph.report.stats.wilson``, the report's) of the pooled rate of
-    ``by_task`` and its scored count; all ``None`` for no measurement."""
+    ``by_task`` and its scored count; ``{prefix}task_lo``/``task_hi``: the 95%
+    interval of the same rate from a cluster bootstrap over tasks (the report's
+    ``Bootstrap.ratio``: tasks resampled with all their rollouts, so
+    correlation within a task widens it); all ``None`` for no measurement."""
+    keys = [f"{prefix}{k}" for k in ("lo", "hi", "n", "task_lo", "task_hi")]
     if by_task is None:
-        return {f"{prefix}lo": None, f"{prefix}hi": None, f"{prefix}n": None}
+        return dict.fromkeys(keys)
     passes, n = counts(by_task)
     ci = wilson(passes, n)
-    return {f"{prefix}lo": _r(ci[0]) if ci else None, f"{prefix}hi": _r(ci[1]) if ci else None, f"{prefix}n": n}
+    per_task = [counts(by_task, [t]) for t in sorted(by_task)]
+    per_task = [(p, m) for p, m in per_task if m]
+    clustered = (_CLUSTERED.ratio(np.array([[p] for p, _ in per_task]), np.array([[m] for _, m in per_task]),
+                                  "flywheel-curve") if per_task else None)
+    values = (ci[0] if ci else None, ci[1] if ci else None, n,
+              clustered[0] if clustered else None, clustered[1] if clustered else None)
+    return {k: (v if k.endswith("n") else _r(v)) for k, v in zip(keys, values)}
 
 
 def curve_point(round_: int, level: float | None, level_rows: dict[str, list[dict]], cand_rows=None, **fields) -> dict:
     """One learning-curve point: the accepted level and the candidate (rate,
-    interval, count), then ``fields`` (kept, level_before, band_pp)."""
+    intervals, count), then ``fields`` (kept, level_before, band_pp, decisions)."""
     cand = None if cand_rows is None else pooled(cand_rows)[0]
     return ({"round": round_, "accepted": _r(level), "candidate": _r(cand)} | fields | rate_interval(level_rows)
             | rate_interval(cand_rows, "candidate_"))
@@ -356,7 +376,8 @@ class Flywheel:
         band = gates.band_for(n_with) if n_with else math.inf
         paired = gates.paired({t: cr[t] for t in common}, {t: lr[t] for t in common})
         keep = gates.decide(self.config.gate, gain, band, paired, self.aa)
-        return {"gain": gain, "band": band, "paired": paired, "keep": keep, "n_tasks": len(common)}
+        return {"gain": gain, "band": band, "paired": paired, "keep": keep, "n_tasks": len(common),
+                "gates": gates.decisions(gain, band, paired, self.aa)}
 
     # -- the run
 
@@ -410,8 +431,8 @@ class Flywheel:
             if stored["error"]:
                 writer_failures += 1
                 lessons.append(entry | {"gain_pp": None, "band_pp": None, "paired": None, "candidate": None,
-                                        "kept": False, "error": stored["error"]})
-                curve.append(curve_point(rnd, level, level_rows, kept=False, band_pp=None))
+                                        "kept": False, "error": stored["error"]} | gates.lesson_fields(None, cfg.gate))
+                curve.append(curve_point(rnd, level, level_rows, kept=False, band_pp=None, decisions=None))
                 continue
             hold = self._phase(store, bars, "holdout", rnd, self.holdout, kept + [stored["text"]],
                                f"round {rnd} holdout")
@@ -419,7 +440,7 @@ class Flywheel:
             cand_rate, _ = pooled(hold)
             lessons.append(entry | {"gain_pp": _r(100 * cmp["gain"], 4), "band_pp": _r(100 * cmp["band"], 4),
                                     "paired": cmp["paired"].to_json(), "candidate": _r(cand_rate),
-                                    "kept": cmp["keep"], "error": ""})
+                                    "kept": cmp["keep"], "error": ""} | gates.lesson_fields(cmp["gates"], cfg.gate))
             band_level = level
             if cmp["keep"]:
                 kept.append(stored["text"])
@@ -427,7 +448,8 @@ class Flywheel:
             else:
                 rejections += 1
             curve.append(curve_point(rnd, level, level_rows, hold, kept=cmp["keep"], level_before=_r(band_level),
-                                     band_pp=_r(100 * (self.aa.band if cfg.gate == "aa" else cmp["band"]), 4)))
+                                     band_pp=_r(100 * (self.aa.band if cfg.gate == "aa" else cmp["band"]), 4),
+                                     decisions=gates.verdicts(cmp["gates"])))
             if rejections >= MAX_REJECTIONS:
                 stop = f"{MAX_REJECTIONS} consecutive rejections"
                 break

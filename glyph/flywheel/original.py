@@ -91,12 +91,20 @@ def _bands(n_holdout: int | None, K: int | None) -> dict:
 RECORDED_INTERVAL = {"method": "recorded", "level": None,
                      "of": "the accepted level's lo/hi as the original's curve records them"}
 """A run file's curve interval: the original's own (its method is not in the file)."""
-NO_INTERVAL = {f"{p}{k}": None for p in ("", "candidate_") for k in ("lo", "hi", "n")}
+NO_INTERVAL = {f"{p}{k}": None for p in ("", "candidate_") for k in ("lo", "hi", "n", "task_lo", "task_hi")}
 
 
 def _recorded(c: dict) -> dict:
     """A curve point's interval fields: the accepted level's lo/hi as recorded, none for the candidate."""
     return NO_INTERVAL | {"lo": _r(c.get("lo")), "hi": _r(c.get("hi"))}
+
+
+def _decisions(gain: float | None, band_pp: float | None) -> dict | None:
+    """The gates a run file allows: the formula and two-rate bands from its gain; no paired comparison
+    (no per-task rates in any file) and no A/A measurement."""
+    if gain is None or band_pp is None:
+        return None
+    return gates.decisions(gain, band_pp / 100, None, None)
 
 
 def run_doc(src: dict, provenance: dict) -> dict:
@@ -123,12 +131,15 @@ def run_doc(src: dict, provenance: dict) -> dict:
             checks.append(f"round {c['round']}: rejected, yet the level moved")
         if cand is not None and kept != (c["gain"] > band_pp / 100):
             checks.append(f"round {c['round']}: status {c.get('status')!r} disagrees with gain > band")
+        decisions = _decisions(c.get("gain"), band_pp)
         curve.append({"round": c["round"], "accepted": _r(c["mean"]), "candidate": _r(cand), "kept": kept,
-                      "level_before": _r(prev["mean"]), "band_pp": band_pp, **_recorded(c)})
+                      "level_before": _r(prev["mean"]), "band_pp": band_pp,
+                      "decisions": None if decisions is None else gates.verdicts(decisions), **_recorded(c)})
     lessons = [{"round": les["round"], "mode": les["mode"], "text": les.get("lesson", ""),
                 "cluster_size": les.get("cluster"), "candidate": _r(candidates.get(les["round"])),
                 "gain_pp": _r(100 * les["gain"], 4) if les.get("gain") is not None else None,
                 "band_pp": band_pp, "paired": None, "kept": les.get("status") == "learned", "error": ""}
+               | gates.lesson_fields(_decisions(les.get("gain"), band_pp), "band")
                for les in sorted(src.get("lessons", []), key=lambda x: x["round"])]
     baseline, final = src["baseline"], src["final"]
     gain_pp = _r(100 * (final - baseline), 4)
@@ -172,11 +183,11 @@ def _partial_run(run: dict) -> dict:
         cand = level + les["gain"]
         lessons.append({"round": les["round"], "mode": les["mode"], "text": les.get("lesson", ""),
                         "cluster_size": les.get("cluster"), "candidate": _r(cand), "gain_pp": _r(100 * les["gain"], 4),
-                        "band_pp": None, "paired": None, "kept": kept, "error": ""})
+                        "band_pp": None, "paired": None, "kept": kept, "error": ""} | gates.lesson_fields(None, "band"))
         before = level
         level = cand if kept else level
         curve.append({"round": les["round"], "accepted": _r(level), "candidate": _r(cand), "kept": kept,
-                      "level_before": _r(before), "band_pp": None} | NO_INTERVAL)
+                      "level_before": _r(before), "band_pp": None, "decisions": None} | NO_INTERVAL)
     return {"baseline": _r(run["baseline"]), "final": _r(run["final"]),
             "gain_pp": _r(100 * (run["final"] - run["baseline"]), 4), "noise_band_pp": None, "K": None,
             "n_holdout": None, "n_train": None, "gate": "band", "seed": None, "agent": None, "writer": None,

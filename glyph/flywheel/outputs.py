@@ -68,6 +68,11 @@ def draw_curve(ax, doc: dict, *, label: str | None = "accepted holdout rate", de
     if ix:
         ax.errorbar(ix, iy, yerr=yerr, fmt="none", ecolor=colour, capsize=4, alpha=0.7,
                     label=f"accepted level, {interval_label(doc)}")
+    tx, ty, terr = _err(curve, "accepted", "task_lo", "task_hi")
+    if tx:
+        bars = ax.errorbar([x - 0.12 for x in tx], ty, yerr=terr, fmt="none", ecolor=colour, capsize=2, lw=1,
+                           alpha=0.9, label="accepted level, 95% over tasks (cluster bootstrap)")
+        bars[-1][0].set_linestyle(":")
     first = True
     for c in curve[1:]:
         if c.get("band_pp") is None or c.get("level_before") is None:
@@ -76,9 +81,13 @@ def draw_curve(ax, doc: dict, *, label: str | None = "accepted holdout rate", de
         ax.fill_between([c["round"] - 0.4, c["round"] + 0.4], lo, lo + c["band_pp"], color="#999999",
                         alpha=0.3, lw=0, label="noise band above the level" if first else None)
         first = False
-    for kept, style in ((True, {"color": "#2ca02c", "marker": "o", "label": "candidate, kept"}),
-                        (False, {"color": "#d62728", "marker": "x", "label": "candidate, rejected"})):
-        pts = [c for c in curve[1:] if c["candidate"] is not None and bool(c["kept"]) is kept]
+    zero = {les["round"] for les in doc.get("lessons", []) if les["kept"] and les.get("paired_includes_zero")}
+    for kind, style in (("kept", {"color": "#2ca02c", "marker": "o", "label": "candidate, kept"}),
+                        ("zero", {"color": "#ff7f0e", "marker": "D",
+                                  "label": "candidate, kept; its paired CI includes 0"}),
+                        ("rejected", {"color": "#d62728", "marker": "x", "label": "candidate, rejected"})):
+        pts = [c for c in curve[1:] if c["candidate"] is not None
+               and {True: "zero" if c["round"] in zero else "kept", False: "rejected"}[bool(c["kept"])] == kind]
         if pts:
             ax.scatter([c["round"] + 0.12 for c in pts], [100 * c["candidate"] for c in pts], zorder=3, s=40,
                        **style)
@@ -89,7 +98,7 @@ def draw_curve(ax, doc: dict, *, label: str | None = "accepted holdout rate", de
 
 
 def curve_png(doc: dict) -> bytes:
-    fig = figure(7.5, 4.2)
+    fig = figure(7.5, 5.2)
     ax = fig.add_subplot()
     draw_curve(ax, doc)
     ax.set_xlabel("round")
@@ -100,7 +109,7 @@ def curve_png(doc: dict) -> bytes:
     ax.set_xticks(range(len(doc["curve"])))
     ax.set_ylim(0, 100)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=FONT, loc="lower right")
+    fig.legend(fontsize=FONT, loc="outside lower center", ncols=2)  # under the axes: it covers no point
     return png(fig)
 
 
@@ -108,50 +117,130 @@ def _bound(x: float | None, infinite: str) -> str:
     return infinite if x is None else f"{x:+.1f}"
 
 
+KEPT_BUT_ZERO = "kept; paired CI includes 0"
+
+
+def verdict(les: dict) -> str:
+    """A lesson's verdict, marking a kept lesson whose paired interval includes 0."""
+    if les.get("error"):
+        return "writer failed: " + les["error"]
+    if not les["kept"]:
+        return "rejected"
+    return KEPT_BUT_ZERO if les.get("paired_includes_zero") else "kept"
+
+
 def lesson_rows(doc: dict) -> list[list[str]]:
+    return [[str(les["round"]), les["mode"], les["text"], _num(les["cluster_size"]), pct(les.get("candidate")),
+             pp(les["gain_pp"]), verdict(les)] for les in doc["lessons"]]
+
+
+LESSON_COLUMNS = ["round", "mode / cluster", "lesson", "failures", "candidate", "gain (pp)", "verdict"]
+GATE_COLUMNS = ["round", "gain (pp)", "formula", "two-rate", "paired [95% CI]", "A/A", "decided by", "gates"]
+GATE_LABELS = {"formula": "formula", "two_rate": "two-rate", "paired": "paired", "aa": "A/A"}
+
+
+def _word(keep: bool) -> str:
+    return "keep" if keep else "reject"
+
+
+def _gate_cell(name: str, d: dict | None, unavailable: str) -> str:
+    """One gate's verdict: its band (or the paired interval) and keep/reject."""
+    if d is None:
+        return unavailable
+    if name == "paired":
+        if d.get("mean_pp") is None:
+            return "-"
+        return (f"{d['mean_pp']:+.1f} [{_bound(d['lo_pp'], '-inf')}, {_bound(d['hi_pp'], 'inf')}] "
+                f"{_word(d['keep'])}")
+    return f"{d['band_pp']:.1f} {_word(d['keep'])}"
+
+
+def gate_rows(doc: dict) -> list[list[str]]:
+    """Per round, every gate's decision side by side (``run.json``'s ``gates``), the one that decided,
+    and whether they agree."""
+    aa_missing = "not measured"
+    paired_missing = "no per-task rates" if doc.get("imported") else "-"
     rows = []
     for les in doc["lessons"]:
-        p = les.get("paired")
-        paired = "-" if not p or p["mean_pp"] is None else (
-            f"{p['mean_pp']:+.1f} [{_bound(p['lo_pp'], '-inf')}, {_bound(p['hi_pp'], 'inf')}]")
-        verdict = "kept" if les["kept"] else ("writer failed: " + les["error"] if les.get("error") else "rejected")
-        rows.append([str(les["round"]), les["mode"], les["text"], str(les["cluster_size"]),
-                     pct(les.get("candidate")), pp(les["gain_pp"]),
-                     "-" if les["band_pp"] is None else f"{les['band_pp']:.1f}", paired, verdict])
+        g = les.get("gates")
+        if g is None:
+            rows.append([str(les["round"]), pp(les["gain_pp"]), "-", "-", "-", "-",
+                         GATE_LABELS.get(les.get("gated_by"), "-"), "writer failed" if les.get("error") else "-"])
+            continue
+        notes = ["agree" if les.get("gates_agree") else "disagree"]
+        if les.get("paired_includes_zero") and les["kept"]:
+            notes.append("kept, paired CI includes 0")
+        rows.append([str(les["round"]), pp(les["gain_pp"]), _gate_cell("formula", g["formula"], "-"),
+                     _gate_cell("two_rate", g["two_rate"], "-"), _gate_cell("paired", g["paired"], paired_missing),
+                     _gate_cell("aa", g["aa"], aa_missing),
+                     f"{GATE_LABELS[les['gated_by']]}: {'kept' if les['kept'] else 'rejected'}", "; ".join(notes)])
     return rows
 
 
-LESSON_COLUMNS = ["round", "mode / cluster", "lesson", "failures", "candidate", "gain (pp)", "band (pp)",
-                  "paired mean [95% CI] (pp)", "verdict"]
+def gate_caption(doc: dict) -> str:
+    """What the gates table holds, and which gate glyph recommends."""
+    from glyph.flywheel.gate import WHY_RECOMMENDED
+
+    n = sum(1 for les in doc["lessons"] if les.get("gates_agree") is False)
+    zero = sum(1 for les in doc["lessons"] if les["kept"] and les.get("paired_includes_zero"))
+    return (f"Every gate on every candidate, whatever gate decided: the band (pp) or the paired interval, "
+            f"and keep or reject. The gates disagree on {n} round(s); {zero} kept lesson(s) have a paired "
+            f"interval that includes 0. {WHY_RECOMMENDED}")
+
+
+ASSUMPTION_COLUMNS = ["gate", "keeps a lesson when", "assumes", "this run"]
+
+
+def assumption_rows(doc: dict) -> list[list[str]]:
+    """Each gate's rule and what it assumes (``gate.ASSUMES``), and its part in this run."""
+    from glyph.flywheel.gate import ASSUMES, DECISION_OF, RECOMMENDED
+
+    gated = (doc.get("bands") or {}).get("gated_by") or DECISION_OF[doc["gate"]]
+    measured = bool((doc.get("bands") or {}).get("aa"))
+    rows = []
+    for name, (rule, assumes) in ASSUMES.items():
+        role = "decided" if name == gated else ("not measured" if name == "aa" and not measured else "reported")
+        if name == DECISION_OF[RECOMMENDED]:
+            role += "; glyph recommends it"
+        rows.append([GATE_LABELS[name], rule, assumes, role])
+    return rows
 
 
 def interval(lo: float | None, hi: float | None) -> str:
     return "-" if lo is None or hi is None else f"[{pct(lo)}, {pct(hi)}]"
 
 
-CURVE_COLUMNS = ["round", "accepted level", "95% interval", "n", "candidate", "95% interval", "n", "kept",
-                 "band (pp)"]
+CURVE_COLUMNS = ["round", "accepted level", "Wilson 95%", "over tasks 95%", "n", "candidate", "Wilson 95%",
+                 "over tasks 95%", "n", "kept", "band (pp)"]
 
 
 def _num(x) -> str:
     return "-" if x is None else str(x)
 
 
-LESSON_CAPTION = ("gain: candidate rate minus the accepted level, over the tasks scored on both sides. band: "
-                  "1.96*sqrt(0.25/N) for the N scored candidate rollouts. paired: per-task difference, t interval "
-                  "over tasks.")
+LESSON_CAPTION = ("gain: candidate rate minus the accepted level, over the tasks scored on both sides. verdict: "
+                  "the deciding gate's; each gate's own is in the gates table.")
 
 
 def curve_caption(doc: dict) -> str:
-    return (f"Per round: the accepted level and the candidate, each with its {interval_label(doc)} over the n "
-            "scored holdout rollouts it was measured from. band: the noise band the candidate's gain had to clear.")
+    iv = doc.get("curve_interval") or {}
+    if iv.get("method") != "wilson":
+        return (f"Per round: the accepted level and the candidate, each with its {interval_label(doc)}. "
+                "band: the noise band the candidate's gain had to clear.")
+    return ("Per round: the accepted level and the candidate, each over the n scored holdout rollouts it was "
+            f"measured from, with two 95% intervals. Wilson: {iv['assumes']}, which understates the spread "
+            "when a task's rollouts agree. Over tasks: a cluster bootstrap over tasks (2,000 resamples, "
+            "each task drawn with all its rollouts): it counts that clustering, and assumes the tasks are "
+            "draws from a population of tasks. band: the noise band the candidate's gain had to clear.")
 
 
 def curve_rows(doc: dict) -> list[list[str]]:
-    """The learning curve as table rows: each point's rate with its interval and count."""
+    """The learning curve as table rows: each point's rate with its two intervals and count."""
     kept = {True: "kept", False: "rejected", None: "-"}
-    return [[str(c["round"]), pct(c["accepted"]), interval(c.get("lo"), c.get("hi")), _num(c.get("n")),
-             pct(c["candidate"]), interval(c.get("candidate_lo"), c.get("candidate_hi")), _num(c.get("candidate_n")),
+    return [[str(c["round"]), pct(c["accepted"]), interval(c.get("lo"), c.get("hi")),
+             interval(c.get("task_lo"), c.get("task_hi")), _num(c.get("n")), pct(c["candidate"]),
+             interval(c.get("candidate_lo"), c.get("candidate_hi")),
+             interval(c.get("candidate_task_lo"), c.get("candidate_task_hi")), _num(c.get("candidate_n")),
              kept[c["kept"]], "-" if c.get("band_pp") is None else f"{c['band_pp']:.1f}"] for c in doc["curve"]]
 
 
@@ -213,7 +302,22 @@ def run_intro(doc: dict) -> str:
         f"agent {doc['agent']['kind']}{' ' + doc['agent']['model'] if doc['agent']['model'] else ''}, "
         f"writer {doc['writer']['kind']}{' ' + doc['writer']['model'] if doc['writer']['model'] else ''}. "
         f"Excluded (model calls failed after retries, never scored): {ex['rollouts']} rollout(s), "
-        f"{ex['tasks_dropped']} task comparison(s) dropped, {ex['writer_failures']} writer failure(s).")
+        f"{ex['tasks_dropped']} task comparison(s) dropped, {ex['writer_failures']} writer failure(s). "
+        f"{_disagreements(doc)}")
+
+
+def _disagreements(doc: dict) -> str:
+    """One sentence on the rounds where the gates disagree, naming the kept lessons the paired interval
+    does not support."""
+    split = [les for les in doc["lessons"] if les.get("gates_agree") is False]
+    zero = [les for les in doc["lessons"] if les["kept"] and les.get("paired_includes_zero")]
+    if not split:
+        return "Every gate agreed on every candidate (the gates table below)."
+    text = f"The gates disagree on round(s) {', '.join(str(les['round']) for les in split)} (the gates table below)"
+    if zero:
+        text += (f"; kept although the paired interval includes 0: round(s) "
+                 f"{', '.join(str(les['round']) for les in zero)}")
+    return text + "."
 
 
 def write_run(out: str | Path, doc: dict) -> dict[str, Path]:
@@ -234,9 +338,17 @@ def write_run(out: str | Path, doc: dict) -> dict[str, Path]:
     paths["html"].write_text(html_page(
         "glyph flywheel import" if doc.get("imported") else "glyph flywheel run", run_intro(doc), figures,
         [("Lessons", LESSON_COLUMNS, lesson_rows(doc), LESSON_CAPTION),
+         ("Gate decisions", GATE_COLUMNS, gate_rows(doc), gate_caption(doc)),
+         ("What each gate assumes", ASSUMPTION_COLUMNS, assumption_rows(doc), ""),
          ("Learning curve", CURVE_COLUMNS, curve_rows(doc), curve_caption(doc))],
         provenance(doc)), encoding="utf-8")
     return paths
+
+
+def _kept_styles(doc: dict) -> list[str | None]:
+    """Green for a kept lesson, yellow for one kept although its paired interval includes 0."""
+    return ["yellow" if les["kept"] and les.get("paired_includes_zero") else "green" if les["kept"] else None
+            for les in doc["lessons"]]
 
 
 def summary_table(doc: dict):
@@ -245,10 +357,16 @@ def summary_table(doc: dict):
     from glyph.report.tables import Table
     from glyph.report.terminal import render
 
-    t = Table("lessons", f"flywheel: {pct(doc['baseline'])} -> {pct(doc['final'])} ({pp(doc['gain_pp'])} pp; "
-              f"band {doc['noise_band_pp']:.1f} pp, gate {doc['gate']}; stopped: {doc['stop']})",
-              LESSON_COLUMNS, lesson_rows(doc), caption=LESSON_CAPTION, keys=1,
-              right_columns=(0, 3, 4, 5, 6, 7),
-              styles=["green" if les["kept"] else None for les in doc["lessons"]])
-    return render(t)
+    return render(Table("lessons", f"flywheel: {pct(doc['baseline'])} -> {pct(doc['final'])} "
+                        f"({pp(doc['gain_pp'])} pp; band {doc['noise_band_pp']:.1f} pp, gate {doc['gate']}; "
+                        f"stopped: {doc['stop']})", LESSON_COLUMNS, lesson_rows(doc), caption=LESSON_CAPTION,
+                        keys=1, right_columns=(0, 3, 4, 5), styles=_kept_styles(doc)))
 
+
+def gates_table(doc: dict):
+    """Every gate's decision on every candidate, side by side, as a terminal table (the page's)."""
+    from glyph.report.tables import Table
+    from glyph.report.terminal import render
+
+    return render(Table("gates", "every gate on every candidate", GATE_COLUMNS, gate_rows(doc),
+                        caption=gate_caption(doc), keys=1, right_columns=(0, 1), styles=_kept_styles(doc)))

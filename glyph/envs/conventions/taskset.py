@@ -28,6 +28,7 @@ from glyph import record
 from glyph.agent import protocol
 from glyph.agent.protocol import SOLUTION_FILE
 from glyph.data import conventions
+from glyph.envs.conventions.validate import validate_task
 from glyph.envs.local import read_text
 from glyph.outcomes import Outcome
 from glyph.record import ConventionsRecord
@@ -107,6 +108,11 @@ def info_record(data: ConventionsData, reward: float | None, reason: str, outcom
 
 
 class ConventionsTask(vf.Task[ConventionsData]):
+    async def validate(self, runtime: vf.Runtime) -> bool:
+        """verifiers' gold check: the fixed reference passes, the broken one does not
+        (``glyph.envs.conventions.validate``)."""
+        return await validate_task(self, runtime)
+
     async def finalize(self, trace: vf.Trace, runtime: vf.Runtime) -> None:
         """Grade the final solution.py. A failure of the grading itself is recorded and
         raised, so verifiers fails the rollout (errored, not scored); ``info.glyph.sandbox``
