@@ -139,3 +139,59 @@ print(json.dumps({"glyph": glyph.__file__, "algos": algos, "dists": dists}))
     cli = subprocess.run([str(tmp_path / "venv" / "bin" / "glyph"), "--help"], capture_output=True, text=True,
                          cwd=tmp_path, env=_isolated(), timeout=120)
     assert cli.returncode == 0 and "Usage: glyph" in cli.stdout, cli.stderr[-2000:]
+
+
+ENVIRONMENTS = {"glyph_mbpp": "glyph-mbpp", "glyph_conventions": "glyph-conventions"}
+HUB_SECTIONS = ("## Overview", "## Install", "## Datasets", "## Task", "## Quickstart", "## Metrics")
+"""The Environments Hub README template's sections (verifiers a60a606 ``legacy/scripts/init.py:6-62``:
+Overview, Datasets, Task, Quickstart, config, Metrics), plus how to install the wheels."""
+
+
+def test_each_environment_declares_tags_license_and_the_hubs_readme_sections():
+    import tomllib
+
+    for folder, env_id in ENVIRONMENTS.items():
+        project = tomllib.loads((REPO / "environments" / folder / "pyproject.toml").read_text())["project"]
+        assert project["name"] == env_id and project["license"] == {"text": "MIT"}, project
+        assert isinstance(project["tags"], list) and {"train", "eval"} <= set(project["tags"]), project["tags"]
+        readme = (REPO / "environments" / folder / "README.md").read_text()
+        heads = [line for line in readme.splitlines() if line.startswith("## ")]
+        assert [h for h in heads if h in HUB_SECTIONS] == list(HUB_SECTIONS), heads
+        for field in ("**Environment ID**", "**Tags**", "**Primary dataset**", "**Source links**", "**Split sizes**",
+                      "**Type**", "**Rubric overview**", "`reward` (`passed`)"):
+            assert field in readme, (folder, field)
+        assert ", ".join(project["tags"]) in readme, (folder, "the README's tags are not the pyproject's")
+
+
+def _install_line(folder: str) -> list[str]:
+    """The README's command that installs the environment's wheel with glyph-rl's."""
+    readme = (REPO / "environments" / folder / "README.md").read_text()
+    [line] = [x for x in readme.splitlines() if x.startswith("uv pip install dist/")]
+    return line.split("#")[0].split()
+
+
+@pytest.mark.parametrize("folder", sorted(ENVIRONMENTS))
+def test_the_readmes_install_line_installs_the_environment_and_its_wheel_alone_says_what_is_missing(
+        wheels, tmp_path, folder):
+    """The environment README's install line, run as written but against this test's build (``dist/`` is
+    its wheel folder; offline, the third-party requirements installed from the lock first): it installs
+    and the environment imports. Its wheel alone fails naming ``glyph-rl``, which no registry has."""
+    import glob
+
+    lock = tmp_path / "pylock.toml"
+    _uv("export", "--quiet", "--frozen", "--format", "pylock.toml", "--all-packages", "--no-emit-workspace",
+        "--no-dev", "--output-file", str(lock))
+    python = _fresh_venv(tmp_path / "venv")
+    _uv("pip", "install", "--quiet", "--offline", "--python", str(python), "-r", str(lock))
+    line = _install_line(folder)
+    assert line[:3] == ["uv", "pip", "install"] and len(line) == 5, line
+    files = [glob.glob(str(wheels / arg.removeprefix("dist/"))) for arg in line[3:]]
+    assert all(len(f) == 1 for f in files), (line, files)
+    alone = subprocess.run([UV, "pip", "install", "--offline", "--python", str(python), files[1][0]],
+                           capture_output=True, text=True, env=dict(os.environ, UV_PYTHON_DOWNLOADS="never"),
+                           timeout=240)
+    assert alone.returncode != 0 and "glyph-rl" in alone.stderr, alone.stderr[-2000:]
+    _uv("pip", "install", "--quiet", "--offline", "--python", str(python), *(f[0] for f in files),
+        cache_may_miss=False)
+    got = _run_json(python, f"import json, {folder}; print(json.dumps({folder}.__all__))", tmp_path)
+    assert got, got
