@@ -57,6 +57,22 @@ def test_bad_solution_files_are_outcomes(files, name, outcome):
     assert json.loads(r.stdout)["outcome"] == outcome
 
 
+def test_a_solution_over_the_size_limit_is_named_by_its_own_size(files):
+    """A 52 MiB file (sparse): the grade names its size, not the read cap (8,388,609) glyph grade
+    stops reading at; it is OTHER, exit 1, and nothing runs."""
+    big = files / "big.py"
+    with big.open("wb") as f:
+        f.truncate(52 << 20)
+    r = runner.invoke(app, ["grade", "--tests", str(files / "tests.py"), "--solution", str(big)])
+    assert r.exit_code == 1 and "OTHER" in r.stdout and "(not run)" in r.stdout, r.stdout
+    text = " ".join(r.stdout.split())
+    assert "big.py is 54,525,952 bytes (52.0 MiB), over the grader's 8,388,608-byte limit" in text, text
+    assert "8388609" not in text and "8,388,609" not in text
+    d = json.loads(runner.invoke(app, ["grade", "--tests", str(files / "tests.py"), "--solution", str(big),
+                                       "--json"]).stdout)
+    assert d["outcome"] == "OTHER" and d["detail"].startswith("big.py is 54,525,952 bytes") and not d["checks"]
+
+
 def test_missing_solution_is_a_one_line_error(files):
     r = runner.invoke(app, ["grade", "--tests", str(files / "tests.py"), "--solution", str(files / "nope.py")])
     assert r.exit_code == 2 and "nope.py: no such file" in r.stderr and len(r.stderr.strip().splitlines()) == 1

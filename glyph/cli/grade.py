@@ -28,14 +28,29 @@ def _check_file(option: str, path: Path) -> None:
         fail(f"{option} {path}: not a regular file")
 
 
-def _read_solution(path: Path) -> bytes:
+def _read_solution(path: Path) -> tuple[bytes, int]:
+    """The solution's bytes, read up to one past the grader's limit (a bigger file is not read whole),
+    and the file's own size."""
+    import os
+
     from glyph.grading import MAX_SOLUTION_BYTES
 
     try:
         with path.open("rb") as f:
-            return f.read(MAX_SOLUTION_BYTES + 1)
+            return f.read(MAX_SOLUTION_BYTES + 1), os.fstat(f.fileno()).st_size
     except OSError as exc:
         fail(f"--solution {path}: cannot read it ({exc.strerror or exc})")
+
+
+def _too_big(path: Path, size: int):
+    """The grade of a solution over the grader's size limit, naming the file's own size (the grader,
+    given only what was read, would name the read cap): OTHER, nothing run."""
+    from glyph.grading import MAX_SOLUTION_BYTES, Grade
+    from glyph.outcomes import Outcome
+
+    why = (f"{path.name} is {size:,} bytes ({size / (1 << 20):.1f} MiB), over the grader's "
+           f"{MAX_SOLUTION_BYTES:,}-byte limit; nothing was run")
+    return Grade(Outcome.OTHER, [], 0.0, why, path="not run")
 
 
 def _read_tests(path: Path) -> str:
@@ -83,7 +98,7 @@ def grade(
         _check_file("--tests", tests)
     if task is not None:
         _task_id(task)
-    source = _read_solution(solution)
+    source, size = _read_solution(solution)
     if task is not None:
         from glyph.data import mbpp
         known = mbpp.load(mbpp_path)
@@ -102,7 +117,10 @@ def grade(
             program, filename = "\n".join([program, *extra]), f"<{task} tests + {len(extra)} plus tests>"
     else:
         program, setup, filename = _read_tests(tests), "", str(tests)
-    result = run_grade(source, setup, program, filename=filename)
+    from glyph.grading import MAX_SOLUTION_BYTES
+
+    too_big = len(source) > MAX_SOLUTION_BYTES
+    result = _too_big(solution, size) if too_big else run_grade(source, setup, program, filename=filename)
     ours = lambda text: _WORKER_NAME.sub(solution.name, text)  # the user's file, by its name
     if as_json:
         print(json.dumps(result.to_json(), indent=2))
