@@ -25,7 +25,7 @@ from glyph.grading import grade
 from glyph.record import MBPP_ENV_ID
 from glyph.redteam import DEMO_PROMPT, DEMO_SOLUTION, DEMO_TESTS, DEMO_WRONG, REFEREE_TESTS, attack
 from glyph.sandbox import Limits, get_sandbox
-from glyph.vfcompat import eval_command
+from glyph.vfcompat import eval_cli, eval_command
 
 LIMITS = Limits(cpu_s=2, wall_s=4)
 SHOWN_ATTACKS = ("always_equal", "str_subclass_equal", "caller_frames", "read_test_files", "sys_exit_zero",
@@ -73,6 +73,12 @@ def read_rollouts(out: Path) -> list[dict]:
     return rows
 
 
+def spinner_text(arm: str, n: int, profile: str) -> str:
+    """What the demo's spinner says while an arm runs: the command as a user would type it (the
+    argv runs the CLI's entry point through ``python -c``, which reads as code, not as a command)."""
+    return f"arm {arm}: {eval_cli()} {MBPP_ENV_ID} -m mix -n {n} --env.taskset.arm {arm} ({profile} profile) ..."
+
+
 def run_folder(arm: str, profile: str) -> str:
     """The folder the demo writes an arm's eval run to, named by the arm and the profile (``arm_a-study``)."""
     return f"arm_{arm}-{profile}"
@@ -104,7 +110,7 @@ def run_env_demo(console: Console, n: int = 6, data_path: str | None = None, out
         for arm in ("a", "b"):
             where = out / run_folder(arm, profile)
             cmd = vf_eval_command(server.base_url, "mix", arm, n, where, data_path, profile=profile)
-            with console.status(f"arm {arm}: {' '.join(cmd[1:4])} ..."):
+            with console.status(spinner_text(arm, n, profile)):
                 proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
             rows = read_rollouts(where) if proc.returncode == 0 else []
             if not rows:

@@ -158,11 +158,19 @@ def eval_in_process(monkeypatch):
 def test_demo_runs_vf_eval_for_both_arms(mbpp_path, tmp_path, profile, eval_in_process, monkeypatch):
     import types
 
+    from rich.console import Console
+
     import glyph.demo
+    from glyph.vfcompat import eval_cli
     monkeypatch.setattr(glyph.demo, "subprocess", types.SimpleNamespace(run=eval_in_process))
+    spun, status = [], Console.status
+    monkeypatch.setattr(Console, "status", lambda self, text, **kw: spun.append(text) or status(self, text, **kw))
     r = runner.invoke(app, ["demo", "--tasks", "3", "--mbpp-path", mbpp_path, "--out", str(tmp_path),
                             "--profile", profile])
     assert r.exit_code == 0, r.output
+    # the spinner reads as the command a user would type, not as `-c from verifiers... import main`
+    assert spun == [f"arm {arm}: {eval_cli()} glyph-mbpp -m mix -n 3 --env.taskset.arm {arm} ({profile} profile) ..."
+                    for arm in ("a", "b")], spun
     assert "against expectation" not in r.stdout and "All as expected" in " ".join(r.stdout.split())
     assert f"profile: {profile} (--env.taskset.profile {profile} --env.agent.harness.profile {profile})" in \
         " ".join(r.stdout.split())
