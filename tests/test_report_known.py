@@ -456,6 +456,10 @@ def test_the_rendered_tables_print_what_was_built(study, tmp_path):
     r = CliRunner().invoke(app, ["report", *map(str, study), "--format", "markdown"])
     assert r.exit_code == 0, r.output
     md = r.stdout
+    short = CliRunner().invoke(app, ["report", *map(str, study), "--format", "md"])  # as the file report.md
+    assert short.exit_code == 0 and short.stdout == md, short.output
+    bad = CliRunner().invoke(app, ["report", *map(str, study), "--format", "html"])
+    assert bad.exit_code == 2 and "expected table, markdown (or md), json or none" in bad.stderr
     assert "| a | 7 | ckptX | 6 | 6 | 2 | 33.3% [9.7, 70.0] | — | — | 0 | 1 | 1 |" in md
     assert (
         "| b | 7 | ckptX | 7 | 7 | 3 | 42.9% [15.8, 75.0] | 42.9% [15.8, 75.0] | 28.6% [8.2, 64.1] "
@@ -475,7 +479,7 @@ def test_the_rendered_tables_print_what_was_built(study, tmp_path):
         md,
     )
     assert "| a | ckptX | 2 | 7: 33.3%, 8: 75.0% | 54.2% [" in md
-    assert "| r2 | 5 | t5 | b | 7 | ckptX | errored | upstream 500:" in md  # r2: the second run ...
+    assert "| r2 | errored | 1 | 5 | t5 | b | 7 | ckptX | upstream 500:" in md  # r2: the second run ...
     assert f"- r2: {study[1]}" in md  # ... named in full under the table
 
 

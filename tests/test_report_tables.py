@@ -19,7 +19,7 @@ from rich.text import Text
 from test_report_known import study  # noqa: F401  (the fixture: four runs whose every figure is known)
 
 from glyph.report import report
-from glyph.report.tables import Table, tables
+from glyph.report.tables import Table, _incidents, tables
 from glyph.report.terminal import render
 
 WIDTHS = (80, 160)
@@ -84,11 +84,52 @@ def test_at_80_columns_the_wide_tables_split_and_the_long_cells_go_under_them(do
     assert re.search(r"┃ *# *┃", comparisons)
     incidents = by_key["incidents"]
     text = shown(incidents, 80)
-    errored = next(r for r in incidents.rows if r[6] == "errored")
+    errored = next(r for r in incidents.rows if r[1] == "errored")
+    assert errored[2:5] == ["1", "5", "t5"]  # one rollout: its count, line and task
     # the reason whole, named by its row's keys
-    assert _squeeze(f"run r2, line 5 · reason: {errored[7]}") in _squeeze(text)
+    assert _squeeze(f"run r2, kind errored · reason: {errored[8]}") in _squeeze(text)
     assert _squeeze(f"r2: {study[1]}") in _squeeze(text)  # the run's full path in the legend
     assert "· reason:" not in shown(incidents, 200)  # wide enough: one table, the reasons in it
+
+
+def test_incidents_that_failed_alike_are_one_row_naming_every_line_and_task():
+    """500 rollouts of one run that failed with one reason (a dead endpoint) are one row, not 500 (at
+    80 columns the table and its reason take a few lines, not 1,582), with every line and task named
+    as ranges; a rollout that failed otherwise is a row of its own; report.json keeps each."""
+    from glyph.report.tables import ranges, task_ranges
+
+    dead = "endpoint_error: model call failed: HTTP 503: [Errno -2] Name or service not known"
+    incidents = [{"run": 0, "path": "p", "line": i + 1, "task": f"mbpp_{11 + i}", "arm": "a", "seed": None,
+                  "ckpt": "m", "kind": "errored", "reason": dead} for i in range(500)]
+    incidents.insert(7, dict(incidents[7], line=501, task="mbpp_600", kind="timed_out", reason="agent timeout"))
+    doc = {"runs": [{"path": "outputs/run-0"}], "incidents": incidents}
+    t = _incidents(doc)
+    assert t.title == "Incidents: errored, timed-out and tampered rollouts (501, in 2 groups)"
+    assert t.rows[0][:5] == ["r1", "errored", "500", "1-500", "mbpp_11-510"] and t.rows[0][8] == dead
+    assert t.rows[1][:5] == ["r1", "timed_out", "1", "501", "mbpp_600"]
+    text = assert_fits(t, 80)
+    assert len(text.splitlines()) < 30 and text.count(dead.split(": ")[-1]) == 1
+    assert ranges([3, 1, 2, 7, 9, 10, 9]) == "1-3, 7, 9-10"
+    assert task_ranges(["mbpp_12", "mbpp_11", "x", "mbpp_20", "t1"]) == "mbpp_11-12, mbpp_20, t1, x"
+
+
+def test_a_split_table_tells_its_rows_apart_in_every_part():
+    """The REVISE split and the tool-call tables repeat their trajectory label in each part at 80
+    columns, and a table whose key columns repeat gets a row number in each part: no part shows
+    two rows that read the same."""
+    rows = [["b", "42", "step100", label, "7", "70.0% [39.7, 89.2]", "71.4% [35.9, 91.8]"]
+            for label in ("never REVISE (KEEP only)", "chose REVISE")]
+    t = Table("revise_split", "split", ["arm", "seed", "ckpt", "trajectories", "n", "share", "pass@1"],
+              rows=rows, numeric=4, keys=4)
+    narrow = shown(t, 80)
+    assert narrow.count("┏") >= 2 and narrow.count("chose REVISE") == narrow.count("┏")
+    repeated = Table("x", "keys that repeat", ["arm", "value one", "value two"],
+                     rows=[["b", "1" * 30, "2" * 30], ["b", "3" * 30, "4" * 30]], keys=1)
+    text = shown(repeated, 50)
+    assert text.count("┏") == 2 and len(re.findall(r"┃ # ┃ arm", text)) == 2, text
+    for part in text.split("┏")[1:]:
+        body = [line for line in part.splitlines() if line.startswith("│")]
+        assert len(set(body)) == len(body) == 2, part
 
 
 def test_the_runs_table_names_runs_short_and_says_where_each_value_came_from(doc, study):  # noqa: F811

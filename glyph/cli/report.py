@@ -10,6 +10,9 @@ import typer
 
 from glyph.cli.common import console, err, fail
 
+FORMAT_ALIASES = {"md": "markdown"}
+"""``--format md``: the file ``--out`` writes is ``report.md``."""
+
 
 def report(
     runs: Annotated[list[Path], typer.Argument(help="eval run directories: vf-eval / eval output (one run, or a folder "
@@ -19,7 +22,9 @@ def report(
         "--label", help="arm=a|b,seed=S,ckpt=C for the RUN_DIR in the same position (once per RUN_DIR, '' for none; "
                         "or once for all); overrides what the runs record")] = None,
     out: Annotated[Optional[Path], typer.Option("--out", help="write report.json, report.md and report.html here")] = None,
-    fmt: Annotated[str, typer.Option("--format", metavar="<table|markdown|json|none>", help="what to print: table, markdown, json or none")] = "table",
+    fmt: Annotated[str, typer.Option("--format", metavar="<table|markdown|md|json|none>",
+                                     help="what to print: table, markdown (or md, as report.md), json or none")
+                   ] = "table",
     k: Annotated[str, typer.Option("--pass-at", help="pass@k for these k, comma-separated (default: 1, 2, 5, "
                                                      "10, ... up to the most samples a task has)")] = "",
     k_old: Annotated[str, typer.Option("--k", hidden=True, help="the former --pass-at")] = "",
@@ -40,8 +45,9 @@ def report(
     from glyph.report.terminal import render
 
     k = k or k_old  # `--k` was this option's name; `--K` is the flywheel's rollouts per task
+    fmt = FORMAT_ALIASES.get(fmt, fmt)
     if fmt not in ("table", "markdown", "json", "none"):
-        fail(f"--format {fmt}: expected table, markdown, json or none")
+        fail(f"--format {fmt}: expected table, markdown (or md), json or none")
     try:
         ks = tuple(sorted({int(x) for x in k.split(",") if x.strip()})) or None
     except ValueError:  # not integers: the same message as for non-positive ones

@@ -102,7 +102,7 @@ def tables(doc: dict) -> list[Table]:
             f"({' and '.join(conventions)} convention)",
             ["arm", "seed", "ckpt", "trajectories", "n", "share", "pass@1"],
             numeric=4,
-            keys=3,
+            keys=4,
             caption="share and pass@1: 95% Wilson; incomplete: errored, timed out or no trace, the "
             "trajectory cut short or unknown (failures in pass@1); "
             + "; ".join(CONVENTION_NOTES[k] for k in conventions),
@@ -148,7 +148,7 @@ def tables(doc: dict) -> list[Table]:
         "Tool calls and cap hits: KEEP-only vs REVISE trajectories",
         ["arm", "seed", "ckpt", "trajectories", "n", "mean tool calls", "cap hit"],
         numeric=4,
-        keys=3,
+        keys=4,
         caption=f"mean: {boot}, over trajectories; cap hit (the budget ran out or was used up): 95% Wilson; "
         f"incomplete trajectories (errored, timed out, no trace) are counted, not measured",
     )
@@ -198,30 +198,63 @@ def tables(doc: dict) -> list[Table]:
                 ]
             )
         out.append(t)
+    out.append(_incidents(doc))
+    return out
+
+
+def _incidents(doc: dict) -> Table:
+    """The incidents, one row per run, cell, kind and reason (500 rollouts that failed alike are
+    one row, not 500): how many, their lines in the run's results file and their tasks, both as
+    ranges (``1-500``, ``mbpp_11-510``), so every incident stays named. ``report.json`` lists each."""
+    groups: dict[tuple, list[dict]] = {}
+    for i in doc["incidents"]:
+        key = (i["run"], show(i["arm"]), show(i["seed"]), show(i["ckpt"]), i["kind"], i["reason"])
+        groups.setdefault(key, []).append(i)
+    n = len(doc["incidents"])
     t = Table(
         "incidents",
-        f"Incidents: errored, timed-out and tampered rollouts ({len(doc['incidents'])})",
-        ["run", "line", "task", "arm", "seed", "ckpt", "kind", "reason"],
-        caption="each counts as a failure in every rate above; line: the rollout's line in the run's "
-        "results file; reason: the cause as recorded, the endpoint's own words where it answered",
+        f"Incidents: errored, timed-out and tampered rollouts ({n}"
+        + (f", in {len(groups)} groups" if len(groups) < n else "") + ")",
+        ["run", "kind", "rollouts", "lines", "tasks", "arm", "seed", "ckpt", "reason"],
+        caption="each counts as a failure in every rate above; one row per run, cell, kind and reason; "
+        "lines: the rollouts' lines in the run's results file; reason: the cause as recorded, the "
+        "endpoint's own words where it answered (report.json lists every incident)",
         keys=2,
+        right_columns=(2,),
         legend=_run_legend(doc, sorted({i["run"] for i in doc["incidents"]})),
     )
-    for i in doc["incidents"]:
-        t.rows.append(
-            [
-                run_label(i["run"]),
-                str(i["line"]),
-                i["task"],
-                show(i["arm"]),
-                show(i["seed"]),
-                show(i["ckpt"]),
-                i["kind"],
-                i["reason"],
-            ]
-        )
-    out.append(t)
-    return out
+    for (run, arm, seed, ckpt, kind, reason), members in groups.items():
+        t.rows.append([run_label(run), kind, str(len(members)), ranges([m["line"] for m in members]),
+                       task_ranges([m["task"] for m in members]), arm, seed, ckpt, reason])
+    return t
+
+
+def ranges(numbers: list[int]) -> str:
+    """``1-3, 7, 9-10``: sorted, distinct, runs of consecutive numbers as ``first-last``."""
+    out: list[str] = []
+    for x in sorted(set(numbers)):
+        if out and out[-1][1] == x - 1:
+            out[-1][1] = x
+        else:
+            out.append([x, x])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in out)
+
+
+def task_ranges(tasks: list[str]) -> str:
+    """Task ids as ranges where they share a prefix and a number (``mbpp_11-13, mbpp_20``); other ids as
+    they are, in order."""
+    import re
+
+    numbered: dict[str, list[int]] = {}
+    other: list[str] = []
+    for task in dict.fromkeys(tasks):
+        m = re.fullmatch(r"(.*?)(\d+)", str(task))
+        if m:
+            numbered.setdefault(m.group(1), []).append(int(m.group(2)))
+        else:
+            other.append(str(task))
+    parts = [f"{prefix}{r}" for prefix, nums in numbered.items() for r in ranges(nums).split(", ")]
+    return ", ".join(parts + other)
 
 
 SOURCE_WORDS = {"label": "--label"}

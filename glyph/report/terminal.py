@@ -12,7 +12,8 @@ output is piped, and whatever ``Console(width=...)`` says in a test):
    each entry named by its row's keys;
 3. the rest, if still too wide, is split into parts of whole columns, each
    part repeating the key columns (the table's ``keys`` leading columns, or
-   a row number ``#`` when it has none), so a row reads across parts;
+   a row number ``#`` when it has none or when they do not tell its rows
+   apart), so a row reads across parts and no two rows of a part look alike;
 4. a table whose key columns alone do not fit prints each row as
    ``column: value`` lines.
 
@@ -77,10 +78,11 @@ def _body(t: Table, width: int) -> list:
     if _span(widths) <= width:
         return [_rich(t, range(len(columns)), columns, rows, right)]
     keys = list(range(t.keys))
-    if not keys:  # a row number stands in for the keys
+    if not keys or len({tuple(r[i] for i in keys) for r in rows}) < len(rows):
+        # no keys, or keys that repeat: a row number leads them, so each part's rows read apart
         columns, rows = [ROW_NUMBER, *columns], [[str(i + 1), *r] for i, r in enumerate(rows)]
         right, widths = [True, *right], [max(1, len(str(len(rows)))), *widths]
-        keys = [0]
+        keys = [0, *(k + 1 for k in keys)]
     key_widths = [widths[i] for i in keys]
     if _span(key_widths) > width:
         return _records(t, columns, rows)
