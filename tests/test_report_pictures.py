@@ -89,7 +89,42 @@ def test_a_class_never_predicted_is_drawn_as_such(figs):
     assert len(hatched) == len(never) and all(p.get_height() == 100 for p in hatched)
     solid = [p for p in right.patches if isinstance(p, Rectangle) and not p.get_hatch()]
     assert len(solid) == len(conf["classes"]) - len(never)  # a 0% precision is a real, predicted class's
-    assert "never predicted (no precision)" in [t.get_text() for t in right.get_legend().get_texts()]
+    [legend] = calibration.legends  # one legend for both panels, under them
+    assert "never predicted (no precision)" in [t.get_text() for t in legend.get_texts()]
+
+
+def test_no_legend_covers_data_the_heatmap_has_a_colour_scale_and_the_calibration_intervals(figs):
+    """Every legend of every report figure lies clear of every plotting area; the confusion heatmap
+    has a colour bar (0-100% of the row); each calibration point has its 95% Wilson interval on both
+    axes, the values the report computed."""
+    from matplotlib.container import ErrorbarContainer
+
+    doc, items = figs
+    for title, fig in items:
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        legends = list(fig.legends) + [ax.get_legend() for ax in fig.axes if ax.get_legend() is not None]
+        plots = [ax for ax in fig.axes if ax.get_label() != "<colorbar>"]
+        for legend in legends:
+            box = legend.get_window_extent(renderer)
+            for ax in plots:
+                assert not box.overlaps(ax.get_window_extent(renderer)), (title, ax.get_title())
+    heat = next(f for t, f in items if t.startswith("Prediction confusion"))
+    [bar] = [ax for ax in heat.axes if ax.get_label() == "<colorbar>"]
+    assert bar.get_ylim() == (0.0, 100.0) and "share of the verified outcome's row" in bar.get_ylabel()
+    calibration = next(f for t, f in items if t.startswith("Calibration"))
+    [conf] = [c["confusion"] for c in doc["cells"] if c["confusion"]]
+    seen = [k for k in conf["classes"] if k["predicted"] or k["verified"]]
+    [points] = [c for c in calibration.axes[0].containers if isinstance(c, ErrorbarContainer)]
+    xs, ys = points.lines[0].get_data()
+    assert list(xs) == pytest.approx([100 * k["base_rate"]["value"] for k in seen])
+    assert list(ys) == pytest.approx([100 * k["prediction_share"]["value"] for k in seen])
+    assert points.has_xerr and points.has_yerr
+    segments = [seg for lines in points.lines[2] for seg in lines.get_segments()]
+    spans = sorted((round(min(p[0] for p in seg), 6), round(max(p[0] for p in seg), 6)) for seg in segments
+                   if seg[0][1] == seg[1][1])  # the horizontal bars: the base rate's interval
+    assert spans == sorted((round(100 * k["base_rate"]["ci"][0], 6), round(100 * k["base_rate"]["ci"][1], 6))
+                           for k in seen)
 
 
 # ---------------------------------------------------------------- the sweep's band fit
@@ -153,5 +188,9 @@ def test_the_flywheels_pictures_are_9_pt_or_more(monkeypatch):
         fig.canvas.draw()
         for t in _texts(fig):
             assert t.get_fontsize() >= 9, t.get_text()
+    curve = caught[0]  # the learning curve's legend lies under its axes, clear of every point
+    [legend] = curve.legends
+    renderer = curve.canvas.get_renderer()
+    assert not legend.get_window_extent(renderer).overlaps(curve.axes[0].get_window_extent(renderer))
     fit = [t.get_text() for t in caught[2].axes[1].get_legend().get_texts()]
     assert any(s.startswith("fit to A/A") for s in fit) and "measured A/A band" in fit

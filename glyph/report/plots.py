@@ -144,8 +144,13 @@ def _split(cells: list[dict]):
     ax.tick_params(axis="y", labelsize=FONT)
     ax.set_ylabel("pass@1 (%)")
     ax.set_ylim(0, 100)
-    ax.legend(fontsize=FONT)
+    _legend_below(fig)
     return fig
+
+
+def _legend_below(fig, ncols: int = 2) -> None:
+    """The figure's legend under its axes (constrained layout makes room): it covers no data."""
+    fig.legend(fontsize=FONT, loc="outside lower center", ncols=ncols)
 
 
 def _grid(n: int, max_cols: int, width: float, height: float):
@@ -161,12 +166,13 @@ def _heatmaps(cells: list[dict]):
     import numpy as np
 
     fig, axes = _grid(len(cells), 2, 5.2, 4.4)
+    image = None
     for c, ax in zip(cells, axes):
         conf = c["confusion"]
         m = np.array(conf["matrix"], dtype=float)
         with np.errstate(invalid="ignore", divide="ignore"):
             norm = np.nan_to_num(m / m.sum(axis=1, keepdims=True))
-        ax.imshow(norm, cmap="Blues", vmin=0, vmax=1)
+        image = ax.imshow(100 * norm, cmap="Blues", vmin=0, vmax=100)
         short = [label.replace("_", "\n") for label in conf["labels"]]
         columns = conf.get("predicted_labels", conf["labels"])
         ax.set_xticks(range(len(columns)), columns, fontsize=FONT,
@@ -186,23 +192,30 @@ def _heatmaps(cells: list[dict]):
                     fontsize=FONT + 1,
                     color="white" if norm[r, k] > 0.6 else "black",
                 )
+    bar = fig.colorbar(image, ax=axes, shrink=0.8, pad=0.02)  # one scale: every panel is 0-100%
+    bar.set_label("share of the verified outcome's row (%)", fontsize=FONT + 1)
+    bar.ax.tick_params(labelsize=FONT)
     return fig
 
 
 def _calibration(cells: list[dict]):
-    fig = figure(11, 4.6)
+    fig = figure(11, 5.2)
     left, right = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
     left.plot([0, 100], [0, 100], color="grey", lw=0.8, ls="--")
     labels = cells[0]["confusion"]["labels"]
     markers = "osD^v<>p"
     width = 0.8 / len(cells)
-    drawn, never = [False] * len(cells), False
+    never = False
     for i, c in enumerate(cells):
         classes = c["confusion"]["classes"]
         seen = [k for k in classes if k["predicted"] or k["verified"]]
-        xs = [100 * k["base_rate"]["value"] for k in seen]
-        ys = [100 * k["prediction_share"]["value"] for k in seen]
-        left.scatter(xs, ys, marker=markers[i % len(markers)], label=cell_name(c), s=25, clip_on=False)
+        base = [_err(k["base_rate"]) for k in seen]
+        share = [_err(k["prediction_share"]) for k in seen]
+        xs, ys = [b[0] for b in base], [s[0] for s in share]
+        left.errorbar(xs, ys, xerr=[[b[1] for b in base], [b[2] for b in base]],
+                      yerr=[[s[1] for s in share], [s[2] for s in share]], fmt=markers[i % len(markers)],
+                      color=f"C{i}", ms=5, capsize=2, lw=0.8, elinewidth=0.8, clip_on=False,
+                      label=f"{cell_name(c)}: class share, 95% Wilson both ways")
         for x, y, k in zip(xs, ys, seen, strict=True):
             far = x > 55  # the label to the point's left near the right edge, so it stays in the axes
             left.annotate(
@@ -218,8 +231,7 @@ def _calibration(cells: list[dict]):
             at = j + (i - (len(cells) - 1) / 2) * width
             if p["n"]:
                 v, lo, hi = _err(p)
-                right.bar(at, v, width=width, color=f"C{i}", label=cell_name(c) if not drawn[i] else None)
-                drawn[i] = True
+                right.bar(at, v, width=width, color=f"C{i}")
                 right.errorbar([at], [v], yerr=[[lo], [hi]], fmt="none", ecolor="black", capsize=2)
             else:  # never predicted: no precision to show, and not a 0%
                 right.bar(at, 100, width=width, color="none", edgecolor=NEVER, hatch="//", lw=0.8,
@@ -233,15 +245,13 @@ def _calibration(cells: list[dict]):
     left.set_ylim(-3, 103)
     left.tick_params(labelsize=FONT)
     left.set_title("prediction share vs base rate (diagonal: matched)", fontsize=FONT + 1)
-    left.legend(fontsize=FONT, loc="upper left")
     right.set_xticks(range(len(labels)), labels, fontsize=FONT, rotation=35, ha="right",
                      rotation_mode="anchor")
     right.tick_params(axis="y", labelsize=FONT)
-    right.set_ylabel("precision (%), 95% Wilson")
-    right.set_ylim(0, 135)  # the room above 100% holds the legend, clear of the bars
-    right.set_yticks(range(0, 101, 20))
+    right.set_ylabel("precision (%), 95% Wilson; colour: the cell")
+    right.set_ylim(0, 105)
     right.set_title("when the agent predicts a class, how often it is that class", fontsize=FONT + 1)
-    right.legend(fontsize=FONT, loc="upper right", ncol=2)
+    _legend_below(fig)  # the cells (their colour in both panels) and the hatch, under the panels
     return fig
 
 
@@ -273,6 +283,11 @@ def _tool_calls(cells: list[dict]):
         ax.set_ylabel("% of trajectories", fontsize=FONT)
         ax.tick_params(labelsize=FONT)
         ax.xaxis.get_major_locator().set_params(integer=True)
-        if groups:
-            ax.legend(fontsize=FONT)
+        if groups:  # under the panel: it covers no bar
+            ax.legend(fontsize=FONT, loc="upper center", bbox_to_anchor=(0.5, -0.28), ncols=2, frameon=False)
+        else:
+            ax.set_yticks([])
+            ax.set_xticks([])
+            ax.text(0.5, 0.5, f"no complete trajectory\n({tc['incomplete']} incomplete)", ha="center",
+                    va="center", fontsize=FONT, color="#555555", transform=ax.transAxes)
     return fig
