@@ -76,7 +76,8 @@ def read_rollouts(out: Path) -> list[dict]:
 def spinner_text(arm: str, n: int, profile: str) -> str:
     """What the demo's spinner says while an arm runs: the command as a user would type it (the
     argv runs the CLI's entry point through ``python -c``, which reads as code, not as a command)."""
-    return f"arm {arm}: {eval_cli()} {MBPP_ENV_ID} -m mix -n {n} --env.taskset.arm {arm} ({profile} profile) ..."
+    return (f"arm {arm}: {eval_cli()} {MBPP_ENV_ID} -m mix -n {n} --env.taskset.arm {arm} "
+            f"({profile} profile) ...")
 
 
 def run_folder(arm: str, profile: str) -> str:

@@ -70,7 +70,8 @@ def test_a_solution_over_the_size_limit_is_named_by_its_own_size(files):
     assert "8388609" not in text and "8,388,609" not in text
     d = json.loads(runner.invoke(app, ["grade", "--tests", str(files / "tests.py"), "--solution", str(big),
                                        "--json"]).stdout)
-    assert d["outcome"] == "OTHER" and d["detail"].startswith("big.py is 54,525,952 bytes") and not d["checks"]
+    assert d["outcome"] == "OTHER" and not d["checks"]
+    assert d["detail"].startswith("big.py is 54,525,952 bytes")
 
 
 def test_missing_solution_is_a_one_line_error(files):
@@ -164,13 +165,14 @@ def test_demo_runs_vf_eval_for_both_arms(mbpp_path, tmp_path, profile, eval_in_p
     from glyph.vfcompat import eval_cli
     monkeypatch.setattr(glyph.demo, "subprocess", types.SimpleNamespace(run=eval_in_process))
     spun, status = [], Console.status
-    monkeypatch.setattr(Console, "status", lambda self, text, **kw: spun.append(text) or status(self, text, **kw))
+    monkeypatch.setattr(Console, "status",
+                        lambda self, text, **kw: spun.append(text) or status(self, text, **kw))
     r = runner.invoke(app, ["demo", "--tasks", "3", "--mbpp-path", mbpp_path, "--out", str(tmp_path),
                             "--profile", profile])
     assert r.exit_code == 0, r.output
     # the spinner reads as the command a user would type, not as `-c from verifiers... import main`
-    assert spun == [f"arm {arm}: {eval_cli()} glyph-mbpp -m mix -n 3 --env.taskset.arm {arm} ({profile} profile) ..."
-                    for arm in ("a", "b")], spun
+    assert spun == [f"arm {arm}: {eval_cli()} glyph-mbpp -m mix -n 3 --env.taskset.arm {arm} "
+                    f"({profile} profile) ..." for arm in ("a", "b")], spun
     assert "against expectation" not in r.stdout and "All as expected" in " ".join(r.stdout.split())
     assert f"profile: {profile} (--env.taskset.profile {profile} --env.agent.harness.profile {profile})" in \
         " ".join(r.stdout.split())
@@ -314,7 +316,8 @@ def test_hub_check_names_why_and_keeps_its_deadline(monkeypatch):
 
     monkeypatch.setattr(socket, "create_connection", hangs)
     started = time.monotonic()
-    assert hub.unreachable("https://hub.example", deadline=0.5) == "no connection to hub.example:443 within 0.5 s"
+    assert hub.unreachable("https://hub.example", deadline=0.5) == \
+        "no connection to hub.example:443 within 0.5 s"
     assert time.monotonic() - started < 2
     monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:3128")
     assert hub.unreachable("https://hub.example", deadline=0.5) is None
@@ -421,7 +424,8 @@ def test_offline_without_data_demo_and_vf_eval_fail_within_3_s(tmp_path, eval_in
     assert baseline.returncode == 2 and "absent.jsonl: no such file" in baseline.stderr, baseline.stderr
     r, took = timed(glyph)
     assert r.returncode == 2, r.stdout + r.stderr
-    assert r.stderr.startswith("error: could not download MBPP from the hub (connection refused by 127.0.0.1:")
+    assert r.stderr.startswith("error: could not download MBPP from the hub (connection refused by "
+                               "127.0.0.1:")
     assert "GLYPH_MBPP_PATH" in r.stderr and "Retrying" not in r.stderr and len(r.stderr.splitlines()) == 1
     assert took - base_s < 3, f"{took:.1f} s against {base_s:.1f} s with a missing file"
 
@@ -438,7 +442,8 @@ def test_offline_without_data_demo_and_vf_eval_fail_within_3_s(tmp_path, eval_in
                             cwd=tmp_path, timeout=120, env=env)
         return r.stdout + r.stderr, time.monotonic() - started
 
-    out, base_s = timed_eval("--env.taskset.data-path", "absent.jsonl")  # imports verifiers' CLI and glyph-mbpp
+    # the first run imports verifiers' CLI and glyph-mbpp
+    out, base_s = timed_eval("--env.taskset.data-path", "absent.jsonl")
     assert "absent.jsonl: no such file" in " ".join(out.replace("│", " ").split()), out
     out, took = timed_eval()
     assert out.strip().splitlines()[-1].startswith("glyph-mbpp: could not download MBPP"), out

@@ -541,7 +541,8 @@ def test_eval_with_no_model_says_why_at_the_first_failed_call(tmp_path, mbpp_pat
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    cmd = vf_eval_command(f"http://127.0.0.1:{port}/v1", "mix", "a", 2, tmp_path, mbpp_path, [], profile="glyph")
+    cmd = vf_eval_command(f"http://127.0.0.1:{port}/v1", "mix", "a", 2, tmp_path, mbpp_path, [],
+                          profile="glyph")
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=dict(os.environ, PRIME_RUNS_MODE="disabled"))
     stdout: list[str] = []

@@ -54,7 +54,8 @@ def test_every_gate_decides_the_same_candidate_side_by_side():
     """The constructed example above (+25 pp, paired [-3.0, +53.0]) against a 10 pp formula band and a
     20 pp A/A band: formula keeps, two-rate (14.1 pp) keeps, paired rejects, A/A keeps; they disagree,
     and the paired interval includes 0. Each verdict is the one ``decide`` gives for that gate."""
-    p = gate.paired({"t1": 0.5, "t2": 0.5, "t3": 0.5, "t4": 0.5}, {"t1": 0.0, "t2": 0.25, "t3": 0.5, "t4": 0.25})
+    p = gate.paired({"t1": 0.5, "t2": 0.5, "t3": 0.5, "t4": 0.5},
+                    {"t1": 0.0, "t2": 0.25, "t3": 0.5, "t4": 0.25})
     aa = gate.aa_band([0.1, 0.3])  # |0.1 - 0.3| = 20 pp
     d = gate.decisions(0.25, 0.10, p, aa)
     assert d["formula"] == {"band_pp": 10.0, "keep": True}
@@ -65,7 +66,8 @@ def test_every_gate_decides_the_same_candidate_side_by_side():
         assert d[key]["keep"] == gate.decide(name, 0.25, 0.10, p, aa)
     assert not gate.agree(d) and gate.includes_zero(d["paired"]) is True
     fields = gate.lesson_fields(d, "band")
-    assert fields["gated_by"] == "formula" and fields["gates_agree"] is False and fields["paired_includes_zero"]
+    assert fields["gated_by"] == "formula" and fields["gates_agree"] is False
+    assert fields["paired_includes_zero"]
     assert gate.verdicts(d) == {"formula": True, "two_rate": True, "paired": False, "aa": True}
 
     small = gate.decisions(0.12, 0.10, gate.paired({"a": 1.0, "b": 0.9}, {"a": 0.8, "b": 0.8}), None)

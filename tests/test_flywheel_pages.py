@@ -128,7 +128,8 @@ def test_run_json_and_the_curve_page_carry_every_gates_decision_per_round(tmp_pa
         assert g["formula"] == {"band_pp": les["band_pp"], "keep": gain > les["band_pp"]}
         assert g["two_rate"]["band_pp"] == pytest.approx(math.sqrt(2) * les["band_pp"], abs=1e-3)
         assert g["two_rate"]["keep"] is (gain > g["two_rate"]["band_pp"])
-        assert g["paired"] == les["paired"] | {"keep": les["paired"]["lo_pp"] is not None and les["paired"]["lo_pp"] > 0}
+        lo = les["paired"]["lo_pp"]
+        assert g["paired"] == les["paired"] | {"keep": lo is not None and lo > 0}
         assert g["aa"] == (None if aa_pp is None else {"band_pp": aa_pp, "keep": gain > aa_pp})
         assert les["gated_by"] == DECISION_OF[gate_name] and les["kept"] is g[les["gated_by"]]["keep"]
         verdicts = {k: None if v is None else v["keep"] for k, v in g.items()}
@@ -157,7 +158,8 @@ def test_a_kept_lesson_whose_paired_interval_includes_0_is_marked(tmp_path, task
     from glyph.flywheel import gate
     from glyph.flywheel.outputs import KEPT_BUT_ZERO, summary_table
 
-    doc, _ = run_one(RunOptions(tasks=tasks_file, K=2, concurrency=2, quiet=True, p_lucky=0.3), tmp_path / "run")
+    opts = RunOptions(tasks=tasks_file, K=2, concurrency=2, quiet=True, p_lucky=0.3)
+    doc, _ = run_one(opts, tmp_path / "run")
     les = next(les for les in doc["lessons"] if les["kept"])
     wide = gate.Paired(0.086, -0.017, 0.19, 14)
     decisions = gate.decisions(les["gain_pp"] / 100, les["band_pp"] / 100, wide, None)
@@ -166,7 +168,8 @@ def test_a_kept_lesson_whose_paired_interval_includes_0_is_marked(tmp_path, task
     (tmp_path / "edited").mkdir()
     write_run(tmp_path / "edited", doc)
     html = " ".join(_text((tmp_path / "edited" / "curve.html").read_text()).split())
-    assert KEPT_BUT_ZERO in html and "+8.6 [-1.7, +19.0] reject" in html and "kept, paired CI includes 0" in html
+    assert KEPT_BUT_ZERO in html and "+8.6 [-1.7, +19.0] reject" in html
+    assert "kept, paired CI includes 0" in html
     assert f"kept although the paired interval includes 0: round(s) {les['round']}" in html
     console = Console(width=80, record=True, color_system=None)
     with console.capture() as captured:

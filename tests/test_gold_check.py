@@ -70,8 +70,8 @@ def test_gold_check_of_glyph_conventions_flags_a_test_that_does_not_enforce_its_
     out = tmp_path / "out"
     argv = ["glyph-conventions", "--only-gold", "True", "--runtime.type", "subprocess", "--rich", "False",
             "--taskset.data-path", str(data), "--taskset.split", "all", "-o", str(out)]
-    proc = subprocess.run([sys.executable, "-c", VALIDATE_MAIN, *argv], capture_output=True, text=True, env=env,
-                          cwd=tmp_path, timeout=240)
+    proc = subprocess.run([sys.executable, "-c", VALIDATE_MAIN, *argv], capture_output=True, text=True,
+                          env=env, cwd=tmp_path, timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = [json.loads(line) for p in out.rglob("results.jsonl") for line in p.read_text().splitlines()]
     got = {r["name"]: r["reason"] for r in results}

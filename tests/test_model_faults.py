@@ -51,8 +51,8 @@ def test_causes_are_named_and_the_fatal_ones_told_apart():
 
 
 def _record(*args) -> logging.LogRecord:
-    return logging.LogRecord(model_faults.LOGGER, logging.WARNING, __file__, 1, "model call failed: id=%s %s: %s",
-                             args, None)
+    return logging.LogRecord(model_faults.LOGGER, logging.WARNING, __file__, 1,
+                             "model call failed: id=%s %s: %s", args, None)
 
 
 def test_the_first_fatal_failure_is_said_once_with_the_remedy_and_the_end_counts_them():
@@ -64,17 +64,20 @@ def test_the_first_fatal_failure_is_said_once_with_the_remedy_and_the_end_counts
     dead = _wrapped(ConnectionRefusedError(111, "Connection refused"), "http://127.0.0.1:9/v1/chat/completions")
     for rollout in ("r1", "r2", "r2"):
         watch.emit(_record(rollout, "ProviderError", dead))
-    watch.emit(logging.LogRecord(model_faults.LOGGER, logging.WARNING, __file__, 1, "something else", (), None))
+    watch.emit(logging.LogRecord(model_faults.LOGGER, logging.WARNING, __file__, 1, "something else", (),
+                                 None))
     said = out.getvalue().splitlines()
     text = " ".join(" ".join(said).split())
-    assert text.startswith("glyph-mbpp: a model call failed: connection refused (Connection refused): nothing "
-                           "listens at --client.base-url endpoint: http://127.0.0.1:9/v1/chat/completions every "
-                           "rollout will fail the same way: Ctrl-C stops the run"), said
+    assert text.startswith("glyph-mbpp: a model call failed: connection refused (Connection refused): "
+                           "nothing listens at --client.base-url endpoint: "
+                           "http://127.0.0.1:9/v1/chat/completions every rollout will fail the same way: "
+                           "Ctrl-C stops the run"), said
     assert f"    uv run {eval_cli()} glyph-mbpp -m mix --client.base-url http://127.0.0.1:8000/v1" in said
     assert "    uv run glyph serve --port 8000    (in another terminal)" in said
     assert all(len(line) <= 80 for line in said), said
-    assert " ".join(" ".join(watch.summary()).split()).startswith("glyph-mbpp: 4 model call(s) failed in 2 rollout(s), the first: "
-                                                "ProviderError (HTTP 500)")
+    summary = " ".join(" ".join(watch.summary()).split())
+    assert summary.startswith("glyph-mbpp: 4 model call(s) failed in 2 rollout(s), the first: "
+                              "ProviderError (HTTP 500)")
 
 
 def test_start_and_stop_attach_to_verifiers_logger_and_detach(capsys):

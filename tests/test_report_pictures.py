@@ -188,9 +188,9 @@ def test_the_flywheels_pictures_are_9_pt_or_more(monkeypatch):
         fig.canvas.draw()
         for t in _texts(fig):
             assert t.get_fontsize() >= 9, t.get_text()
-    curve = caught[0]  # the learning curve's legend lies under its axes, clear of every point
-    [legend] = curve.legends
-    renderer = curve.canvas.get_renderer()
-    assert not legend.get_window_extent(renderer).overlaps(curve.axes[0].get_window_extent(renderer))
+    for fig in (caught[0], caught[3]):  # the learning curve's and the A/A histogram's legends: under the axes
+        [legend] = fig.legends
+        renderer = fig.canvas.get_renderer()
+        assert not legend.get_window_extent(renderer).overlaps(fig.axes[0].get_window_extent(renderer))
     fit = [t.get_text() for t in caught[2].axes[1].get_legend().get_texts()]
     assert any(s.startswith("fit to A/A") for s in fit) and "measured A/A band" in fit

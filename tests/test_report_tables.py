@@ -101,7 +101,8 @@ def test_incidents_that_failed_alike_are_one_row_naming_every_line_and_task():
     dead = "endpoint_error: model call failed: HTTP 503: [Errno -2] Name or service not known"
     incidents = [{"run": 0, "path": "p", "line": i + 1, "task": f"mbpp_{11 + i}", "arm": "a", "seed": None,
                   "ckpt": "m", "kind": "errored", "reason": dead} for i in range(500)]
-    incidents.insert(7, dict(incidents[7], line=501, task="mbpp_600", kind="timed_out", reason="agent timeout"))
+    incidents.insert(7, dict(incidents[7], line=501, task="mbpp_600", kind="timed_out",
+                             reason="agent timeout"))
     doc = {"runs": [{"path": "outputs/run-0"}], "incidents": incidents}
     t = _incidents(doc)
     assert t.title == "Incidents: errored, timed-out and tampered rollouts (501, in 2 groups)"
@@ -181,7 +182,8 @@ def flywheel_run(K: int = 8, aa: float | None = None, lessons: int = 2) -> dict:
             "error": "HTTP 500: the writer's endpoint failed" if i == 2 else None}
            | gate.lesson_fields(None if i == 2 else gate.decisions(
                (8.6 - 5 * i) / 100, formula / 100, paired(i),
-               None if aa is None else gate.AABand((0.4, 0.45), aa / 100, 0.05, 0.03)), "aa" if aa else "band")
+               None if aa is None else gate.AABand((0.4, 0.45), aa / 100, 0.05, 0.03)),
+               "aa" if aa else "band")
            for i in range(lessons)]
     return {"seed": 0, "K": K, "baseline": 0.086, "final": 0.464, "gain_pp": 37.8, "noise_band_pp": formula,
             "rounds": lessons, "lessons": les, "excluded": {"rollouts": 0}, "stop": "2 rejections in a row",

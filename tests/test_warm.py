@@ -185,7 +185,8 @@ def test_warm_and_cold_fail_alike(tmp_path):
             assert done.exit_code == proc.returncode == want, (done.stderr, proc.stderr)
             last = done.stderr.strip().splitlines()[-1]
             assert last == proc.stderr.strip().splitlines()[-1].replace(str(cold_ws.workdir), str(warm_ws.workdir))
-            assert last.startswith("FileNotFoundError" if broken else "endpoint_error: model call failed: HTTP 400")
+            assert last.startswith("FileNotFoundError" if broken
+                                   else "endpoint_error: model call failed: HTTP 400")
     finally:
         refusing.close()
 

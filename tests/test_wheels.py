@@ -153,12 +153,13 @@ def test_each_environment_declares_tags_license_and_the_hubs_readme_sections():
     for folder, env_id in ENVIRONMENTS.items():
         project = tomllib.loads((REPO / "environments" / folder / "pyproject.toml").read_text())["project"]
         assert project["name"] == env_id and project["license"] == {"text": "MIT"}, project
-        assert isinstance(project["tags"], list) and {"train", "eval"} <= set(project["tags"]), project["tags"]
+        tags = project["tags"]
+        assert isinstance(tags, list) and {"train", "eval"} <= set(tags), tags
         readme = (REPO / "environments" / folder / "README.md").read_text()
         heads = [line for line in readme.splitlines() if line.startswith("## ")]
         assert [h for h in heads if h in HUB_SECTIONS] == list(HUB_SECTIONS), heads
-        for field in ("**Environment ID**", "**Tags**", "**Primary dataset**", "**Source links**", "**Split sizes**",
-                      "**Type**", "**Rubric overview**", "`reward` (`passed`)"):
+        for field in ("**Environment ID**", "**Tags**", "**Primary dataset**", "**Source links**",
+                      "**Split sizes**", "**Type**", "**Rubric overview**", "`reward` (`passed`)"):
             assert field in readme, (folder, field)
         assert ", ".join(project["tags"]) in readme, (folder, "the README's tags are not the pyproject's")
 

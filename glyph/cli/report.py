@@ -23,7 +23,8 @@ def report(
                         "or once for all); overrides what the runs record")] = None,
     out: Annotated[Optional[Path], typer.Option("--out", help="write report.json, report.md and report.html here")] = None,
     fmt: Annotated[str, typer.Option("--format", metavar="<table|markdown|md|json|none>",
-                                     help="what to print: table, markdown (or md, as report.md), json or none")
+                                     help="what to print: table, markdown (or md, as report.md), json or "
+                                          "none")
                    ] = "table",
     k: Annotated[str, typer.Option("--pass-at", help="pass@k for these k, comma-separated (default: 1, 2, 5, "
                                                      "10, ... up to the most samples a task has)")] = "",

@@ -93,7 +93,8 @@ def cause(exc: BaseException) -> Cause:
             return Cause(f"name resolution failed for {host} ({e.strerror or e}): no network, or a wrong "
                          "--client.base-url", url, True)
         if isinstance(e, ConnectionRefusedError):
-            return Cause(f"connection refused ({e.strerror or e}): nothing listens at --client.base-url", url, True)
+            return Cause(f"connection refused ({e.strerror or e}): nothing listens at --client.base-url", url,
+                         True)
     status = getattr(exc, "status_code", None)
     text = " ".join(str(exc).split())[:300]
     if status in (401, 403):

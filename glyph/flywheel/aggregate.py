@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Sequence
 
 from glyph.flywheel.outputs import draw_curve
-from glyph.report.plots import FONT, figure, png
+from glyph.report.plots import FONT, figure, legend_below, legend_under, png
 
 
 def _spread(xs: Sequence[float | None]) -> dict:
@@ -171,7 +171,7 @@ def replicate_png(docs: Sequence[dict], names: Sequence[str] | None = None, titl
     band = "" if docs[0]["noise_band_pp"] is None else f", band {docs[0]['noise_band_pp']:.1f} pp"
     ax.set_title((title or f"{len(docs)} replicate runs (K={docs[0]['K']}{band})")
                  + "; shaded: each level's 95% interval", fontsize=10)
-    ax.legend(fontsize=FONT, loc="lower right")
+    legend_below(fig)
     return png(fig)
 
 
@@ -193,7 +193,7 @@ def sweep_png(doc: dict) -> bytes:
     a.set_ylim(0, 100)
     a.set_xticks(ks)
     a.grid(alpha=0.3)
-    a.legend(fontsize=FONT)
+    legend_under(a)
     a.set_title("final vs K (points: runs)", fontsize=10)
     b.plot(ks, [p["band_pp"] for p in doc["per_K"]], "s--", color="#7f7f7f", mfc="none",
            label="formula band (c/sqrt(K) by construction)")
@@ -213,7 +213,7 @@ def sweep_png(doc: dict) -> bytes:
     b.set_ylabel("band (pp)")
     b.set_xticks(ks)
     b.grid(alpha=0.3)
-    b.legend(fontsize=FONT)
+    legend_under(b)
     b.set_title("band vs K", fontsize=10)
     return png(fig)
 

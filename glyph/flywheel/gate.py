@@ -250,7 +250,8 @@ def decisions(gain: float | None, formula: float | None, paired_result: Paired |
 
     return {"formula": band_gate(formula),
             "two_rate": band_gate(None if formula is None else math.sqrt(2) * formula),
-            "paired": None if paired_result is None else paired_result.to_json() | {"keep": paired_result.keep},
+            "paired": (None if paired_result is None
+                       else paired_result.to_json() | {"keep": paired_result.keep}),
             "aa": band_gate(None if aa is None else aa.band)}
 
 

@@ -136,16 +136,19 @@ def pooled(by_task: dict[str, list[dict]], tasks: Iterable[str] | None = None) -
 
 
 CURVE_INTERVAL = {"method": "wilson", "level": 0.95,
-                  "of": "each curve point's pass rate over the scored holdout rollouts of its measurement (n)",
+                  "of": "each curve point's pass rate over the scored holdout rollouts of its measurement "
+                        "(n)",
                   "assumes": "rollouts independent: a task's K rollouts count as K draws",
-                  "clustered": {"method": "task cluster bootstrap", "level": 0.95, "resamples": 2000, "seed": 0,
+                  "clustered": {"method": "task cluster bootstrap", "level": 0.95, "resamples": 2000,
+                                "seed": 0,
                                 "of": "the same pooled rate, tasks resampled with their rollouts "
                                       "(task_lo/task_hi, candidate_task_lo/candidate_task_hi)",
                                 "assumes": "tasks exchangeable draws from a population of tasks; a task's "
                                            "rollouts may be correlated"}}
 """What a curve point's intervals are: ``lo``/``hi`` (the accepted level) and ``candidate_lo``/
 ``candidate_hi`` Wilson's, ``task_lo``/``task_hi`` and ``candidate_task_*`` the task cluster bootstrap's."""
-_CLUSTERED = Bootstrap(resamples=CURVE_INTERVAL["clustered"]["resamples"], seed=CURVE_INTERVAL["clustered"]["seed"])
+_CLUSTERED = Bootstrap(resamples=CURVE_INTERVAL["clustered"]["resamples"],
+                       seed=CURVE_INTERVAL["clustered"]["seed"])
 
 
 def rate_interval(by_task: dict[str, list[dict]] | None, prefix: str = "") -> dict:
@@ -431,7 +434,8 @@ class Flywheel:
             if stored["error"]:
                 writer_failures += 1
                 lessons.append(entry | {"gain_pp": None, "band_pp": None, "paired": None, "candidate": None,
-                                        "kept": False, "error": stored["error"]} | gates.lesson_fields(None, cfg.gate))
+                                        "kept": False, "error": stored["error"]}
+                               | gates.lesson_fields(None, cfg.gate))
                 curve.append(curve_point(rnd, level, level_rows, kept=False, band_pp=None, decisions=None))
                 continue
             hold = self._phase(store, bars, "holdout", rnd, self.holdout, kept + [stored["text"]],
@@ -440,7 +444,8 @@ class Flywheel:
             cand_rate, _ = pooled(hold)
             lessons.append(entry | {"gain_pp": _r(100 * cmp["gain"], 4), "band_pp": _r(100 * cmp["band"], 4),
                                     "paired": cmp["paired"].to_json(), "candidate": _r(cand_rate),
-                                    "kept": cmp["keep"], "error": ""} | gates.lesson_fields(cmp["gates"], cfg.gate))
+                                    "kept": cmp["keep"], "error": ""}
+                           | gates.lesson_fields(cmp["gates"], cfg.gate))
             band_level = level
             if cmp["keep"]:
                 kept.append(stored["text"])

@@ -9,7 +9,7 @@ and nothing else, so an A/A measurement can be redrawn from its JSON.
 
 from __future__ import annotations
 
-from glyph.report.plots import FONT, figure, png
+from glyph.report.plots import figure, legend_below, png
 
 BAND_STYLE = {"formula_pp": ("formula 1.96*sqrt(0.25/(nK))", "#7f7f7f", "--"),
               "two_rate_pp": ("two-rate (sqrt(2) x formula)", "#1f77b4", "-."),
@@ -24,7 +24,7 @@ def pair_differences_pp(rates: list[float]) -> list[float]:
 def aa_png(doc: dict) -> bytes:
     """The A/A pair differences as a histogram, the three bands as vertical lines."""
     bands = doc["bands"]
-    fig = figure(7.5, 4.0)
+    fig = figure(7.5, 5.0)
     ax = fig.add_subplot()
     diffs = pair_differences_pp(bands["aa"]["rates"]) if bands.get("aa") else []
     if diffs:
@@ -39,7 +39,7 @@ def aa_png(doc: dict) -> bytes:
     ax.set_title(f"Noise floor: {runs} A/A re-rolls (K={doc['K']}, {doc['n_holdout']} holdout tasks; "
                  f"gate: {bands['gated_by']})", fontsize=10)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=FONT, loc="upper right")
+    legend_below(fig)
     return png(fig)
 
 

@@ -183,7 +183,8 @@ def _partial_run(run: dict) -> dict:
         cand = level + les["gain"]
         lessons.append({"round": les["round"], "mode": les["mode"], "text": les.get("lesson", ""),
                         "cluster_size": les.get("cluster"), "candidate": _r(cand), "gain_pp": _r(100 * les["gain"], 4),
-                        "band_pp": None, "paired": None, "kept": kept, "error": ""} | gates.lesson_fields(None, "band"))
+                        "band_pp": None, "paired": None, "kept": kept, "error": ""}
+                       | gates.lesson_fields(None, "band"))
         before = level
         level = cand if kept else level
         curve.append({"round": les["round"], "accepted": _r(level), "candidate": _r(cand), "kept": kept,
@@ -261,7 +262,7 @@ def bands_doc(runs: dict[str, dict]) -> dict:
 def bands_png(doc: dict) -> bytes:
     import numpy as np
 
-    from glyph.report.plots import FONT, figure, png
+    from glyph.report.plots import figure, legend_below, png
 
     fig = figure(7.0, 4.0)
     ax = fig.add_subplot()
@@ -278,13 +279,13 @@ def bands_png(doc: dict) -> bytes:
     ax.set_xlabel("K (rollouts per task)")
     ax.set_ylabel("band (pp)")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=FONT)
+    legend_below(fig)
     ax.set_title("The original's noise bands, recorded and by formula (no A/A measured)", fontsize=10)
     return png(fig)
 
 
 def credit_png(doc: dict) -> bytes:
-    from glyph.report.plots import FONT, figure, png
+    from glyph.report.plots import figure, legend_below, png
 
     fig = figure(7.0, 4.0)
     ax = fig.add_subplot()
@@ -302,7 +303,7 @@ def credit_png(doc: dict) -> bytes:
     ax.set_ylim(-5, 105)
     ax.set_xticks(steps)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=FONT)
+    legend_below(fig, ncols=1)
     ax.set_title(f"The original's credit run: critical step {doc['critical_step']}, located {doc['located']}",
                  fontsize=10)
     return png(fig)

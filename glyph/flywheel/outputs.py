@@ -13,7 +13,7 @@ import json
 from html import escape
 from pathlib import Path
 
-from glyph.report.plots import FONT, figure, png
+from glyph.report.plots import figure, legend_below, png
 
 
 def pct(x: float | None, nd: int = 1) -> str:
@@ -86,8 +86,7 @@ def draw_curve(ax, doc: dict, *, label: str | None = "accepted holdout rate", de
                         ("zero", {"color": "#ff7f0e", "marker": "D",
                                   "label": "candidate, kept; its paired CI includes 0"}),
                         ("rejected", {"color": "#d62728", "marker": "x", "label": "candidate, rejected"})):
-        pts = [c for c in curve[1:] if c["candidate"] is not None
-               and {True: "zero" if c["round"] in zero else "kept", False: "rejected"}[bool(c["kept"])] == kind]
+        pts = [c for c in curve[1:] if c["candidate"] is not None and _kind(c, zero) == kind]
         if pts:
             ax.scatter([c["round"] + 0.12 for c in pts], [100 * c["candidate"] for c in pts], zorder=3, s=40,
                        **style)
@@ -95,6 +94,13 @@ def draw_curve(ax, doc: dict, *, label: str | None = "accepted holdout rate", de
             if cx:
                 ax.errorbar([x + 0.12 for x in cx], cy, yerr=cerr, fmt="none", ecolor=style["color"], capsize=3,
                             alpha=0.6, lw=1)
+
+
+def _kind(point: dict, zero: set[int]) -> str:
+    """How a candidate is drawn: ``kept``, ``zero`` (kept, its paired interval includes 0) or ``rejected``."""
+    if not point["kept"]:
+        return "rejected"
+    return "zero" if point["round"] in zero else "kept"
 
 
 def curve_png(doc: dict) -> bytes:
@@ -109,7 +115,7 @@ def curve_png(doc: dict) -> bytes:
     ax.set_xticks(range(len(doc["curve"])))
     ax.set_ylim(0, 100)
     ax.grid(alpha=0.3)
-    fig.legend(fontsize=FONT, loc="outside lower center", ncols=2)  # under the axes: it covers no point
+    legend_below(fig)
     return png(fig)
 
 
@@ -130,8 +136,8 @@ def verdict(les: dict) -> str:
 
 
 def lesson_rows(doc: dict) -> list[list[str]]:
-    return [[str(les["round"]), les["mode"], les["text"], _num(les["cluster_size"]), pct(les.get("candidate")),
-             pp(les["gain_pp"]), verdict(les)] for les in doc["lessons"]]
+    return [[str(les["round"]), les["mode"], les["text"], _num(les["cluster_size"]),
+             pct(les.get("candidate")), pp(les["gain_pp"]), verdict(les)] for les in doc["lessons"]]
 
 
 LESSON_COLUMNS = ["round", "mode / cluster", "lesson", "failures", "candidate", "gain (pp)", "verdict"]
@@ -165,15 +171,17 @@ def gate_rows(doc: dict) -> list[list[str]]:
         g = les.get("gates")
         if g is None:
             rows.append([str(les["round"]), pp(les["gain_pp"]), "-", "-", "-", "-",
-                         GATE_LABELS.get(les.get("gated_by"), "-"), "writer failed" if les.get("error") else "-"])
+                         GATE_LABELS.get(les.get("gated_by"), "-"),
+                         "writer failed" if les.get("error") else "-"])
             continue
         notes = ["agree" if les.get("gates_agree") else "disagree"]
         if les.get("paired_includes_zero") and les["kept"]:
             notes.append("kept, paired CI includes 0")
+        decided = f"{GATE_LABELS[les['gated_by']]}: {'kept' if les['kept'] else 'rejected'}"
         rows.append([str(les["round"]), pp(les["gain_pp"]), _gate_cell("formula", g["formula"], "-"),
-                     _gate_cell("two_rate", g["two_rate"], "-"), _gate_cell("paired", g["paired"], paired_missing),
-                     _gate_cell("aa", g["aa"], aa_missing),
-                     f"{GATE_LABELS[les['gated_by']]}: {'kept' if les['kept'] else 'rejected'}", "; ".join(notes)])
+                     _gate_cell("two_rate", g["two_rate"], "-"),
+                     _gate_cell("paired", g["paired"], paired_missing), _gate_cell("aa", g["aa"], aa_missing),
+                     decided, "; ".join(notes)])
     return rows
 
 
@@ -199,7 +207,8 @@ def assumption_rows(doc: dict) -> list[list[str]]:
     measured = bool((doc.get("bands") or {}).get("aa"))
     rows = []
     for name, (rule, assumes) in ASSUMES.items():
-        role = "decided" if name == gated else ("not measured" if name == "aa" and not measured else "reported")
+        role = ("decided" if name == gated
+                else "not measured" if name == "aa" and not measured else "reported")
         if name == DECISION_OF[RECOMMENDED]:
             role += "; glyph recommends it"
         rows.append([GATE_LABELS[name], rule, assumes, role])
@@ -218,8 +227,8 @@ def _num(x) -> str:
     return "-" if x is None else str(x)
 
 
-LESSON_CAPTION = ("gain: candidate rate minus the accepted level, over the tasks scored on both sides. verdict: "
-                  "the deciding gate's; each gate's own is in the gates table.")
+LESSON_CAPTION = ("gain: candidate rate minus the accepted level, over the tasks scored on both sides. "
+                  "verdict: the deciding gate's; each gate's own is in the gates table.")
 
 
 def curve_caption(doc: dict) -> str:
@@ -313,7 +322,8 @@ def _disagreements(doc: dict) -> str:
     zero = [les for les in doc["lessons"] if les["kept"] and les.get("paired_includes_zero")]
     if not split:
         return "Every gate agreed on every candidate (the gates table below)."
-    text = f"The gates disagree on round(s) {', '.join(str(les['round']) for les in split)} (the gates table below)"
+    rounds = ", ".join(str(les["round"]) for les in split)
+    text = f"The gates disagree on round(s) {rounds} (the gates table below)"
     if zero:
         text += (f"; kept although the paired interval includes 0: round(s) "
                  f"{', '.join(str(les['round']) for les in zero)}")
@@ -328,6 +338,9 @@ def write_run(out: str | Path, doc: dict) -> dict[str, Path]:
     figures = []
     image = curve_png(doc)
     title = f"Learning curve: accepted level and candidates with their {interval_label(doc)}, and the noise band"
+    if (doc.get("curve_interval") or {}).get("clustered"):
+        title = ("Learning curve: accepted level and candidates with their 95% Wilson interval (solid) and "
+                 "the accepted level's 95% interval over tasks (dotted), and the noise band")
     figures.append((title, image))
     if (doc.get("bands") or {}).get("aa"):
         from glyph.flywheel.noise import aa_png

@@ -144,13 +144,18 @@ def _split(cells: list[dict]):
     ax.tick_params(axis="y", labelsize=FONT)
     ax.set_ylabel("pass@1 (%)")
     ax.set_ylim(0, 100)
-    _legend_below(fig)
+    legend_below(fig)
     return fig
 
 
-def _legend_below(fig, ncols: int = 2) -> None:
+def legend_below(fig, ncols: int = 2) -> None:
     """The figure's legend under its axes (constrained layout makes room): it covers no data."""
     fig.legend(fontsize=FONT, loc="outside lower center", ncols=ncols)
+
+
+def legend_under(ax, ncols: int = 1) -> None:
+    """One panel's legend under that panel (constrained layout makes room): it covers none of its data."""
+    ax.legend(fontsize=FONT, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncols=ncols, frameon=False)
 
 
 def _grid(n: int, max_cols: int, width: float, height: float):
@@ -251,7 +256,7 @@ def _calibration(cells: list[dict]):
     right.set_ylabel("precision (%), 95% Wilson; colour: the cell")
     right.set_ylim(0, 105)
     right.set_title("when the agent predicts a class, how often it is that class", fontsize=FONT + 1)
-    _legend_below(fig)  # the cells (their colour in both panels) and the hatch, under the panels
+    legend_below(fig)  # the cells (their colour in both panels) and the hatch, under the panels
     return fig
 
 
@@ -284,7 +289,7 @@ def _tool_calls(cells: list[dict]):
         ax.tick_params(labelsize=FONT)
         ax.xaxis.get_major_locator().set_params(integer=True)
         if groups:  # under the panel: it covers no bar
-            ax.legend(fontsize=FONT, loc="upper center", bbox_to_anchor=(0.5, -0.28), ncols=2, frameon=False)
+            legend_under(ax, ncols=2)
         else:
             ax.set_yticks([])
             ax.set_xticks([])

@@ -23,7 +23,8 @@ class ConventionsEnv(vf.SingleAgentEnv, vf.Env[ConventionsEnvConfig]):
     _watch: model_faults.Watch | None = None
 
     async def start(self) -> None:
-        """Before any rollout: say the first failed model call on the terminal (``glyph.envs.model_faults``)."""
+        """Before any rollout: say the first failed model call on the terminal
+        (``glyph.envs.model_faults``)."""
         await super().start()
         self._watch = model_faults.start(CONVENTIONS_ENV_ID)
 

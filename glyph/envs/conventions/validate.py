@@ -29,7 +29,8 @@ async def validate_task(task, runtime) -> bool:
     ``runtime``, passes and the broken one does not."""
     data = task.data
     await runtime.write(SOLUTION_FILE, data.reference_fixed.encode("utf-8", "surrogateescape"))
-    fixed = (await runtime.read(SOLUTION_FILE, max_bytes=MAX_SOLUTION_BYTES)).decode("utf-8", "surrogateescape")
+    raw = await runtime.read(SOLUTION_FILE, max_bytes=MAX_SOLUTION_BYTES)
+    fixed = raw.decode("utf-8", "surrogateescape")
     checked = await asyncio.to_thread(conventions.validate_task,
                                       dataclasses.replace(data.task(), reference_fixed=fixed))
     if not checked.ok:

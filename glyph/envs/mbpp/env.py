@@ -24,7 +24,8 @@ class GlyphEnv(vf.SingleAgentEnv, vf.Env[GlyphEnvConfig]):
     _watch: model_faults.Watch | None = None
 
     async def start(self) -> None:
-        """Before any rollout: say the first failed model call on the terminal (``glyph.envs.model_faults``)."""
+        """Before any rollout: say the first failed model call on the terminal
+        (``glyph.envs.model_faults``)."""
         await super().start()
         self._watch = model_faults.start(MBPP_ENV_ID)
 
