@@ -181,3 +181,21 @@ def stop(watch: Watch | None) -> None:
     logging.getLogger(LOGGER).removeHandler(watch)
     if watch.summary():
         watch._say(["", *watch.summary()])  # a line of its own: the eval CLI may leave its last line open
+
+
+class SaysModelFaults:
+    """A mixin for an ``Env``: its ``start`` attaches a ``Watch`` named ``MODEL_FAULTS_NAME``, its
+    ``stop`` detaches it and says the count (``Env.start``/``Env.stop``: the env's own hooks, inside
+    ``serving()``, before the first rollout and after the last)."""
+
+    MODEL_FAULTS_NAME = "glyph"
+    _watch: Watch | None = None
+
+    async def start(self) -> None:
+        await super().start()
+        self._watch = start(self.MODEL_FAULTS_NAME)
+
+    async def stop(self) -> None:
+        stop(self._watch)
+        self._watch = None
+        await super().stop()

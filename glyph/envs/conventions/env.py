@@ -17,18 +17,7 @@ class ConventionsEnvConfig(vf.SingleAgentEnvConfig):
                                            harness=ConventionsHarnessConfig(id=CONVENTIONS_ENV_ID))
 
 
-class ConventionsEnv(vf.SingleAgentEnv, vf.Env[ConventionsEnvConfig]):
+class ConventionsEnv(model_faults.SaysModelFaults, vf.SingleAgentEnv, vf.Env[ConventionsEnvConfig]):
     """One agent seat running the conventions harness (verifiers types the config from ``vf.Env[...]``)."""
 
-    _watch: model_faults.Watch | None = None
-
-    async def start(self) -> None:
-        """Before any rollout: say the first failed model call on the terminal
-        (``glyph.envs.model_faults``)."""
-        await super().start()
-        self._watch = model_faults.start(CONVENTIONS_ENV_ID)
-
-    async def stop(self) -> None:
-        model_faults.stop(self._watch)
-        self._watch = None
-        await super().stop()
+    MODEL_FAULTS_NAME = CONVENTIONS_ENV_ID

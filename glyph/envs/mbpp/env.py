@@ -18,18 +18,7 @@ class GlyphEnvConfig(vf.SingleAgentEnvConfig):
                                            harness=GlyphHarnessConfig(id=MBPP_ENV_ID))
 
 
-class GlyphEnv(vf.SingleAgentEnv, vf.Env[GlyphEnvConfig]):
+class GlyphEnv(model_faults.SaysModelFaults, vf.SingleAgentEnv, vf.Env[GlyphEnvConfig]):
     """One agent seat running glyph-mbpp's harness (verifiers types the config from ``vf.Env[...]``)."""
 
-    _watch: model_faults.Watch | None = None
-
-    async def start(self) -> None:
-        """Before any rollout: say the first failed model call on the terminal
-        (``glyph.envs.model_faults``)."""
-        await super().start()
-        self._watch = model_faults.start(MBPP_ENV_ID)
-
-    async def stop(self) -> None:
-        model_faults.stop(self._watch)
-        self._watch = None
-        await super().stop()
+    MODEL_FAULTS_NAME = MBPP_ENV_ID
