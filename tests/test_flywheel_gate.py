@@ -84,5 +84,7 @@ def test_the_default_gate_is_the_originals_and_the_recommended_one_is_named_with
 
     assert RunOptions().gate == gate.DEFAULT == "band" and gate.RECOMMENDED in gate.GATES
     help_text = RunOptions.model_fields["gate"].description
-    assert "rl-loop.mjs" in help_text and f"recommends {gate.RECOMMENDED}" in help_text
+    assert "original flywheel's rule, the default" in help_text
+    assert "aa: gain > the measured A/A band, which glyph recommends" in help_text
+    assert "rl-loop.mjs" in gate.WHY_RECOMMENDED
     assert set(gate.ASSUMES) == set(gate.DECISION_OF.values()) | {"two_rate"}

@@ -73,11 +73,9 @@ class RunOptions(BaseModel):
     writer_model: Annotated[Optional[str], OPENAI_WRITER] = Field(
         None, description="writer model (default: --model)")
     gate: Literal["band", "paired", "aa"] = Field(
-        "band", description="band (the default: the original flywheel's rule, rl-loop.mjs:57,101, "
-                            "to reproduce it): gain > 1.96*sqrt(0.25/(n*K)); paired: the per-task t "
-                            "interval's lower bound > 0; aa: gain > the measured A/A band. glyph recommends "
-                            "aa (measured, not assumed: it sees a task's rollouts that agree); every run "
-                            "reports all of them (docs/flywheel.md)")
+        "band", description="band (the original flywheel's rule, the default): gain > 1.96*sqrt(0.25/(n*K)); "
+                            "paired: the per-task t interval's lower bound > 0; aa: gain > the measured A/A "
+                            "band, which glyph recommends (docs/flywheel.md)")
     aa_runs: Annotated[int, AA_GATE] = Field(
         20, ge=2, description="--gate aa: no-lesson re-rolls of the holdout that measure the A/A band")
     max_rounds: int = Field(20, ge=1, description="at most this many lesson rounds")
