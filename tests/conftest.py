@@ -122,9 +122,70 @@ def _pin_runs(session):
     return None
 
 
+# ---------------------------------------------------------------- quick and slow
+# `uv run pytest -m quick`: what a newcomer runs first (under 2 minutes on two cores); `uv run pytest`
+# (CI, .ci/run): everything. Every test is marked one or the other here, from its file and name, not in
+# each file. Measured (pytest's junit times, the whole suite on a two-core machine shared with other
+# jobs): a file whose tests took 40 s or more in all is slow whole (it runs vf-eval or the eval CLI,
+# prepares data, builds a venv or the pinned stack, generates plus tests or replays every SFT trace),
+# and so is a test that took 2 s or more elsewhere. A test that grows slow belongs in these lists.
+SLOW_FILES = frozenset({
+    "test_conventions_env.py", "test_data.py", "test_env.py", "test_env_pool.py", "test_eval_profiles.py",
+    "test_faults.py", "test_flywheel_live.py", "test_flywheel_loop.py", "test_gold_check.py", "test_pin.py",
+    "test_plus.py", "test_recipe_smoke.py", "test_redteam.py", "test_render.py", "test_render_study.py",
+    "test_report_policies.py", "test_sandbox_unprivileged.py", "test_wheels.py", "test_study_replay.py",
+})
+SLOW_TESTS = {  # file: test names (a parametrized test by its name alone: all its cases; or one case)
+    "test_cli.py": ("test_attack_demo_grades_as_expected", "test_check_gold_all_pass",
+                    "test_demo_runs_vf_eval_for_both_arms"),
+    "test_cli_friction.py": ("test_every_option_is_described_and_shows_its_default_as_it_is",
+                             "test_replicate_names_the_folders_it_writes", "test_version_and_short_help"),
+    "test_conventions.py": ("test_shipped_file_validates",),
+    "test_flywheel_credit.py": ("test_cli_continues_with_a_model_endpoint",
+                                "test_forks_of_the_slipping_repair_draw_apart_reproducibly"),
+    "test_flywheel_import.py": ("test_the_cli_redraws_runs_replication_credit_and_bands",),
+    "test_flywheel_noise.py": ("test_aa_band_matches_the_two_rate_band_for_independent_rollouts",
+                               "test_aa_band_widens_when_a_tasks_rollouts_are_correlated",
+                               "test_run_with_the_aa_gate_records_the_three_bands_and_resumes_the_aa_command",
+                               "test_the_default_gate_records_the_bands_without_measuring"),
+    "test_flywheel_pages.py": ("test_a_kept_lesson_whose_paired_interval_includes_0_is_marked",
+                               "test_every_point_of_a_run_has_the_interval_of_its_stored_rollouts",
+                               "test_replicate_and_sweep_write_html_with_the_bands_and_intervals",
+                               "test_run_json_and_the_curve_page_carry_every_gates_decision_per_round",
+                               "test_the_flywheel_pages_and_the_report_share_one_look",
+                               "test_write_run_is_deterministic"),
+    "test_grading.py": ("test_a_server_killed_under_a_grading_is_regraded_or_raised_never_a_verdict",
+                        "test_outcome_classes[timeout]", "test_referee_timeouts_are_timeouts"),
+    "test_layers.py": ("test_the_shipped_set_imports_alone",),
+    "test_report_known.py": ("test_outputs_json_markdown_and_one_self_contained_html",),
+    "test_report_pictures.py": ("test_every_text_is_at_least_9_pt_and_inside_its_figure",),
+    "test_sandbox.py": ("test_a_large_request_to_a_run_that_stops_reading_is_bounded",
+                        "test_bare_mode_still_limits_and_sweeps", "test_time_limits"),
+    "test_wire.py": ("test_a_bomb_on_the_result_channel_is_refused_fast_and_small",
+                     "test_a_decoded_value_stays_under_the_documented_bound",
+                     "test_loads_counts_tokens_before_parsing"),
+}
+
+
+def is_slow(item) -> bool:
+    """Whether ``item`` is left out of ``-m quick`` (``SLOW_FILES``, ``SLOW_TESTS``)."""
+    names = SLOW_TESTS.get(item.path.name, ())
+    return item.path.name in SLOW_FILES or item.name in names or getattr(item, "originalname", None) in names
+
+
+def pytest_ignore_collect(collection_path, config):
+    """``-m quick`` does not even import a slow file (their imports are seconds of the quick run)."""
+    if config.getoption("markexpr", "") == "quick" and collection_path.name in SLOW_FILES:
+        return True
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects by these markers
 def pytest_collection_modifyitems(session, config, items):
-    """tests/test_pin.py's tests wait for the background runs: they go last, so the rest of the
-    suite runs meanwhile."""
+    """Every test marked ``slow`` or ``quick`` (above); tests/test_pin.py's tests wait for the
+    background runs: they go last, so the rest of the suite runs meanwhile."""
+    for item in items:
+        item.add_marker(pytest.mark.slow if is_slow(item) else pytest.mark.quick)
     items.sort(key=lambda item: item.path.name == "test_pin.py")
 
 
