@@ -335,8 +335,7 @@ def eval_file(p: Profile, arm: str, split: str) -> list[Table]:
         client = [Table("client", [("type", "eval", "")],
                         above=("The study's client (its scripts/evaluate.sh): verifiers' default, chat completions",
                                "against the served checkpoint, which renders with the chat template and stops at",
-                               f"the EOS its export carries (`{TRAIN} export`). The token path: @ "
-                               f"{p.path('eval_token_client')}."))]
+                               f"the EOS its export carries (`{TRAIN} export`). The token path: @ {p.path('eval_token_client')}."))]
     else:
         agent, client = [], token_client_tables(p)
     return [
