@@ -64,6 +64,9 @@ ENV_POOL = {"type": "elastic", "max_workers": 16, "multiplex": 4}
 """The study's env-server pool on every source (its configs/arm_{a,b}_rl.toml ``pool``)."""
 GPU_MEMORY = 0.85
 """The study's ``[inference] gpu_memory_utilization`` (the pin: ``[inference.vllm]``; default 0.9)."""
+ATTN = ("attn", "flash_attention_2", "d334ea5's default, as the study ran; the pin's auto: FA3 on Hopper")
+"""The trainer's attention kernel: FA2, PRIME-RL d334ea5's default (its configs/trainer.py), which the
+study's runs used; the pin's ``auto`` picks FA3 on Hopper and FA4 on Blackwell."""
 EVAL_MAX_TOTAL_TOKENS = 4096
 """The study's eval cap (its scripts/evaluate.sh ``--max-total-tokens 4096``): over it a failure."""
 
@@ -258,6 +261,7 @@ def rl_file(p: Profile, arm: str, *, alpha: float = 0.1, costly: bool = False, m
               above=("Every policy version is written to <run>/broadcasts/step_N as HF-format safetensors;",
                      "step_100 is the checkpoint the test eval serves; with [ckpt] below steps 25/50/75 stay too.")),
         Table("ckpt", [("interval", 25, ""), ("keep_last", 1, "")], "DCP checkpoints for --resume"),
+        Table("trainer.model", [ATTN]),
         Table("trainer.optim", [("type", "adamw", ""), ("lr", 1e-6, ""), ("weight_decay", 0.01, "")]),
         Table("trainer.loss", [("type", "default", ""), ("kl_tau", 0.0, "")],
               above=("No KL: GRPO at the pin has no reference model; kl_tau weights the loss's only KL-like",
@@ -290,7 +294,7 @@ def sft_file(p: Profile, arm: str) -> list[Table]:
     return [
         Table("", [("max_steps", SFT_STEPS, "")]),
         Table("run", [("name", p.run(f"sft-arm-{arm}"), "outputs/<name>; broadcasts/step_60 = the HF export")]),
-        Table("model", [("name", MODEL, "full-parameter: no [model.lora]")]),
+        Table("model", [("name", MODEL, "full-parameter: no [model.lora]"), ATTN]),
         Table("renderer", plain(p.renderer), p.renderer_note),
         Table("data", [("type", "sft", ""),
                        ("name", p.data(arm), f"`glyph data prepare --profile {p.name} --out artifacts/{p.name}`"),

@@ -285,6 +285,9 @@ def test_the_training_dynamics_are_the_studys(profile):
             assert source["serve"] == {"pool": {"type": "elastic", "max_workers": 16, "multiplex": 4}}
         assert o["train"]["source"][0]["env"]["taskset"]["order"] == "study"
         assert o["eval"]["sampling"]["extra_body"]["stop_token_ids"] == [151645]
+        assert rl["trainer"]["model"] == {"attn": "flash_attention_2"}  # d334ea5's default kernel
+    for arm in ARMS:
+        assert load(f"{profile}/sft_arm_{arm}")["model"]["attn"] == "flash_attention_2"
 
 
 def test_the_default_profiles_runs_are_also_at_the_top_of_configs():

@@ -33,6 +33,7 @@ pytest.importorskip("prime_rl.configs.rl", reason="PRIME-RL (patched) must be on
 
 from prime_rl.configs.orchestrator import OrchestratorConfig
 from prime_rl.configs.rl import RLConfig
+from prime_rl.configs.sft import SFTConfig
 from prime_rl.orchestrator import envs as prime_envs
 from prime_rl.orchestrator.concurrency import ConcurrencyController, EngineLoadSample
 from prime_rl.orchestrator.train_source import TrainSource
@@ -172,7 +173,12 @@ def test_every_study_rl_file_resolves_to_the_studys_dynamics(tmp_path, mbpp_path
         assert train.sampling.to_sampling_args()["extra_body"]["stop_token_ids"] == [IM_END]
         assert val.sampling.to_sampling_args() == {"temperature": 0.0, "max_completion_tokens": 512,
                                                    "extra_body": {"stop_token_ids": [IM_END]}}
-        assert rl(name, tmp_path).inference.vllm.gpu_memory_utilization == 0.85
+        c = rl(name, tmp_path)
+        assert c.inference.vllm.gpu_memory_utilization == 0.85 and c.trainer.model.attn == "flash_attention_2"
+    for arm in "ab":  # the study's SFT kernel too (PRIME-RL d334ea5's default)
+        sft = cli(SFTConfig, args=["@", str(REPO / "configs" / "study" / f"sft_arm_{arm}.toml"), "--output-dir",
+                                   str(tmp_path)])
+        assert sft.model.attn == "flash_attention_2"
 
 
 def test_the_dry_run_hands_the_dynamics_to_each_process(tmp_path, monkeypatch):
