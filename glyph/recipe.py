@@ -185,9 +185,11 @@ def source_tables(prefix: str, name: str, p: Profile, arm: str, split: str, cost
     if costly:
         harness += [("test_cost", COSTLY["test_cost"], "a visible python_test costs 4 of the 8 budget units"),
                     ("revise_feedback", COSTLY["revise_feedback"], "a REVISE shows the shadow test's outcome class")]
-    taskset: list[Item] = [("id", "glyph-mbpp", ""), ("profile", p.name, ""), ("arm", arm, ""), ("split", split, "")]
+    taskset: list[Item] = [("id", "glyph-mbpp", ""), ("profile", p.name, ""), ("arm", arm, ""),
+                           ("split", split, "")]
     if split == "rl":
-        taskset.append(("order", "study", "PRIME-RL d334ea5's draw (Random(42), reshuffled); \"listed\": the pin's"))
+        taskset.append(("order", "study",
+                        "PRIME-RL d334ea5's draw (Random(42), reshuffled); \"listed\": the pin's"))
     tables = [
         Table(prefix, [("name", name, "")], array=True),
         Table(f"{prefix}.env.taskset", taskset),
@@ -195,7 +197,8 @@ def source_tables(prefix: str, name: str, p: Profile, arm: str, split: str, cost
         Table(f"{prefix}.env.agent.runtime", [("type", "subprocess", "")]),
     ]
     if pool:
-        tables.append(Table(f"{prefix}.serve.pool", plain(ENV_POOL), "the study's: up to 16 env workers, 4 rollouts each"))
+        tables.append(Table(f"{prefix}.serve.pool", plain(ENV_POOL),
+                            "the study's: up to 16 env workers, 4 rollouts each"))
     return tables
 
 
@@ -204,7 +207,8 @@ def plain(table: dict) -> list[Item]:
 
 
 def in_run_eval_sampling(p: Profile) -> list[Item]:
-    return [("temperature", 0.0, ""), ("max_completion_tokens", 512, ""), ("extra_body", p.in_run_eval_body, "")]
+    return [("temperature", 0.0, ""), ("max_completion_tokens", 512, ""),
+            ("extra_body", p.in_run_eval_body, "")]
 
 
 def in_run_eval_note(p: Profile) -> tuple[str, ...]:
@@ -267,7 +271,8 @@ def rl_file(p: Profile, arm: str, *, alpha: float = 0.1, costly: bool = False, m
               above=("No KL: GRPO at the pin has no reference model; kl_tau weights the loss's only KL-like",
                      "term (squared log-ratio of trainer to inference logprobs), which the study did not use.")),
         Table("orchestrator", [("batch_size", 64, "rollouts per step: 4 tasks x 16"), ("group_size", 16, ""),
-                               ("max_off_policy_steps", OFF_POLICY_STEPS, "the study's (d334ea5's default)")]),
+                               ("max_off_policy_steps", OFF_POLICY_STEPS,
+                                "the study's (d334ea5's default)")]),
         Table("orchestrator.concurrency", [("min_inflight", INFLIGHT, ""), ("max_inflight", INFLIGHT, "")],
               above=CONCURRENCY_NOTE),
         Table("orchestrator.renderer", plain(p.renderer), p.renderer_note),
@@ -283,8 +288,8 @@ def rl_file(p: Profile, arm: str, *, alpha: float = 0.1, costly: bool = False, m
         Table("orchestrator.eval", [("interval", 25, ""), ("num_examples", -1, ""), ("group_size", 1, "")],
               "greedy validation (40 tasks) at the start and every 25 steps"),
         Table("orchestrator.eval.sampling", in_run_eval_sampling(p), above=in_run_eval_note(p)),
-        *source_tables("orchestrator.eval.source", f"glyph-mbpp-{arm}-validation", p, arm, "validation", costly,
-                       pool=True),
+        *source_tables("orchestrator.eval.source", f"glyph-mbpp-{arm}-validation", p, arm, "validation",
+                       costly, pool=True),
         Table("inference.vllm", [("seed", 42, "the run's seed: vLLM's sampling seed (seed_43.toml: 43)"),
                                  ("gpu_memory_utilization", GPU_MEMORY, "the study's"), *PLAIN_TEXT_VLLM]),
     ]
@@ -320,11 +325,12 @@ def sft_file(p: Profile, arm: str) -> list[Table]:
 
 
 def token_client_tables(p: Profile) -> list[Table]:
-    renderer_model = [("type", "train", ""), ("renderer_model_name", MODEL, "offline: --client.renderer-model-name DIR")]
+    renderer_model = [("type", "train", ""),
+                      ("renderer_model_name", MODEL, "offline: --client.renderer-model-name DIR")]
     return [
         Table("client", renderer_model,
-              above=("The RL rollouts' token path: prompts rendered by the profile's renderer, sent to the",
-                     "server's /inference/v1/generate (PRIME-RL's vLLM server and glyph's reference server).")),
+              above=("The RL rollouts' token path: prompts rendered by the profile's renderer, sent to",
+                     "the server's /inference/v1/generate (PRIME-RL's vLLM server, glyph's reference one).")),
         Table("client.renderer", plain(p.renderer), p.renderer_note),
     ]
 
@@ -333,13 +339,14 @@ def eval_file(p: Profile, arm: str, split: str) -> list[Table]:
     harness: list[Item] = [("id", "glyph-mbpp", ""), ("profile", p.name, ""), ("max_tool_calls", 8, ""),
                            ("tool_timeout", 30.0, "")]
     if p.eval_client == "chat":
-        agent = [Table("env.agent", [("max_total_tokens", EVAL_MAX_TOTAL_TOKENS, "")],
-                       above=("The study's cap: a rollout over 4096 tokens, or one verifiers marks truncated,",
-                              "fails (glyph.envs.mbpp.token_cap; its scripts/evaluate.sh, src/glyph/taskset.py)."))]
-        client = [Table("client", [("type", "eval", "")],
-                        above=("The study's client (its scripts/evaluate.sh): verifiers' default, chat completions",
-                               "against the served checkpoint, which renders with the chat template and stops at",
-                               f"the EOS its export carries (`{TRAIN} export`). The token path: @ {p.path('eval_token_client')}."))]
+        cap_note = ("The study's cap: a rollout over 4096 tokens, or one verifiers marks truncated, fails",
+                    "(glyph.envs.mbpp.token_cap; its scripts/evaluate.sh, src/glyph/taskset.py).")
+        client_note = ("The study's client (its scripts/evaluate.sh): verifiers' default, chat completions",
+                       "against the served checkpoint, which renders with the chat template and stops at",
+                       f"the EOS its export carries (`{TRAIN} export`).",
+                       f"The token path: @ {p.path('eval_token_client')}.")
+        agent = [Table("env.agent", [("max_total_tokens", EVAL_MAX_TOTAL_TOKENS, "")], above=cap_note)]
+        client = [Table("client", [("type", "eval", "")], above=client_note)]
     else:
         agent, client = [], token_client_tables(p)
     return [
@@ -407,7 +414,8 @@ def profile_files(p: Profile) -> dict[str, tuple[list[str], list[Table]]]:
                             train_line("rl", p.path("arm_b_alpha0"))], rl_file(p, "b", alpha=0.0))
     out["seed_43"] = (["The study's second seed: an override, not a run (it fails validation alone).",
                        "At the pin vLLM's sampling seed is the only run seed (REPRODUCTION.md).",
-                       train_line("rl", p.path("arm_a"), p.path("seed_43"), extra=f"--run.name {p.run('arm-a-seed43')}")],
+                       train_line("rl", p.path("arm_a"), p.path("seed_43"),
+                                  extra=f"--run.name {p.run('arm-a-seed43')}")],
                       seed_overlay())
     if p.eval_client == "chat":
         out["eval_token_client"] = (
@@ -419,7 +427,8 @@ def profile_files(p: Profile) -> dict[str, tuple[list[str], list[Table]]]:
     if p.costly:
         out["eval_costly"] = (["The follow-up's eval settings: an override of an eval file (it fails validation",
                                "alone: the default harness has no such fields).",
-                               f"  env eval @ {p.path('eval_test_arm_b')} @ {p.path('eval_costly')} -m MODEL ..."],
+                               f"  env eval @ {p.path('eval_test_arm_b')} @ {p.path('eval_costly')} "
+                               "-m MODEL ..."],
                               costly_eval_overlay())
     return out
 
@@ -437,8 +446,9 @@ def top_level_files() -> dict[str, tuple[list[str], list[Table]]]:
     for name in TOP_LEVEL:
         header, tables = mine[name]
         kind = "sft" if name.startswith("sft") else "rl"
+        description = header[:-1 if kind == "sft" else -2]
         out[name] = ([f"The default profile's ({p.name}) {name}: the same run as {p.path(name)}.",
-                      *header[:-1 if kind == "sft" else -2], train_line(kind, f"configs/{name}.toml")], tables)
+                      *description, train_line(kind, f"configs/{name}.toml")], tables)
     return out
 
 

@@ -148,7 +148,7 @@ def chat_server(mbpp_tasks):
 
 
 def run_study_eval(server, out: Path, *configs: str, extra: tuple[str, ...] = ()) -> list[dict]:
-    """A study eval file as REPRODUCTION.md runs it against a served checkpoint: no renderer, no token path."""
+    """A study eval file as REPRODUCTION.md runs it against a served checkpoint: no token path."""
     cmd = eval_command(*[t for name in configs for t in ("@", str(STUDY / f"{name}.toml"))],
                        "--client.base-url", server.base_url, "-m", "mix", "--no-rich", "-o", str(out), *extra)
     env = dict(os.environ, PRIME_RUNS_MODE="disabled", HF_HUB_OFFLINE="1")
@@ -173,7 +173,8 @@ def test_the_study_eval_runs_through_chat_completions(tmp_path, chat_server, ser
     assert len(chat_server.received) > chats_before and len(server.seen["prompts"]) == tokens_before
     assert all(m[0]["role"] == "system" for m in chat_server.received[chats_before:])
     sampled = [c["sampling"] for c in calls(tmp_path)]
-    assert sampled and all((s.get("temperature"), s.get("max_tokens")) == (0.0, 512) for s in sampled), sampled[:2]
+    assert sampled, tmp_path
+    assert all((s.get("temperature"), s.get("max_tokens")) == (0.0, 512) for s in sampled), sampled[:2]
     run_study_eval(chat_server, tmp_path / "resolved", "eval_test_arm_b", extra=("--dry-run",))
     [resolved] = (tmp_path / "resolved").glob("**/eval.json")
     config = json.loads(resolved.read_text())

@@ -26,7 +26,8 @@ import typer
 
 from glyph.cli.common import App, fail
 
-app = App(no_args_is_help=True, help="Train with PRIME-RL's own entry points (rl, sft), and export a trained step.")
+app = App(no_args_is_help=True,
+          help="Train with PRIME-RL's own entry points (rl, sft), and export a trained step.")
 
 PASS_THROUGH = {"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []}
 """Every argument, ``--help`` included, goes to PRIME-RL's entry point."""

@@ -124,7 +124,8 @@ def check_glyph_source(source, profile: str, arm: str, split: str, costly: bool)
     taskset = vf.load_taskset(env.taskset)
     if split == "rl":  # the study's draw: endless, and each of the split's tasks once a pass
         assert env.taskset.order == "study" and type(taskset).INFINITE
-        assert len({t.data.task_id for t in itertools.islice(taskset, SPLIT_SIZES[split])}) == SPLIT_SIZES[split]
+        first_pass = {t.data.task_id for t in itertools.islice(taskset, SPLIT_SIZES[split])}
+        assert len(first_pass) == SPLIT_SIZES[split]
     else:
         assert len(list(taskset)) == SPLIT_SIZES[split]
 
@@ -148,13 +149,16 @@ def test_rl_resolves_to_the_study_settings(profile, arm, seed, variant, tmp_path
     t, o, i = c.trainer, c.orchestrator, c.inference
     assert t.max_steps == o.max_steps == 100
     assert t.model.seq_len == o.seq_len == 4096
-    assert t.model.name == o.model.name == i.vllm.model == (
-        f"JayZenith/SFT_ARM_{arm.upper()}" if variant == "from_study_sft" else f"outputs/{profile}-sft-arm-{arm}/hf")
+    start = f"outputs/{profile}-sft-arm-{arm}/hf"
+    if variant == "from_study_sft":
+        start = f"JayZenith/SFT_ARM_{arm.upper()}"
+    assert t.model.name == o.model.name == i.vllm.model == start
     assert t.model.lora is None  # full-parameter
     assert (t.optim.type, t.optim.lr, t.optim.weight_decay) == ("adamw", 1e-6, 0.01)
     assert (t.loss.type, t.loss.kl_tau) == ("default", 0.0)  # no KL term at all
     assert (o.batch_size, o.group_size) == (64, 16)
-    # The study's PRIME-RL d334ea5: 64 in flight (fixed), 8 steps off-policy at most (tests/pin/test_study_training.py).
+    # The study's PRIME-RL d334ea5: 64 in flight (fixed), 8 steps off-policy at most
+    # (tests/pin/test_study_training.py).
     assert (o.concurrency.min_inflight, o.concurrency.max_inflight, o.max_off_policy_steps) == (64, 64, 8)
     assert renderer_of(o.renderer) == RENDERER[profile]
     assert o.train.filter_zero_advantages is True
@@ -304,8 +308,9 @@ def test_eval_files_resolve_greedy_on_the_profiles_renderer(profile, arm):
         assert (c.env.taskset.arm, c.env.taskset.split) == (arm, split)
         if profile == "study":  # the study's scripts/evaluate.sh: chat completions, a 4096-token cap
             assert c.client.type == "eval" and c.env.agent.max_total_tokens == 4096
+            # The token path, as an option.
             c = cli(EvalConfig, args=["@", path(profile, f"eval_{split}_arm_{arm}"),
-                                      "@", path(profile, "eval_token_client")])  # the token path, as an option
+                                      "@", path(profile, "eval_token_client")])
             assert c.env.agent.max_total_tokens == 4096
         else:
             assert c.env.agent.max_total_tokens is None

@@ -113,7 +113,7 @@ def pins_draws(config: RLConfig, monkeypatch, n: int) -> list[int]:
 @pytest.mark.parametrize("arm", ["a", "b"])
 def test_the_pin_draws_the_studys_task_order(arm, tmp_path, monkeypatch, facts, mbpp_path):
     config = rl(f"arm_{arm}", tmp_path)
-    study_file = facts["task_rows"][f"{arm}_train"]["task_ids"]  # the study's arm_X_train.jsonl, in file order
+    study_file = facts["task_rows"][f"{arm}_train"]["task_ids"]  # its arm_X_train.jsonl, in file order
     oracle = StudyTrainSource({f"glyph-mbpp-{arm}": len(study_file)})
     study = [study_file[oracle.next_example()["task_idx"]] for _ in range(STEPS * PROMPTS_A_STEP)]
     got = pins_draws(config, monkeypatch, STEPS * PROMPTS_A_STEP)
@@ -133,7 +133,8 @@ def test_the_listed_switch_is_the_pins_cycle(tmp_path, monkeypatch, facts, mbpp_
     config = rl("arm_a", tmp_path, "@", str(tmp_path / "listed.toml"))
     assert config.orchestrator.train.source[0].env.taskset.order == "listed"
     study_file = facts["task_rows"]["a_train"]["task_ids"]
-    assert pins_draws(config, monkeypatch, 2 * len(study_file)) == study_file * 2  # the study's file order, cycled
+    # The study's file order, cycled.
+    assert pins_draws(config, monkeypatch, 2 * len(study_file)) == study_file * 2
 
 
 def test_the_pins_concurrency_stays_at_the_studys_64(tmp_path):
@@ -150,7 +151,9 @@ def test_the_pins_concurrency_stays_at_the_studys_64(tmp_path):
                                 kv_usage=usage, running=64, waiting=waiting, waiting_capacity=waiting,
                                 preemptions_delta=preempted)
 
-    for s in [sample(0.1)] * 3 + [sample(0.95, preempted=5)] + [sample(0.95, waiting=200)] * 8 + [sample(0.85)] * 8:
+    load = [sample(0.1)] * 3 + [sample(0.95, preempted=5)] + [sample(0.95, waiting=200)] * 8
+    load += [sample(0.85)] * 8
+    for s in load:
         ctl.observe([s])
         for _ in range(20):
             ctl.record_episode("glyph-mbpp-b", "train", tokens=3000, duration=10.0)
@@ -164,7 +167,8 @@ def test_every_study_rl_file_resolves_to_the_studys_dynamics(tmp_path, mbpp_path
     assert renderer(load_tokenizer(), "study").get_stop_token_ids() == [IM_END]  # what the rollouts stop at
     for name in STUDY_RL_FILES:
         o = rl(name, tmp_path).orchestrator
-        assert (o.concurrency.min_inflight, o.concurrency.max_inflight, o.max_off_policy_steps) == (64, 64, 8), name
+        c = o.concurrency
+        assert (c.min_inflight, c.max_inflight, o.max_off_policy_steps) == (64, 64, 8), name
         for source in (*o.train.source, *o.eval.source):
             pool = source.serve.pool
             assert (pool.type, pool.max_workers, pool.multiplex) == ("elastic", 16, 4), name
@@ -176,8 +180,8 @@ def test_every_study_rl_file_resolves_to_the_studys_dynamics(tmp_path, mbpp_path
         c = rl(name, tmp_path)
         assert c.inference.vllm.gpu_memory_utilization == 0.85 and c.trainer.model.attn == "flash_attention_2"
     for arm in "ab":  # the study's SFT kernel too (PRIME-RL d334ea5's default)
-        sft = cli(SFTConfig, args=["@", str(REPO / "configs" / "study" / f"sft_arm_{arm}.toml"), "--output-dir",
-                                   str(tmp_path)])
+        sft_file = REPO / "configs" / "study" / f"sft_arm_{arm}.toml"
+        sft = cli(SFTConfig, args=["@", str(sft_file), "--output-dir", str(tmp_path)])
         assert sft.model.attn == "flash_attention_2"
 
 
@@ -191,9 +195,11 @@ def test_the_dry_run_hands_the_dynamics_to_each_process(tmp_path, monkeypatch):
     launch(rl("arm_b", tmp_path, "--dry-run"))
     configs = tmp_path / "study-arm-b-seed42" / "configs"
     orch = cli(OrchestratorConfig, args=["@", str(configs / "orchestrator.json")])
-    assert (orch.concurrency.min_inflight, orch.concurrency.max_inflight, orch.max_off_policy_steps) == (64, 64, 8)
+    c = orch.concurrency
+    assert (c.min_inflight, c.max_inflight, orch.max_off_policy_steps) == (64, 64, 8)
     assert orch.train.source[0].env.taskset.order == "study"
-    assert cli(InferenceConfig, args=["@", str(configs / "inference.json")]).vllm.gpu_memory_utilization == 0.85
+    inference = cli(InferenceConfig, args=["@", str(configs / "inference.json")])
+    assert inference.vllm.gpu_memory_utilization == 0.85
     server = cli(EnvServerConfig, args=["@", str(configs / "envs" / "train" / "glyph-mbpp-b.json")])
     assert server.env.taskset.order == "study"
 

@@ -50,7 +50,7 @@ def study_draws(n: int, seed: int = STUDY_SEED) -> Iterator[int]:
     rng.shuffle(indexes)
     position = 0
     while True:
-        rng.random()  # the environment pick: rng.choices over one env takes one random() and changes nothing else
+        rng.random()  # the env pick: rng.choices over one env takes one random() and changes nothing else
         if position == n:
             rng.shuffle(indexes)
             position = 0
@@ -85,5 +85,6 @@ def _endless_subclass(base: type) -> type:
 
         _SUBCLASSES[base] = type(f"{base.__name__}StudyOrder", (base,), {
             "INFINITE": True, "load": load, "__module__": base.__module__,
-            "__doc__": f"{base.__name__} on the rl split, endless, in the study's draw (glyph.envs.mbpp.order)."})
+            "__doc__": f"{base.__name__} on the rl split, endless, in the study's draw (``order``)",
+        })
     return _SUBCLASSES[base]

@@ -35,7 +35,8 @@ def over_cap(trace: Any) -> str | None:
     if cap is None:
         return None
     if trace.is_truncated:
-        return f"truncated ({trace.stop_condition or 'its last reply ran out of tokens'}) under a cap of {cap} tokens"
+        why = trace.stop_condition or "its last reply ran out of tokens"
+        return f"truncated ({why}) under a cap of {cap} tokens"
     longest = max((branch.num_total_tokens for branch in trace.branches), default=0)
     if longest > cap:
         return f"{longest} tokens, over the cap of {cap}"
