@@ -4,9 +4,11 @@ itself at the pin (559b447, glyph's patches applied), in the pinned stack
 
 Every file goes *alone* through ``prime_rl.utils.config.cli`` into the class
 its launcher parses it with (``RLConfig``, ``SFTConfig``, verifiers'
-``EvalConfig``), exactly as ``uv run rl|sft|eval @ FILE`` does: a run file
-validates and resolves to the study's numbers, an override (``seed_43.toml``,
-``eval_costly.toml``) refuses, so no file resolves to PRIME-RL's defaults.
+``EvalConfig``), exactly as ``glyph train rl|sft @ FILE`` (PRIME-RL's ``rl``
+/ ``sft``) and ``eval @ FILE`` do: a run file validates and resolves to the
+study's numbers, an override (``seed_43.toml``, ``eval_costly.toml``) refuses
+(``eval_token_client.toml`` names no environment), so no file resolves to
+PRIME-RL's defaults.
 The launchers' own ``--dry-run`` then writes the per-process configs, and
 each re-validates against the class its process parses it with. The SFT data
 ``glyph data prepare`` writes for each profile goes through PRIME-RL's own
