@@ -51,10 +51,12 @@ def test_train_passes_every_argument_to_prime_rls_entry_point(monkeypatch):
     calls = []
     monkeypatch.setattr(train, "missing_prime_rl", lambda: None)
     monkeypatch.setattr(train.os, "execv", lambda path, argv: calls.append((path, argv)))
+    args = ["@", "configs/arm_b.toml", "--dry-run", "--run.name", "x", "--orchestrator.seq-len", "8"]
     for kind in ("rl", "sft"):
-        r = CliRunner().invoke(app, ["train", kind, "@", "configs/arm_b.toml", "--help", "--run.name", "x"])
+        r = CliRunner().invoke(app, ["train", kind, *args])
         assert r.exit_code == 0, r.output
-    args = ["@", "configs/arm_b.toml", "--help", "--run.name", "x"]
+        r = CliRunner().invoke(app, ["train", kind, "-h"], env={"COLUMNS": "400"})  # glyph's help
+        assert r.exit_code == 0 and f"prime_rl.entrypoints.{kind} --help" in r.output, r.output
     assert calls == [(sys.executable, [sys.executable, "-m", f"prime_rl.entrypoints.{kind}", *args])
                      for kind in ("rl", "sft")]
 

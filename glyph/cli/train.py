@@ -29,8 +29,8 @@ from glyph.cli.common import App, fail
 app = App(no_args_is_help=True,
           help="Train with PRIME-RL's own entry points (rl, sft), and export a trained step.")
 
-PASS_THROUGH = {"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []}
-"""Every argument, ``--help`` included, goes to PRIME-RL's entry point."""
+PASS_THROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}
+"""Every argument but ``-h`` / ``--help`` (this command's help) goes to PRIME-RL's entry point."""
 ENTRY_POINTS = {"rl": "prime_rl.entrypoints.rl", "sft": "prime_rl.entrypoints.sft"}
 
 
@@ -59,13 +59,15 @@ def run_entry_point(kind: str, args: list[str]) -> None:
 
 @app.command("rl", context_settings=PASS_THROUGH)
 def rl(ctx: typer.Context) -> None:
-    """PRIME-RL's `rl` (trainer, orchestrator, inference): glyph train rl @ configs/arm_b.toml [OPTIONS]."""
+    """PRIME-RL's `rl` (trainer, orchestrator, inference): glyph train rl @ configs/arm_b.toml [OPTIONS].
+    Every argument goes to it; its own options: python -m prime_rl.entrypoints.rl --help."""
     run_entry_point("rl", ctx.args)
 
 
 @app.command("sft", context_settings=PASS_THROUGH)
 def sft(ctx: typer.Context) -> None:
-    """PRIME-RL's `sft`: glyph train sft @ configs/sft_arm_b.toml [OPTIONS]."""
+    """PRIME-RL's `sft`: glyph train sft @ configs/sft_arm_b.toml [OPTIONS]. Every argument goes to it;
+    its own options: python -m prime_rl.entrypoints.sft --help."""
     run_entry_point("sft", ctx.args)
 
 
