@@ -22,7 +22,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("outcomes", "sandbox", "text"),  # the ground floor: imports nothing from glyph
     ("grading",),  # the trusted grader
     ("agent",),  # the agent program, its protocol and tools
-    ("layers", "pins", "record", "localhttp", "vfcompat", "render", "render_study", "redteam", "recipe"),
+    ("layers", "pins", "record", "localhttp", "vfcompat", "render", "render_study", "redteam", "recipe",
+     "export"),
     ("data",),  # MBPP, conventions, SFT traces, plus tests, gold check, prepare
     ("policies", "predict", "report"),
     ("envs",),  # the verifiers v1 environments

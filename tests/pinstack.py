@@ -1,14 +1,18 @@
 """The pinned PRIME-RL stack for tests: verifiers ``a60a606`` (0.3.1.dev62) and
 PRIME-RL ``559b447`` from ``../shared/vendor``, offline, on Python 3.11.
 
-PRIME-RL requires Python 3.12 to install, so its source runs from
-``PYTHONPATH`` (``src`` and ``packages/prime-rl-configs/src``) in a venv that
-holds the pin's verifiers wheel, CPU torch and the packages its orchestrator,
-config and loss code import, at the versions PRIME-RL's own pyproject asks
-for. glyph, glyph-mbpp and glyph-conventions are installed into that venv
-*after* verifiers, as a PRIME-RL user would, and the venv is checked to still
-hold the pin's verifiers. The venv is cached (keyed by everything that goes into it); the
-PRIME-RL tree is unpacked fresh per session and patched with ``patches/``.
+The environment is the one REPRODUCTION.md's offline route builds, built by
+running that document's ``bash install`` block as written (``GLYPH`` and
+``VENDOR`` set as it says; ``TORCH_WHEEL`` set where a local CPU torch wheel
+is found, as it says): PRIME-RL's source from the tarball on ``PYTHONPATH``,
+a venv with the pin's verifiers wheel, a CPU torch and the packages the
+document names, then glyph, glyph-mbpp and glyph-conventions installed after
+verifiers, and glyph's patches applied. A package the document forgets is
+missing here too, and the tests that need it fail. Only the test runner's own
+packages (``TEST_PACKAGES``) are added, and the venv is checked to still hold
+the pin's verifiers. The venv is cached (keyed by the block's text and
+everything else that goes into it); the PRIME-RL trees the tests run are
+unpacked fresh per session and patched with ``patches/``.
 
 Used by ``tests/test_pin.py`` (in the main venv, verifiers 0.4.0), which runs
 PRIME-RL's own unit tests and glyph's ``tests/pin`` inside this stack.
@@ -22,6 +26,7 @@ import hashlib
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -35,26 +40,10 @@ REPO = Path(__file__).resolve().parent.parent
 PIN_VERIFIERS_VERSION = pins.VERIFIERS_VERSION
 VERIFIERS_WHEEL = f"verifiers-{PIN_VERIFIERS_VERSION}-py3-none-any.whl"
 PRIME_RL_TARBALL = f"prime-rl-{pins.PRIME_RL_COMMIT[:7]}.tar.gz"
-# What PRIME-RL's orchestrator, configs and loss import on CPU (versions from its pyproject).
-PRIME_RL_PACKAGES = (
-    "msgspec",
-    "numpy",
-    "wandb",
-    "jaxtyping",
-    "beartype",
-    "setproctitle",
-    "loguru",
-    "pyzmq",
-    "orjson",
-    "tenacity",
-    "aiolimiter",
-    "pandas",
-    "pybase64",
-    "transformers",
-    "prime-pydantic-config",
-    "renderers",
-)
-TEST_PACKAGES = ("pytest>=8", "pytest-timeout>=2.3", "pytest-asyncio>=0.23", "psutil")
+DOCUMENT = REPO / "REPRODUCTION.md"
+INSTALL_BLOCK = re.compile(r"^```bash install\n(.*?)^```$", re.MULTILINE | re.DOTALL)
+TEST_PACKAGES = ("pytest>=8", "pytest-timeout>=2.3", "pytest-asyncio>=0.23")
+"""The test runner's packages, the only ones the stack adds to what REPRODUCTION.md installs."""
 
 
 def vendor_dir() -> Path | None:
@@ -65,8 +54,27 @@ def vendor_dir() -> Path | None:
     return None
 
 
-def _prime_rl_requirements(tarball: Path) -> list[str]:
-    """PRIME-RL's own requirement strings for the packages we install."""
+def install_block() -> str:
+    """REPRODUCTION.md's offline install, the one block tagged ``bash install``."""
+    found = INSTALL_BLOCK.findall(DOCUMENT.read_text(encoding="utf-8"))
+    if len(found) != 1:
+        raise RuntimeError(f"{DOCUMENT.name}: {len(found)} blocks tagged `bash install`, not one")
+    return found[0]
+
+
+def documented_requirements() -> dict[str, str]:
+    """The requirement strings the install block names beside the pin's verifiers wheel (the packages
+    PRIME-RL's CPU code imports), by package name (lower case)."""
+    commands = install_block().replace("\\\n", " ").splitlines()
+    [command] = [c for c in commands if VERIFIERS_WHEEL in c]
+    words = shlex.split(command, comments=True)
+    after = words[next(i for i, w in enumerate(words) if w.endswith(VERIFIERS_WHEEL)) + 1:]
+    return {re.split(r"[<>=!~\[; ]", w, maxsplit=1)[0].lower(): w for w in after}
+
+
+def prime_rl_requirements(tarball: Path) -> dict[str, str]:
+    """PRIME-RL's own requirement strings at the pin (its pyproject), by package name (lower case);
+    the first where it names a package twice."""
     with tarfile.open(tarball) as tar:
         member = next(
             m
@@ -74,14 +82,10 @@ def _prime_rl_requirements(tarball: Path) -> list[str]:
             if m.name.rstrip("/").endswith("pyproject.toml") and m.name.count("/") <= 1
         )
         deps = tomllib.loads(tar.extractfile(member).read().decode())["project"]["dependencies"]
-    # PRIME-RL takes renderers from a submodule; the stack takes the PyPI release versions.toml names.
-    versions = tomllib.loads((REPO / "configs" / "versions.toml").read_text())
-    wanted = {"renderers": f"renderers=={versions['renderers']['version']}"}
+    out: dict[str, str] = {}
     for dep in deps:
-        name = re.split(r"[<>=!~\[; ]", dep, maxsplit=1)[0].lower()
-        if name in PRIME_RL_PACKAGES:
-            wanted.setdefault(name, dep)
-    return [wanted.get(name, name) for name in PRIME_RL_PACKAGES]
+        out.setdefault(re.split(r"[<>=!~\[; ]", dep, maxsplit=1)[0].lower(), dep)
+    return out
 
 
 def torch_requirement() -> str:
@@ -126,7 +130,8 @@ def venv_spec(vendor: Path) -> dict:
     return {
         "python": sys.version.split()[0],
         "wheel": hashlib.sha256((vendor / VERIFIERS_WHEEL).read_bytes()).hexdigest(),
-        "prime_rl": _prime_rl_requirements(vendor / PRIME_RL_TARBALL),
+        "tarball": hashlib.sha256((vendor / PRIME_RL_TARBALL).read_bytes()).hexdigest(),
+        "install": install_block(),
         "torch": torch_requirement(),
         "tests": TEST_PACKAGES,
         "repo": str(REPO),
@@ -140,30 +145,38 @@ def venv_spec(vendor: Path) -> dict:
 
 
 def build_venv(vendor: Path, log=print) -> Path:
-    """The cached venv's python; built on first use (a few minutes without a uv cache)."""
+    """The cached venv's python; built on first use by REPRODUCTION.md's install block (a few
+    minutes without a uv cache)."""
     spec = venv_spec(vendor)
     key = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
     root = _cache_root()
     root.mkdir(parents=True, exist_ok=True)
-    venv = root / f"venv-{key}"
-    python = venv / "bin" / "python"
-    with open(root / f"venv-{key}.lock", "w") as lock:
+    build = root / f"build-{key}"
+    python = build / "prime-rl" / ".venv" / "bin" / "python"
+    with open(root / f"build-{key}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if (venv / ".complete").is_file():
+        if (build / ".complete").is_file():
             return python
-        shutil.rmtree(venv, ignore_errors=True)
+        shutil.rmtree(build, ignore_errors=True)
+        build.mkdir()
         uv = _uv()
-        env = dict(os.environ, UV_PYTHON_DOWNLOADS="never")
-        run = lambda *args: subprocess.run([uv, *args], check=True, env=env, capture_output=True, text=True)  # noqa: E731
-        log(f"building the pinned PRIME-RL test venv at {venv}")
-        run("venv", "--quiet", "--python", sys.executable, str(venv))
-        # Bytecode up front: with PYTHONDONTWRITEBYTECODE (set on these machines) every process would
-        # otherwise recompile transformers and verifiers, seconds each.
-        pip = ("pip", "install", "--quiet", "--compile-bytecode", "--python", str(python))
-        run(*pip, str(vendor / VERIFIERS_WHEEL), spec["torch"], *spec["prime_rl"], *TEST_PACKAGES)
-        # glyph goes in as a PRIME-RL user installs it: into the env that already has the pin's verifiers.
-        run(*pip, "-e", str(REPO), "-e", str(REPO / "environments" / "glyph_mbpp"),
-            "-e", str(REPO / "environments" / "glyph_conventions"))
+        # The document's variables, as it says to set them; bytecode up front (an environment variable,
+        # the commands unchanged): with PYTHONDONTWRITEBYTECODE (set on these machines) every process
+        # would otherwise recompile transformers and verifiers, seconds each.
+        env = dict(os.environ, GLYPH=str(REPO), VENDOR=str(vendor), UV_PYTHON_DOWNLOADS="never",
+                   UV_COMPILE_BYTECODE="1", PATH=os.pathsep.join([str(Path(uv).parent), os.environ["PATH"]]))
+        for name in ("VIRTUAL_ENV", "PYTHONPATH", "TORCH_WHEEL"):
+            env.pop(name, None)
+        if spec["torch"] != "torch":
+            env["TORCH_WHEEL"] = spec["torch"]
+        log(f"building the pinned PRIME-RL test venv at {python.parent.parent} from {DOCUMENT.name}")
+        proc = subprocess.run(["bash", "-euo", "pipefail", "-c", install_block()], cwd=build, env=env,
+                              capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            raise RuntimeError(f"{DOCUMENT.name}'s install block failed (exit {proc.returncode}):\n"
+                               f"{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
+        subprocess.run([uv, "pip", "install", "--quiet", "--compile-bytecode", "--python", str(python),
+                        *TEST_PACKAGES], check=True, env=env, capture_output=True, text=True)
         version = subprocess.run(
             [str(python), "-c", "import importlib.metadata as m; print(m.version('verifiers'))"],
             capture_output=True,
@@ -172,7 +185,7 @@ def build_venv(vendor: Path, log=print) -> Path:
         ).stdout.strip()
         if version != PIN_VERIFIERS_VERSION:
             raise RuntimeError(f"installing glyph replaced the pin's verifiers: {version}")
-        (venv / ".complete").write_text(json.dumps(spec, indent=1))
+        (build / ".complete").write_text(json.dumps(spec, indent=1))
     return python
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import tomllib
 import tempfile
 import threading
 import xml.etree.ElementTree as ET
@@ -169,3 +170,16 @@ def test_glyph_pin_suite_passes_in_the_pinned_stack():
     assert not [t for t in skipped if "tests.pin" in t], (
         f"pin tests skipped inside the pinned stack: {skipped}"
     )
+
+
+def test_reproduction_md_installs_what_prime_rl_asks_for():
+    """The install block (which builds the stack above) names PRIME-RL's own version bounds
+    (its pyproject at the pin), renderers at the release configs/versions.toml pins, and psutil,
+    which PRIME-RL's ``utils/process.py`` imports and its pyproject leaves to vLLM."""
+    documented = pinstack.documented_requirements()
+    prime = pinstack.prime_rl_requirements(VENDOR / pinstack.PRIME_RL_TARBALL)
+    versions = tomllib.loads((pinstack.REPO / "configs" / "versions.toml").read_text())
+    assert documented.pop("renderers") == f"renderers=={versions['renderers']['version']}"
+    assert documented.pop("psutil") == "psutil" and "psutil" not in prime
+    assert {name: prime.get(name) for name in documented} == documented
+    assert "psutil" not in " ".join(pinstack.TEST_PACKAGES)  # the document's, not the test runner's

@@ -109,7 +109,8 @@ def test_versions_toml_is_what_glyph_and_the_pinned_stack_use():
     for profile in PROFILES:
         for arm in ARMS:
             assert load(f"{profile}/sft_arm_{arm}")["model"]["name"] == v["model"]["name"]
-            assert load(f"{profile}/eval_test_arm_{arm}")["client"]["renderer_model_name"] == v["model"]["name"]
+    assert load("glyph/eval_test_arm_a")["client"]["renderer_model_name"] == v["model"]["name"]
+    assert load("study/eval_token_client")["client"]["renderer_model_name"] == v["model"]["name"]
 
 
 def sources(tree: dict) -> list[tuple[str, dict]]:
@@ -128,7 +129,7 @@ def sources(tree: dict) -> list[tuple[str, dict]]:
 @pytest.mark.parametrize("profile", PROFILES)
 def test_every_environment_is_glyph_mbpp_in_the_files_profile_and_arm(profile):
     files = [n for n in recipe.profile_files(recipe.PROFILES[profile]) if n not in recipe.OVERRIDES]
-    assert len(files) == (9 if profile == "study" else 11)
+    assert len(files) == 11
     for name in files:
         tree = load(f"{profile}/{name}")
         arm = re.search(r"arm_([ab])", name).group(1)
@@ -139,6 +140,9 @@ def test_every_environment_is_glyph_mbpp_in_the_files_profile_and_arm(profile):
             assert env["taskset"]["id"] == "glyph-mbpp" and env["taskset"]["arm"] == arm, (name, where)
             assert env["taskset"]["profile"] == env["agent"]["harness"]["profile"] == profile, (name, where)
             assert "seed" not in env["taskset"], "the split seed stays glyph-mbpp's default (42) in every run"
+            # The study's draw on the RL split only: an eval reads its split once, as listed.
+            assert env["taskset"].get("order") == ("study" if env["taskset"]["split"] == "rl" else None)
+            assert ("serve" in source) == where.startswith("orchestrator"), (name, where)
             harness = env["agent"]["harness"]
             assert (harness["max_tool_calls"], harness["tool_timeout"]) == (8, 30.0)
             assert ("test_cost" in harness) == name.endswith("_costly"), (name, harness)
@@ -158,7 +162,8 @@ def test_the_profiles_differ_only_by_their_switches():
         d = diff(load(f"study/arm_{arm}"), load(f"glyph/arm_{arm}"))
         d = {k: v for k, v in d.items() if not k.endswith(".profile")}
         switches = {"run.name", "model.name", "orchestrator.renderer.name", "orchestrator.renderer.import_path",
-                    "orchestrator.renderer.enable_thinking"}
+                    "orchestrator.renderer.enable_thinking",
+                    "orchestrator.eval.sampling.extra_body.chat_template_kwargs.enable_thinking"}
         if arm == "b":
             switches |= {"orchestrator.algo.label_span", "orchestrator.algo.ce_in_uniform_groups"}
         assert set(d) == switches, d
@@ -166,7 +171,13 @@ def test_the_profiles_differ_only_by_their_switches():
         d = {k: v for k, v in d.items() if not k.endswith(".profile")}
         assert set(d) == {"run.name", "data.name", "data.batch_size", "renderer.name", "renderer.import_path",
                           "renderer.enable_thinking", "scheduler.type", "scheduler.warmup_steps",
-                          "scheduler.decay_steps", "scheduler.min_lr"}, d
+                          "scheduler.decay_steps", "scheduler.min_lr",
+                          "eval.sampling.extra_body.chat_template_kwargs.enable_thinking"}, d
+        # The eval files: the study's chat-completions client with its cap, glyph's token client.
+        d = diff(load(f"study/eval_test_arm_{arm}"), load(f"glyph/eval_test_arm_{arm}"))
+        d = {k: v for k, v in d.items() if not k.endswith(".profile")}
+        assert set(d) == {"env.agent.max_total_tokens", "client.type", "client.renderer_model_name",
+                          "client.renderer.name", "client.renderer.enable_thinking"}, d
     study, glyph = load("study/arm_b")["orchestrator"]["algo"], load("glyph/arm_b")["orchestrator"]["algo"]
     assert (study["label_span"], study["ce_in_uniform_groups"]) == ("study", False)
     assert (glyph["label_span"], glyph["ce_in_uniform_groups"]) == ("decision", True)
@@ -179,7 +190,10 @@ def test_the_study_profile_takes_the_studys_renderer_and_sft_schedule():
         for arm in ARMS:
             assert load(f"{profile}/arm_{arm}")["orchestrator"]["renderer"] == renderer
             assert load(f"{profile}/sft_arm_{arm}")["renderer"] == renderer
-            assert load(f"{profile}/eval_test_arm_{arm}")["client"]["renderer"] == renderer
+    for arm in ARMS:
+        assert load(f"glyph/eval_test_arm_{arm}")["client"]["renderer"] == qwen3
+        assert load(f"study/eval_test_arm_{arm}")["client"] == {"type": "eval"}  # the study's evaluate.sh
+    assert load("study/eval_token_client")["client"]["renderer"] == study_renderer
     for arm in ARMS:
         s = load(f"study/sft_arm_{arm}")
         # The study's configs/arm_{a,b}_sft.toml: linear, 2 warmup steps, decay to 0 over the other 58.
@@ -238,7 +252,8 @@ def test_seed_43_and_the_study_numbers(profile):
     assert (rl["max_steps"], rl["seq_len"], rl["inference"]["vllm"]["seed"]) == (100, 4096, 42)
     o = rl["orchestrator"]
     assert (o["batch_size"], o["group_size"], o["train"]["filter_zero_advantages"]) == (64, 16, True)
-    assert o["train"]["sampling"] == {"temperature": 0.8, "max_completion_tokens": 512, "extra_body": {"top_k": 20}}
+    assert o["train"]["sampling"] == {"temperature": 0.8, "max_completion_tokens": 512,
+                                      "extra_body": {"stop_token_ids": [151645], "top_k": 20}}
     assert rl["trainer"]["optim"]["lr"] == 1e-6 and rl["trainer"]["loss"]["kl_tau"] == 0.0
     assert rl["deployment"] == {"type": "single_node", "num_train_gpus": 1, "num_infer_gpus": 1}
     sft = load(f"{profile}/sft_arm_a")
@@ -247,8 +262,57 @@ def test_seed_43_and_the_study_numbers(profile):
         "type": "sft", "seq_len": 1280, "micro_batch_size": 1, "seed": 42}
     assert sft["data"]["loss_mask"] == {"system": False, "user": False, "assistant": True, "tool": False}
     assert sft["optim"] == {"type": "adamw", "lr": 2e-5, "weight_decay": 0.01}
-    greedy = {"temperature": 0.0, "max_completion_tokens": 512,
-              "extra_body": {"chat_template_kwargs": {"enable_thinking": False}}}
+    body = {"stop_token_ids": [151645]} | ({} if profile == "study" else
+                                           {"chat_template_kwargs": {"enable_thinking": False}})
+    greedy = {"temperature": 0.0, "max_completion_tokens": 512, "extra_body": body}
     assert o["eval"]["sampling"] == sft["eval"]["sampling"] == greedy
     ev = load(f"{profile}/eval_test_arm_a")
     assert ev["sampling"] == {"temperature": 0.0, "max_tokens": 512} and ev["push"] is False
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_the_training_dynamics_are_the_studys(profile):
+    """The study's PRIME-RL d334ea5 run: 64 rollouts in flight (its batch_size; REPRODUCTION.md), its
+    off-policy limit, its env-server pool (16 workers x 4) and inference memory share (0.85), <|im_end|>
+    as the stop token, its task draw on the RL split. The same in both profiles: glyph departs from none."""
+    for name in ("arm_a", "arm_b", "arm_b_alpha0"):
+        rl = load(f"{profile}/{name}")
+        o = rl["orchestrator"]
+        assert o["concurrency"] == {"min_inflight": 64, "max_inflight": 64} and o["max_off_policy_steps"] == 8
+        assert rl["inference"]["vllm"]["gpu_memory_utilization"] == 0.85
+        for where in ("train", "eval"):
+            [source] = o[where]["source"]
+            assert source["serve"] == {"pool": {"type": "elastic", "max_workers": 16, "multiplex": 4}}
+        assert o["train"]["source"][0]["env"]["taskset"]["order"] == "study"
+        assert o["eval"]["sampling"]["extra_body"]["stop_token_ids"] == [151645]
+        assert rl["trainer"]["model"] == {"attn": "flash_attention_2"}  # d334ea5's default kernel
+    for arm in ARMS:
+        assert load(f"{profile}/sft_arm_{arm}")["model"]["attn"] == "flash_attention_2"
+
+
+def test_the_default_profiles_runs_are_also_at_the_top_of_configs():
+    """configs/{arm_a,arm_b,sft_arm_a,sft_arm_b}.toml: the study profile's runs, table for table."""
+    assert recipe.DEFAULT_PROFILE == "study"
+    for name in recipe.TOP_LEVEL:
+        top, study = (CONFIGS / f"{name}.toml").read_text(), (CONFIGS / "study" / f"{name}.toml").read_text()
+        assert tomllib.loads(top) == tomllib.loads(study), name
+        kind = "sft" if name.startswith("sft") else "rl"
+        assert f"#   glyph train {kind} @ configs/{name}.toml\n" in top
+
+
+def test_the_study_rl_from_its_published_sft_checkpoints():
+    for arm in ARMS:
+        d = diff(load(f"study/arm_{arm}"), load(f"study/arm_{arm}_from_study_sft"))
+        assert d == {"run.name": (f"study-arm-{arm}-seed42", f"study-arm-{arm}-from-study-sft-seed42"),
+                     "model.name": (f"outputs/study-sft-arm-{arm}/hf", f"JayZenith/SFT_ARM_{arm.upper()}")}
+
+
+def test_every_header_names_the_one_training_command():
+    for rel, text in recipe.files().items():
+        header = [line for line in text.splitlines() if line.startswith("#   ")]
+        commands = [line for line in header if " train " in line or " rl " in line or " sft " in line]
+        allowed = ("#   glyph train rl @ ", "#   glyph train sft @ ")
+        assert all(line.startswith(allowed) for line in commands), (rel, commands)
+        assert "uv run rl" not in text and "uv run sft" not in text, rel
+        if "/eval" not in rel and "seed_43" not in rel:
+            assert commands, rel

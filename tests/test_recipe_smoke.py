@@ -5,6 +5,9 @@ verifiers pin, where tests/test_pin.py runs this file too) reads one of
 on the command line, exactly as REPRODUCTION.md runs them against a checkpoint. The reference server records
 what reaches it: every prompt rendered by the Qwen3 renderer with thinking off
 (the RL rollouts' token path) and greedy sampling with 512 new tokens a turn.
+The study's eval files (``configs/study/eval_*.toml``) go through chat
+completions instead, as the study's ``scripts/evaluate.sh`` did, with its
+4096-token cap, over which a rollout fails (``glyph.envs.mbpp.token_cap``).
 """
 
 from __future__ import annotations
@@ -132,3 +135,55 @@ def test_the_costly_overlay_reaches_the_harness(tmp_path, server, tokdir):
     assert revise["metrics"]["revise_count"] >= 1, revise
     [traces] = (tmp_path / "b").glob("**/traces.jsonl")
     assert "(shadow test of the revised candidate:" in traces.read_text()
+
+
+STUDY = CONFIGS.parent / "study"
+
+
+@pytest.fixture(scope="module")
+def chat_server(mbpp_tasks):
+    """The reference policies answering chat completions, recording every request's messages."""
+    with PolicyServer(mbpp_tasks, record=True) as s:
+        yield s
+
+
+def run_study_eval(server, out: Path, *configs: str, extra: tuple[str, ...] = ()) -> list[dict]:
+    """A study eval file as REPRODUCTION.md runs it against a served checkpoint: no token path."""
+    cmd = eval_command(*[t for name in configs for t in ("@", str(STUDY / f"{name}.toml"))],
+                       "--client.base-url", server.base_url, "-m", "mix", "--no-rich", "-o", str(out), *extra)
+    env = dict(os.environ, PRIME_RUNS_MODE="disabled", HF_HUB_OFFLINE="1")
+    proc = subprocess.run(cmd, check=False, capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return read_rollouts(out)
+
+
+def calls(out: Path) -> list[dict]:
+    """Every model call the eval's traces record (each episode's traces' ``calls``)."""
+    return [c for line in next(out.glob("**/traces.jsonl")).read_text().splitlines()
+            for t in json.loads(line)["traces"] for c in t.get("calls", [])]
+
+
+def test_the_study_eval_runs_through_chat_completions(tmp_path, chat_server, server):
+    """configs/study/eval_*: the study's scripts/evaluate.sh: verifiers' default client, so the messages
+    reach the server's chat completions (no token path), greedy, 512 tokens a turn, a 4096-token cap."""
+    tokens_before, chats_before = len(server.seen["prompts"]), len(chat_server.received)
+    rows = run_study_eval(chat_server, tmp_path, "eval_validation_arm_b", extra=("-n", "4"))
+    assert len(rows) == 4 and all(r["ok"] and not r["errors"] for r in rows), rows
+    assert any(r["reward"] == 1.0 for r in rows) and not any("token cap" in r["reason"] for r in rows), rows
+    assert len(chat_server.received) > chats_before and len(server.seen["prompts"]) == tokens_before
+    assert all(m[0]["role"] == "system" for m in chat_server.received[chats_before:])
+    sampled = [c["sampling"] for c in calls(tmp_path)]
+    assert sampled, tmp_path
+    assert all((s.get("temperature"), s.get("max_tokens")) == (0.0, 512) for s in sampled), sampled[:2]
+    run_study_eval(chat_server, tmp_path / "resolved", "eval_test_arm_b", extra=("--dry-run",))
+    [resolved] = (tmp_path / "resolved").glob("**/eval.json")
+    config = json.loads(resolved.read_text())
+    assert config["client"]["type"] == "eval" and config["env"]["agent"]["max_total_tokens"] == 4096
+
+
+def test_over_the_study_cap_is_a_failure(tmp_path, chat_server):
+    """Over the cap (here 5 tokens: every first reply crosses it), every rollout fails with the reason."""
+    rows = run_study_eval(chat_server, tmp_path, "eval_validation_arm_a",
+                          extra=("-n", "3", "--env.agent.max-total-tokens", "5"))
+    assert len(rows) == 3 and all(r["reward"] == 0.0 for r in rows), rows
+    assert all("failed by the token cap" in r["reason"] for r in rows), [r["reason"] for r in rows]

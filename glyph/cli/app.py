@@ -23,7 +23,8 @@ from glyph.cli.common import App, _Group
 COMMANDS: dict[str, tuple[str, str | None]] = {
     "grade": ("grade", "grade"), "demo": ("run", "demo"), "serve": ("run", "serve"), "report": ("report", "report"),
     "sandbox": ("sandbox", None), "data": ("data", None), "prime-rl": ("prime_rl", None),
-    "conventions": ("conventions", None), "flywheel": ("flywheel", None), "study": ("study", None)}
+    "conventions": ("conventions", None), "flywheel": ("flywheel", None), "study": ("study", None),
+    "train": ("train", None)}
 """Each top-level command and group, in the order help lists them: the ``glyph.cli`` module that
 holds it, and the command's function there (None: a group, the module's ``app``)."""
 

@@ -4,9 +4,11 @@ itself at the pin (559b447, glyph's patches applied), in the pinned stack
 
 Every file goes *alone* through ``prime_rl.utils.config.cli`` into the class
 its launcher parses it with (``RLConfig``, ``SFTConfig``, verifiers'
-``EvalConfig``), exactly as ``uv run rl|sft|eval @ FILE`` does: a run file
-validates and resolves to the study's numbers, an override (``seed_43.toml``,
-``eval_costly.toml``) refuses, so no file resolves to PRIME-RL's defaults.
+``EvalConfig``), exactly as ``glyph train rl|sft @ FILE`` (PRIME-RL's ``rl``
+/ ``sft``) and ``eval @ FILE`` do: a run file validates and resolves to the
+study's numbers, an override (``seed_43.toml``, ``eval_costly.toml``) refuses
+(``eval_token_client.toml`` names no environment), so no file resolves to
+PRIME-RL's defaults.
 The launchers' own ``--dry-run`` then writes the per-process configs, and
 each re-validates against the class its process parses it with. The SFT data
 ``glyph data prepare`` writes for each profile goes through PRIME-RL's own
@@ -84,6 +86,9 @@ def test_the_pinned_stack_runs_the_pinned_versions():
 @pytest.mark.parametrize("profile,name", FILES, ids=lambda x: x)
 def test_each_file_alone_is_a_run_or_refuses(profile, name, tmp_path):
     args = ["@", path(profile, name)] + ([] if name.startswith("eval") else ["--output-dir", str(tmp_path)])
+    if name == "eval_token_client":  # an override that validates alone, but names no environment
+        assert cli(parser(name), args=args).env.taskset.id == ""
+        return
     if name in recipe.OVERRIDES:
         with pytest.raises(Exception, match="(?i)validat"):
             cli(parser(name), args=args)
@@ -98,7 +103,8 @@ def test_each_file_alone_is_a_run_or_refuses(profile, name, tmp_path):
             "glyph-mbpp", profile, profile)
     else:
         assert (c.trainer.max_steps, c.orchestrator.seq_len) == (100, 4096)
-        assert c.trainer.model.name == f"outputs/{profile}-sft-arm-{name[4]}/hf"
+        assert c.trainer.model.name == (f"JayZenith/SFT_ARM_{name[4].upper()}" if "from_study_sft" in name
+                                        else f"outputs/{profile}-sft-arm-{name[4]}/hf")
 
 
 def renderer_of(c) -> tuple:
@@ -117,15 +123,23 @@ def check_glyph_source(source, profile: str, arm: str, split: str, costly: bool)
         "glyph-mbpp", profile, 8, 30.0)
     assert (harness.test_cost, harness.revise_feedback) == ((4, "outcome") if costly else (1, "none"))
     assert env.agent.runtime.type == "subprocess"
-    assert len(list(vf.load_taskset(env.taskset))) == SPLIT_SIZES[split]
+    taskset = vf.load_taskset(env.taskset)
+    if split == "rl":  # the study's draw: endless, and each of the split's tasks once a pass
+        assert env.taskset.order == "study" and type(taskset).INFINITE
+        first_pass = {t.data.task_id for t in itertools.islice(taskset, SPLIT_SIZES[split])}
+        assert len(first_pass) == SPLIT_SIZES[split]
+    else:
+        assert len(list(taskset)) == SPLIT_SIZES[split]
 
 
 RL_RUNS = [(p, arm, seed, "") for p in PROFILES for arm in "ab" for seed in (42, 43)]
 RL_RUNS += [(p, "b", 42, "alpha0") for p in PROFILES] + [("glyph", arm, 42, "costly") for arm in "ab"]
+RL_RUNS += [("study", arm, 42, "from_study_sft") for arm in "ab"]
 
 
 def rl_config(profile: str, arm: str, seed: int, variant: str, tmp_path: Path, *extra: str) -> RLConfig:
-    name = "arm_b_alpha0" if variant == "alpha0" else f"arm_{arm}" + ("_costly" if variant == "costly" else "")
+    name = "arm_b_alpha0" if variant == "alpha0" else f"arm_{arm}" + (f"_{variant}" if variant in (
+        "costly", "from_study_sft") else "")
     args = ["@", path(profile, name)] + (["@", path(profile, "seed_43"), "--run.name",
                                           f"{profile}-arm-{arm}-seed43"] if seed == 43 else [])
     return cli(RLConfig, args=[*args, "--output-dir", str(tmp_path), *extra])
@@ -137,11 +151,17 @@ def test_rl_resolves_to_the_study_settings(profile, arm, seed, variant, tmp_path
     t, o, i = c.trainer, c.orchestrator, c.inference
     assert t.max_steps == o.max_steps == 100
     assert t.model.seq_len == o.seq_len == 4096
-    assert t.model.name == o.model.name == i.vllm.model == f"outputs/{profile}-sft-arm-{arm}/hf"
+    start = f"outputs/{profile}-sft-arm-{arm}/hf"
+    if variant == "from_study_sft":
+        start = f"JayZenith/SFT_ARM_{arm.upper()}"
+    assert t.model.name == o.model.name == i.vllm.model == start
     assert t.model.lora is None  # full-parameter
     assert (t.optim.type, t.optim.lr, t.optim.weight_decay) == ("adamw", 1e-6, 0.01)
     assert (t.loss.type, t.loss.kl_tau) == ("default", 0.0)  # no KL term at all
     assert (o.batch_size, o.group_size) == (64, 16)
+    # The study's PRIME-RL d334ea5: 64 in flight (fixed), 8 steps off-policy at most
+    # (tests/pin/test_study_training.py).
+    assert (o.concurrency.min_inflight, o.concurrency.max_inflight, o.max_off_policy_steps) == (64, 64, 8)
     assert renderer_of(o.renderer) == RENDERER[profile]
     assert o.train.filter_zero_advantages is True
     [train] = o.train.source
@@ -151,7 +171,7 @@ def test_rl_resolves_to_the_study_settings(profile, arm, seed, variant, tmp_path
         "top_p": 1.0,
         "logprobs": True,
         "max_completion_tokens": 512,
-        "extra_body": {"top_k": 20, "min_p": 0.0, "return_token_ids": True},
+        "extra_body": {"stop_token_ids": [151645], "top_k": 20, "min_p": 0.0, "return_token_ids": True},
     }
     algo = train.algo
     assert algo.length_penalty is None
@@ -169,10 +189,14 @@ def test_rl_resolves_to_the_study_settings(profile, arm, seed, variant, tmp_path
     assert val.sampling.to_sampling_args() == {
         "temperature": 0.0,
         "max_completion_tokens": 512,
-        "extra_body": {"chat_template_kwargs": {"enable_thinking": False}},
+        "extra_body": {"stop_token_ids": [151645]} | (
+            {} if profile == "study" else {"chat_template_kwargs": {"enable_thinking": False}}),
     }
     check_glyph_source(val, profile, arm, "validation", variant == "costly")
-    assert i.vllm.seed == seed
+    for source in (train, val):
+        assert (source.serve.pool.type, source.serve.pool.max_workers, source.serve.pool.multiplex) == (
+            "elastic", 16, 4)
+    assert i.vllm.seed == seed and i.vllm.gpu_memory_utilization == 0.85
     assert (i.vllm.tool_call_parser, i.vllm.reasoning_parser) == (None, None)
     assert t.weight_broadcast.type == o.weight_broadcast.type == i.weight_broadcast.type == "filesystem"
     assert t.ckpt.interval == o.ckpt.interval == 25
@@ -284,6 +308,14 @@ def test_eval_files_resolve_greedy_on_the_profiles_renderer(profile, arm):
     for split in ("validation", "test"):
         c = cli(EvalConfig, args=["@", path(profile, f"eval_{split}_arm_{arm}")])
         assert (c.env.taskset.arm, c.env.taskset.split) == (arm, split)
+        if profile == "study":  # the study's scripts/evaluate.sh: chat completions, a 4096-token cap
+            assert c.client.type == "eval" and c.env.agent.max_total_tokens == 4096
+            # The token path, as an option.
+            c = cli(EvalConfig, args=["@", path(profile, f"eval_{split}_arm_{arm}"),
+                                      "@", path(profile, "eval_token_client")])
+            assert c.env.agent.max_total_tokens == 4096
+        else:
+            assert c.env.agent.max_total_tokens is None
         assert c.client.type == "train" and renderer_of(c.client.renderer) == RENDERER[profile]
         assert c.client.renderer_model_name == VERSIONS["model"]["name"]
         assert (c.sampling.temperature, c.sampling.max_tokens) == (0.0, 512)

@@ -25,8 +25,10 @@ from glyph import record
 from glyph.agent import program
 from glyph.data import mbpp, plus, study
 from glyph.envs.local import read_text
+from glyph.envs.mbpp import token_cap
 from glyph.envs.mbpp.finalize import TaskTests, metric_defaults, verify
 from glyph.envs.mbpp.harness import interception_record, limits_from_record, recorded_profile
+from glyph.envs.mbpp.order import Order, taskset_class
 from glyph.envs.mbpp.validate import validate_task
 from glyph.sandbox import get_sandbox
 from glyph.vfcompat import timed_out
@@ -87,6 +89,7 @@ class GlyphTask(vf.Task[GlyphData]):
                                            service_end=trace.info.get("glyph_service_end"),
                                            replies=interception_record(trace), profile=profile)
             info.sandbox = get_sandbox().protections().record()
+            token_cap.enforce(info, trace)  # a run's max_total_tokens, hard as the study's eval made it
         except Exception as exc:
             # A fault of the trusted side: recorded, then raised: verifiers fails the rollout,
             # errored and unscored (glyph.vfcompat, 7.).
@@ -132,6 +135,10 @@ class GlyphTasksetConfig(vf.TasksetConfig):
     other ids glyph's draw keeps about half in the same split. The glyph profile always uses
     glyph's draw."""
 
+    order: Order = "listed"
+    """The order RL draws the ``rl`` split in (``glyph.envs.mbpp.order``): ``listed`` (cycled as listed,
+    PRIME-RL 559b447's sampler) or ``study`` (the study's PRIME-RL d334ea5 draw: an endless taskset)."""
+
     @model_validator(mode="after")
     def _split_key_needs_study(self):
         if self.profile == "glyph" and self.split_key is not None:
@@ -151,6 +158,10 @@ class GlyphTasksetConfig(vf.TasksetConfig):
 
 
 class GlyphTaskset(vf.Taskset[GlyphTask, GlyphTasksetConfig]):
+    def __new__(cls, config: GlyphTasksetConfig | None = None, *args, **kwargs):
+        """The class ``config.order`` needs (``order.taskset_class``): endless for the study's draw."""
+        return super().__new__(taskset_class(cls, config.order, config.split) if config else cls)
+
     def __iter__(self):
         """The tasks, as verifiers reads them (``vf-eval``, ``eval``, PRIME-RL).
         No usable data (none given and the download failed, or plus tests asked
