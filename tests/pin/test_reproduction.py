@@ -15,6 +15,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -45,6 +46,12 @@ def test_the_document_marks_its_cpu_steps():
         assert needed in text, needed
 
 
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 # About 20 processes (dry runs, two smoke evals, both data preparations): about 150 s of CPU, 5-6 min
 # on a loaded 2-core machine, more than pytest's default 300 s allows for a slow runner.
 @pytest.mark.timeout(900)
@@ -54,7 +61,7 @@ def test_the_cpu_steps_run_against_the_vendored_pin(tmp_path, mbpp_path):
     bin_dir = str(Path(sys.executable).parent)
     env = dict(os.environ, GLYPH=str(REPO), PATH=bin_dir + os.pathsep + os.environ["PATH"],
                GLYPH_MBPP_PATH=str(Path(mbpp_path).resolve()), HF_HUB_OFFLINE="1", PRIME_RUNS_MODE="disabled",
-               PRL_RUN_ID="reproduction-test")
+               PRL_RUN_ID="reproduction-test", PORT=str(_free_port()))  # not the document's 8391: runs overlap
     env.pop("PRL_RUN_NAME", None)
     work = tmp_path / "glyph"
     work.mkdir()
