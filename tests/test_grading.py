@@ -29,11 +29,20 @@ def test_outcome_classes(source, outcome):
     assert g.passed is (outcome is Outcome.PASS)
 
 
-def test_first_failure_decides_and_later_checks_are_not_run():
-    src = "def remove_first_last(s, ch):\n    return 'heo' if s == 'hello' else s[99]\n"
+def test_first_failure_decides_and_every_check_is_asked():
+    """Every check is asked whatever the answers before it (the run never learns a verdict); the
+    first failing one decides, as one file would have stopped there."""
+    src = "def remove_first_last(s, ch):\n    return 'heo' if s == 'hello' else s[99] if s == 'abcda' else 1\n"
     g = grade(src, "", DEMO_TESTS, limits=FAST)
-    assert [c.outcome for c in g.checks] == [Outcome.PASS, Outcome.RUNTIME_ERROR, None]
-    assert "IndexError" in g.checks[1].detail
+    assert [c.outcome for c in g.checks] == [Outcome.PASS, Outcome.RUNTIME_ERROR, Outcome.ASSERTION_FAILURE]
+    assert g.outcome is Outcome.RUNTIME_ERROR and "IndexError" in g.detail == g.checks[1].detail
+
+
+def test_a_run_that_ends_under_a_check_leaves_the_later_ones_unasked():
+    src = "import os\ndef remove_first_last(s, ch):\n    return 'x' if s == 'hello' else os._exit(0)\n"
+    g = grade(src, "", DEMO_TESTS, limits=FAST)
+    assert [c.outcome for c in g.checks] == [Outcome.ASSERTION_FAILURE, Outcome.OTHER, None]
+    assert g.outcome is Outcome.ASSERTION_FAILURE and "exited" in g.checks[1].detail
 
 
 def test_check_detail_gives_got_and_expected():
@@ -170,7 +179,8 @@ except IndexError:
 
 def test_referee_failures_name_the_failing_check():
     g = grade("def remove_first_last(s, ch):\n    return s\n", "", REFEREE_TESTS)
-    assert g.outcome is Outcome.ASSERTION_FAILURE and g.checks[-1].line == 4
+    assert g.outcome is Outcome.ASSERTION_FAILURE and next(c for c in g.checks if not c.passed).line == 4
+    assert [c.passed for c in g.checks] == [False, True]  # test_no_occurrence ran all the same
     g = grade("def remove_first_last(s, ch):\n    raise KeyError(s)\n", "", REFEREE_TESTS)
     assert g.outcome is Outcome.RUNTIME_ERROR and "raised by the solution" in g.detail
     g = grade("x = 1\n", "", REFEREE_TESTS)

@@ -45,17 +45,20 @@ try:
     socket.create_connection(("127.0.0.1", 22), timeout=0.2)
 except OSError:
     ok_net = False
-facts = (os.getuid(), os.getpid() != 1 and len([p for p in os.listdir('/proc') if p.isdigit()]),
-         sorted(os.listdir('/')), os.getcwd(), os.listdir('.'), sorted(os.environ), ok_net)
+facts = (os.getuid(), os.getpid(), sorted(p for p in os.listdir('/proc') if p.isdigit()),
+         sorted(os.listdir('/')), os.getcwd(), os.listdir('.'), sorted(os.environ), ok_net, os.listdir('/tmp'))
 """
     msgs, status, _ = run(sandbox, probe, ["facts"])
     from glyph.sandbox.runtime import wire
-    uid, nprocs, root, cwd, listing, env, net = wire.decode(msgs[1]["value"])
+    uid, pid, procs, root, cwd, listing, env, net, tmp = wire.decode(msgs[1]["value"])
     if mode == "namespaces":
         assert uid != 0 and uid != os.getuid()
-        assert nprocs == 1  # only itself: hidepid hides the server, the pid namespace the host
-    else:  # root of the user namespace, without capabilities; pid 1 of a namespace of its own
-        assert uid == 0 and nprocs is False
+    else:  # root of the user namespace, without capabilities
+        assert uid == 0
+    # Either mode: pid 1 of a pid namespace of its own, which holds it alone (no server, no other run),
+    # and a mount view whose /tmp holds its own run directory only
+    assert pid == 1 and procs == ["1"]
+    assert tmp == [cwd.rsplit("/", 1)[1]]
     import sys
     python_top = {os.path.realpath(sys.base_prefix).split("/")[1]}
     assert set(root) <= {"bin", "dev", "etc", "lib", "lib32", "lib64", "libx32", "proc", "sbin", "tmp",
@@ -171,7 +174,9 @@ def test_process_limit(sandbox):
     src = "import os\nn = 0\ntry:\n    while n < 500:\n        if os.fork() == 0:\n            import time; time.sleep(30)\n        n += 1\nexcept OSError:\n    pass\n"
     msgs, status, _ = run(sandbox, src, ["n"], Limits(nproc=8))
     assert msgs[1]["value"] == {"i": hex(7)}
-    assert status.swept == 7
+    # namespaces: the kernel kills the 7 with the run's pid namespace; confined: the sweep does
+    assert status.swept == (0 if sandbox.info.mode == "namespaces" else 7)
+    assert sandbox_processes(sandbox) == []
     assert sandbox_processes(sandbox) == []
 
 
@@ -195,7 +200,7 @@ open("left.txt", "w").write("x")
 os.makedirs("a/b/c")
 """
     msgs, status, _ = run(sandbox, src)
-    if sandbox.info.mode != "userns":  # there, the kernel kills them with the run's pid namespace
+    if sandbox.info.mode not in ("namespaces", "userns"):  # there, the kernel kills them with the run's pid ns
         assert status.swept >= 2
     assert sandbox_processes(sandbox) == []
     assert sandbox_tmp(sandbox) == []
@@ -206,7 +211,8 @@ def test_pool_workers_are_the_only_processes_left():
     try:
         for _ in range(3):
             run(sb, "import os, time\nif os.fork() == 0:\n    os.setsid(); time.sleep(600)\n")
-        per_worker = 2 if sb.info.mode == "userns" else 1  # userns: a reaper outside the run's pid namespace
+        # namespaces, userns: a reaper outside the run's pid namespace, and its child
+        per_worker = 2 if sb.info.mode in ("namespaces", "userns") else 1
         deadline = time.monotonic() + 5
         while len(sandbox_processes(sb)) != 2 * per_worker and time.monotonic() < deadline:
             time.sleep(0.05)

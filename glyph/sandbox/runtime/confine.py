@@ -4,7 +4,7 @@ itself before it may take a job, and how it takes one.
 ``idle_worker`` applies, in this order, everything the server's mode gives a
 run: a new session with only the job socket open; then, each where the mode
 has it, the copied root, private IPC and network namespaces, private mount
-and pid namespaces, an empty bounding set (in ``namespaces`` and ``userns``
+and pid namespaces (``PID_NS_PER_RUN``), an empty bounding set (in ``namespaces`` and ``userns``
 inherited from the server: ``server_setup``) and the run's own uid;
 no_new_privs; no capabilities and the seccomp filter
 (``isolation.run_filter``), where the mode has them; not dumpable, its own directory as
@@ -32,11 +32,19 @@ else:  # a sibling of server.py, which is started as a script
     import isolation
 
 
+PID_NS_PER_RUN = ("namespaces", "userns")
+"""Modes whose runs each get a pid namespace (and so a mount namespace, for its /proc) of their own: a
+run can neither signal nor ``kill(pid, 0)``-probe another run's processes, and its pid numbers (its own
+pid, ``ns_last_pid``) start afresh, so they hold nothing of another run."""
+
+
 def _private_run_view(rundir: str) -> None:
-    """``userns``: runs share a uid, so each gets a mount namespace of its
-    own in which the runs' directory is a fresh read-only tmpfs holding
-    only this run's directory (the same tmpfs, bound from an fd opened
-    before it was covered)."""
+    """``namespaces`` and ``userns``: each run gets a mount namespace of its
+    own (for the /proc of its own pid namespace) in which the runs'
+    directory is a fresh read-only tmpfs holding only this run's directory
+    (the same tmpfs, bound from an fd opened before it was covered): in
+    ``userns``, where runs share a uid, that is what keeps one run out of
+    another's files."""
     parent = os.path.dirname(rundir)
     isolation.unshare(isolation.CLONE_NEWNS)
     fd = os.open(rundir, os.O_PATH | os.O_DIRECTORY)  # after unshare: a bind source must be in this namespace
@@ -50,12 +58,13 @@ def _private_run_view(rundir: str) -> None:
 
 
 def _own_pid_namespace() -> None:
-    """``userns``: runs share a uid, so each gets a pid namespace of its own
-    (it can signal no process of another run; ``kill(-1)`` reaches only its
-    own). Forks once more: returns in the child, pid 1 of the new namespace
-    with its own /proc, which goes on to run the job. This process stays
-    outside as its reaper: it never runs untrusted code, is invisible from
-    inside, waits for the child and exits as the child did (so the server's
+    """``namespaces`` and ``userns``: each run gets a pid namespace of its
+    own (it can signal or probe no process of another run; ``kill(-1)``
+    reaches only its own; its pids count from 1). Forks once more: returns
+    in the child, pid 1 of the new namespace with its own /proc, which goes
+    on to run the job. This process stays outside as its reaper: it never
+    runs untrusted code, holds no capability, is invisible from inside,
+    waits for the child and exits as the child did (so the server's
     ``wait4`` sees the run's status and rusage). When the child exits the
     kernel kills everything left in its namespace; if this process is
     killed, the child gets SIGKILL (parent-death signal) and so does the
@@ -78,6 +87,8 @@ def _own_pid_namespace() -> None:
     os.closerange(alive_w + 1, 1 << 16)
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     isolation.prctl(isolation.PR_SET_DUMPABLE, 0)
+    isolation.prctl(isolation.PR_SET_NO_NEW_PRIVS, 1)
+    isolation.drop_capabilities()
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
     _, status = os.waitpid(child, 0)
@@ -147,7 +158,7 @@ def idle_worker(job_fd: int, uid: int | None, rundir: str, mode: str, cap_last: 
         # SysV IPC objects and POSIX message queues, abstract unix sockets and loopback ports: none
         # shared between runs, none left after one (each namespace goes with its run's last process)
         isolation.unshare(isolation.CLONE_NEWIPC | isolation.CLONE_NEWNET)
-    if mode == "userns":
+    if mode in PID_NS_PER_RUN:
         _private_run_view(rundir)
         _own_pid_namespace()
     if mode != "bare" and mode not in INHERITED_BOUNDING:  # those inherit the server's empty set (server_setup)
@@ -183,9 +194,9 @@ def idle_worker(job_fd: int, uid: int | None, rundir: str, mode: str, cap_last: 
     os.closerange(len(high), 1 << 16)
     mem = int(limits["memory_bytes"])
     cpu = int(limits["cpu_s"])
-    # userns: this process is pid 1 of its namespace and so ignores SIGXCPU (signals without a
+    # namespaces, userns: this process is pid 1 of its namespace and so ignores SIGXCPU (signals without a
     # handler do not reach a namespace's init); the hard limit's SIGKILL does, at the limit itself.
-    cpu_hard = cpu if mode == "userns" else cpu + 1
+    cpu_hard = cpu if mode in PID_NS_PER_RUN else cpu + 1
     for res, value in (
         (resource.RLIMIT_AS, (mem, mem)),
         (resource.RLIMIT_CPU, (cpu, cpu_hard)),

@@ -10,9 +10,11 @@ mode, and never falls back to ``bare`` on its own):
     process is pid 1 of its own pid namespace (when it dies the kernel kills
     every process it started); chroot into a read-only view of /usr and the
     Python installation; each run has a uid of its own, a private tmpfs as
-    its only writable place, no network, and network and IPC namespaces of
-    its own (no abstract unix socket, port, SysV IPC object or POSIX
-    message queue of one run is seen by another).
+    its only writable place, no network, and network, IPC, mount and pid
+    namespaces of its own (no abstract unix socket, port, SysV IPC object,
+    POSIX message queue, run directory or process of one run is seen by
+    another: ``kill(pid, 0)`` on another run's pid finds nothing, and a
+    run's pids count from 1).
 ``userns`` (any user, where unprivileged user namespaces are allowed)
     the same namespaces, created inside a new user namespace
     (``unshare --user --map-root-user``). The server is root of that
@@ -86,8 +88,9 @@ start, and that fork (with the confinement) happens ahead of the request:
     its directory, reports its exit status)
       └─ worker (a per-run uid where the mode has one, no capabilities,
          rlimits, empty private cwd, minimal environment; then runs
-         ``worker.main``; in ``userns`` a reaper that stays outside and
-         its child, pid 1 of the run's own pid namespace, which runs it)
+         ``worker.main``; in ``namespaces`` and ``userns`` a reaper that
+         stays outside and its child, pid 1 of the run's own pid namespace,
+         which runs it)
 
 The client passes the run's pipes with the request (SCM_RIGHTS), so output
 never flows through this process. What the server reports is trusted: no
@@ -550,12 +553,12 @@ class Server:
         return "; ".join(errors) or None
 
     def _kill_run(self, pid: int) -> None:
-        """Kill a run. ``userns``: the worker is a reaper whose child, pid 1
+        """Kill a run. ``namespaces``, ``userns``: the worker is a reaper whose child, pid 1
         of the run's pid namespace, runs the job; killing that child (and
         with it the namespace) lets the reaper collect its rusage and exit as
         it did. Killing the reaper alone would also end the run (the child
         has SIGKILL as its parent-death signal), with its rusage lost."""
-        if self.mode == "userns":
+        if self.mode in confine.PID_NS_PER_RUN:
             try:
                 with open(f"/proc/{pid}/task/{pid}/children") as f:
                     children = [int(p) for p in f.read().split()]
