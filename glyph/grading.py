@@ -75,11 +75,13 @@ MAX_PARSE_BYTES = 64 << 10
 _BUILTINS = frozenset(dir(builtins))
 _STDLIB = frozenset(sys.stdlib_module_names)
 
-LARGEST_EXPECTED = {"bytes": 4709, "nodes": 257, "characters": 2836}
-"""The measured fact the answer cap is sized from: the largest expected value of MBPP's tests and of their
-plus tests (``glyph data plus``), as the answer line that equals it takes on the wire (``bytes``: mbpp_493's
-``{"ev":"ret","id":...,"value":...}``), in ``wire`` values (``nodes``: mbpp_462) and in characters of str,
-bytes and number text (mbpp_493). ``tests/test_grading.py`` measures it again from the data."""
+LARGEST_EXPECTED = {"bytes": 4706, "nodes": 257, "characters": 2836}
+"""The measured fact the answer cap is sized from: the largest of the 49,244 literal expected values of
+MBPP's tests (2,863) and of their plus tests (46,381, ``glyph data plus``, seed 42), as the answer line that
+equals it takes on the wire (``bytes``: ``{"ev":"ret","id":0,"value":...}``, mbpp_493), in ``wire`` values
+(``nodes``: mbpp_462) and in characters of str, bytes and number text (``characters``: mbpp_493); all three
+are MBPP's own (a plus test's expected value is at most 400 characters of repr). ``tests/test_grading.py``
+measures it again from the data (the plus tests too where ``$GLYPH_PLUS_PATH`` holds them)."""
 ANSWER_BYTES = 1 << (8 * LARGEST_EXPECTED["bytes"] - 1).bit_length()
 """The longest answer line the trusted side reads (64 KiB): eight times the fact above, to the next power of
 two. The sandbox sends a longer answer as its length only (``overcap``), and a line longer than this is
@@ -254,7 +256,7 @@ def solution_bindings(source: bytes | str, names: frozenset[str] | None = None) 
     source does not parse: grading will report the syntax error.
 
     ``names``: only these matter (the builtin and stdlib names the tests
-    read: ``tested_names``), and the answer is bounded in time and memory:
+    read: ``names_tests_read``), and the answer is bounded in time and memory:
     a source where none of them occurs as a word is not parsed at all, and
     one longer than ``MAX_PARSE_BYTES`` is not parsed either: each of them
     that occurs in it counts as rebound (the session then has whatever the
@@ -281,7 +283,7 @@ def solution_bindings(source: bytes | str, names: frozenset[str] | None = None) 
 
 
 @functools.lru_cache(maxsize=4096)
-def tested_names(tests: str, filename: str = "<tests>") -> frozenset[str]:
+def names_tests_read(tests: str, filename: str = "<tests>") -> frozenset[str]:
     """The builtin and stdlib names the tests read from their global scope
     (the only ones ``solution_bindings`` need to look for); empty when the
     tests do not parse (``compile_tests`` says why)."""
@@ -369,7 +371,7 @@ def compile_tests(setup: str, tests: str, shadowed: frozenset[str] = frozenset()
 
 
 def suite_for(setup: str, tests: str, solution: bytes | str, filename: str = "<tests>") -> TestSuite:
-    return compile_tests(setup, tests, solution_bindings(solution, tested_names(tests, filename)), filename)
+    return compile_tests(setup, tests, solution_bindings(solution, names_tests_read(tests, filename)), filename)
 
 
 # ---------------------------------------------------------------- grading
@@ -484,6 +486,9 @@ def _references(sandbox: Sandbox, suite: TestSuite, limits: Limits) -> None:
     try:
         for i, expr in enumerate(pending):
             resp = run.recv(max_tokens=None)
+            if resp is not None and "overcap" in resp:
+                raise InvalidTests(f"{expr}: its expected value takes {resp['overcap']} bytes on the wire, over "
+                                   f"the answer cap (grading.ANSWER_BYTES, {ANSWER_BYTES} bytes)")
             if resp is None or resp.get("id") != i or "value" not in resp:
                 raise InvalidTests(f"expected value {expr!r} could not be computed: {resp}")
             try:

@@ -1,6 +1,7 @@
 import pytest
 
-from glyph.grading import MAX_SOLUTION_BYTES, InvalidTests, compile_tests, grade, suite_for
+from glyph.grading import (ANSWER_BYTES, LARGEST_EXPECTED, MAX_PARSE_BYTES, MAX_SOLUTION_BYTES, InvalidTests,
+    compile_tests, grade, solution_bindings, suite_for, names_tests_read)
 from glyph.outcomes import Outcome
 from glyph.redteam import DEMO_SOLUTION, DEMO_TESTS, REFEREE_TESTS
 from glyph.sandbox import Limits
@@ -322,3 +323,82 @@ def test_an_exception_the_tests_iteration_would_swallow_fails_the_check(tests, e
     g = grade(broken, "", tests, limits=FAST)
     assert g.outcome is Outcome.RUNTIME_ERROR, (tests, g.outcome, g.detail)
     assert "no" in g.detail and "raised by the solution" in g.detail
+
+
+# ---------------------------------------------------------------- the trusted side's bounds
+
+
+def _expected_sizes(task, lines):
+    """(wire bytes of the answer line, wire values, characters) of each literal expected value of ``lines``."""
+    from glyph.sandbox.runtime import wire
+    sizes = []
+    for line in lines:
+        for check in compile_tests(task.test_setup_code, line).checks:
+            if check.expected_expr is None:
+                tree = wire.encode(check.expected)
+                decoder = wire._Decoder(False)
+                decoder.value(tree, 0)
+                sizes.append((len(wire.dumps({"ev": "ret", "id": 0, "value": tree})),
+                              wire.MAX_NODES - decoder.nodes, wire.MAX_DATA - decoder.data))
+    return sizes
+
+
+def test_the_answer_cap_is_sized_from_the_measured_fact(mbpp_tasks):
+    """LARGEST_EXPECTED, measured again: over MBPP's tests, and their plus tests where $GLYPH_PLUS_PATH
+    holds every task's file (else MBPP's alone, which hold the largest of all three)."""
+    import os
+    from pathlib import Path
+
+    from glyph.data.plus.store import file_name, read_file
+    folder = os.environ.get("GLYPH_PLUS_PATH")
+    plus = folder is not None and all((Path(folder) / file_name(t.task_id)).exists() for t in mbpp_tasks.values())
+    sizes = []
+    for task in mbpp_tasks.values():
+        lines = list(task.test_list) + (read_file(Path(folder) / file_name(task.task_id))[1] if plus else [])
+        try:
+            sizes += _expected_sizes(task, lines)
+        except InvalidTests:
+            continue
+    measured = {name: max(s[i] for s in sizes) for i, name in enumerate(("bytes", "nodes", "characters"))}
+    assert measured == LARGEST_EXPECTED
+    assert 8 * LARGEST_EXPECTED["bytes"] <= ANSWER_BYTES < 16 * LARGEST_EXPECTED["bytes"]
+
+
+def test_a_suite_whose_expected_value_would_not_fit_the_cap_is_unusable():
+    with pytest.raises(InvalidTests, match="over the answer cap"):
+        compile_tests("", f"assert f() == {'x' * ANSWER_BYTES!r}\n")
+    with pytest.raises(InvalidTests, match="over the answer cap"):
+        grade("def f(): return 1\n", "", f"assert f() == 'x' * {ANSWER_BYTES}\n", limits=FAST)
+
+
+@pytest.mark.parametrize("answer", ["'x' * (1 << 20)", "[[]] * 100_000", "list(range(10 ** 5))"])
+def test_an_answer_over_the_cap_fails_its_check_unread_and_the_next_is_asked(answer):
+    src = f"def remove_first_last(s, ch):\n    return {answer} if s == 'hello' else 'bcd'\n"
+    g = grade(src, "", DEMO_TESTS, limits=FAST)
+    assert [c.outcome for c in g.checks] == [Outcome.OTHER, Outcome.PASS, Outcome.ASSERTION_FAILURE]
+    assert "over the answer cap" in g.detail
+
+
+def test_the_solution_is_parsed_here_only_for_the_names_the_tests_read_and_only_so_far():
+    names = names_tests_read("assert sum(2, 3) == 5\n")
+    assert names == {"sum"}
+    assert solution_bindings("def sum(a, b): return a + b\n", names) == {"sum"}
+    assert solution_bindings("def total(a, b): return a + b\nlen = 3\n", names) == frozenset()  # no parse
+    big = "def sum(a, b): return a + b\n" + "0\n" * MAX_PARSE_BYTES
+    assert solution_bindings(big, names) == {"sum"}  # not parsed: a name it mentions counts as rebound
+    assert solution_bindings("# sum\n" + "0\n" * MAX_PARSE_BYTES, names) == {"sum"}
+    assert solution_bindings("0\n" * MAX_PARSE_BYTES, names) == frozenset()
+
+
+def test_a_million_line_solution_costs_the_grader_neither_memory_nor_seconds():
+    """A 2 MiB source of a million ``0`` lines took 1.6 GB and 4 s in the grader's own parse; the
+    sandbox refuses it all the same (its compile runs out of memory, or the source is graded)."""
+    import resource
+    import time
+    src = "def remove_first_last(s, ch):\n    return s\n" + "0\n" * 1_000_000
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    t0 = time.perf_counter()
+    g = grade(src, "", DEMO_TESTS, limits=Limits(cpu_s=10, wall_s=20))
+    assert not g.passed
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 100 * 1024
+    assert time.perf_counter() - t0 < 30

@@ -317,3 +317,37 @@ def test_recv_with_a_timeout_leaves_a_silent_run_alive_and_killable(sandbox):
     assert late.recv(timeout=30) is None and time.monotonic() - t0 < 1.5
     assert late.finish(kill=True).killed
     assert sandbox_processes(sandbox) == []
+
+
+def test_result_bytes_held_at_once_are_bounded_process_wide(sandbox, monkeypatch):
+    """Beyond its reserve a run holds result bytes from the process's one pool; a run that finds it
+    spent is killed with a protocol error that says so, and every byte comes back when runs are
+    released (or dropped)."""
+    from glyph.sandbox import client
+    pool = client.ResultPool(256 << 10)
+    monkeypatch.setattr(client, "RESULT_POOL", pool)
+    flood = "import os\ndef flood(n):\n    os.write(3, (b'x' * 1000 + b'\\n') * n)\n    return 1\n"
+    held = []
+    for _ in range(2):
+        r = sandbox.open({"mode": "solution"}, {"source": flood.encode(), "setup": b""}, Limits())
+        assert r.recv() == {"ev": "ready"}
+        r.send({"op": "eval", "id": 0, "expr": "flood(300)"})
+        r.gather(301)
+        r.finish(kill=True)
+        held.append(r)
+    first, second = held
+    del held
+    assert len(first.messages) == 301 and first.protocol_error is None
+    assert first.pooled == first.held - client.RESULT_RESERVE_BYTES > 200 << 10
+    assert "result pool" in second.protocol_error and len(second.messages) < 301
+    assert pool.free == pool.size - first.pooled - second.pooled >= 0
+    first.release()
+    del second
+    assert pool.free == pool.size
+    r = sandbox.open({"mode": "solution"}, {"source": flood.encode(), "setup": b""}, Limits())
+    assert r.recv() == {"ev": "ready"}
+    r.send({"op": "eval", "id": 0, "expr": "flood(100)"})
+    assert [r.recv_line() for _ in range(100)] == [b"x" * 1000] * 100  # taken as they come: none held
+    assert r.held < client.RESULT_RESERVE_BYTES and r.pooled == 0
+    r.finish(kill=True)
+    assert sandbox_processes(sandbox) == []
