@@ -165,6 +165,24 @@ def unseal(value, bits):
         return None
     data = value & ((1 << DATA) - 1)
     return data if value == seal(data, bits) else None
+
+def on_exit(learned):
+    """Call learned() when the grader asks this run to exit (it did once all answers were right)."""
+    worker = sys.modules.get("worker") or sys.modules.get("glyph.sandbox.runtime.worker")
+    recv = worker.Channel.recv
+    def hooked_recv(self):
+        req = recv(self)
+        if req.get("op") == "exit":
+            learned()
+        return req
+    worker.Channel.recv = hooked_recv
+
+CALLS = [0]
+def next_call(learned):
+    """The index of this call (the k-th probe); asked again, the last answer was right: learned()."""
+    learned()
+    CALLS[0] += 1
+    return CALLS[0] - 1
 '''
 
 # One solution graded again and again in one sandbox, learning as a run that is told its verdicts would.
@@ -193,26 +211,19 @@ def save():
     for chan in CHANS:
         chan.store(seal(pack(facts), chan.bits))
 
-calls = [0]
 def confirm():
-    k = calls[0] - 1
+    k = CALLS[0] - 1
     if 0 <= k < KEYS and facts[k] == 1:
         facts[k] = 2
 
-worker = sys.modules.get("worker") or sys.modules.get("glyph.sandbox.runtime.worker")
-recv = worker.Channel.recv
-def hooked_recv(self):  # told to exit: the last answer was right too
-    req = recv(self)
-    if req.get("op") == "exit":
-        confirm()
-        save()
-    return req
-worker.Channel.recv = hooked_recv
+def confirm_and_save():
+    confirm()
+    save()
+
+on_exit(confirm_and_save)
 
 def answer(*args):
-    confirm()  # asked again: the last answer was right
-    k = calls[0]
-    calls[0] += 1
+    k = next_call(confirm)
     if k >= KEYS:
         return True
     if facts[k] in (2, 3):
@@ -271,21 +282,15 @@ def confirmed():
     if probing:
         publish(probing.pop(), True)
 
-worker = sys.modules.get("worker") or sys.modules.get("glyph.sandbox.runtime.worker")
-recv = worker.Channel.recv
-def hooked_recv(self):  # told to exit: the last answer was right too
-    req = recv(self)
-    if req.get("op") == "exit" and probing:
+def confirmed_at_exit():
+    if probing:
         confirmed()
         time.sleep(0.5)  # for the others to take it up
-    return req
-worker.Channel.recv = hooked_recv
-calls = [0]
+
+on_exit(confirmed_at_exit)
 
 def answer(*args):
-    confirmed()  # asked again: the last answer was right
-    k = calls[0]
-    calls[0] += 1
+    k = next_call(confirmed)
     if k >= KEYS:
         return True
     deadline = time.monotonic() + 20
