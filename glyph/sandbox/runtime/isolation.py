@@ -149,6 +149,34 @@ def unshare(flags: int) -> None:
         raise OSError(err, f"unshare({flags:#x}): {os.strerror(err)}")
 
 
+def setns(fd: int, nstype: int) -> None:
+    if libc.setns(fd, nstype) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"setns({nstype:#x}): {os.strerror(err)}")
+
+
+class PidNamespaceForks:
+    """Forks, each child pid 1 of a pid namespace of its own, the caller staying in its own:
+    ``unshare(CLONE_NEWPID)`` makes the caller's next child the first process of a new namespace,
+    and ``setns`` to the caller's own namespace undoes that for the fork after (a second ``unshare``
+    would fail: the namespace for children is no longer the caller's). The child needs no reaper
+    of its own: its parent's ``wait4`` reads its rusage, and killing it kills its namespace."""
+
+    def __init__(self) -> None:
+        self.own = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
+
+    def fork(self) -> int:
+        unshare(CLONE_NEWPID)
+        try:
+            pid = os.fork()
+        except BaseException:
+            setns(self.own, CLONE_NEWPID)
+            raise
+        if pid:
+            setns(self.own, CLONE_NEWPID)
+        return pid
+
+
 class _CapHeader(ctypes.Structure):
     _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
 

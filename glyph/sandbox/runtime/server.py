@@ -88,9 +88,8 @@ start, and that fork (with the confinement) happens ahead of the request:
     its directory, reports its exit status)
       └─ worker (a per-run uid where the mode has one, no capabilities,
          rlimits, empty private cwd, minimal environment; then runs
-         ``worker.main``; in ``namespaces`` and ``userns`` a reaper that
-         stays outside and its child, pid 1 of the run's own pid namespace,
-         which runs it)
+         ``worker.main``; in ``namespaces`` and ``userns`` forked as pid 1
+         of a pid namespace of its own: ``isolation.PidNamespaceForks``)
 
 The client passes the run's pipes with the request (SCM_RIGHTS), so output
 never flows through this process. What the server reports is trusted: no
@@ -228,6 +227,8 @@ class Server:
         self.oom_hit: set[int] = set()  # pids of runs that went over their memory cap
         self.dropped: set[int] = set()  # fds unwatched while the loop handles one poll's events
         self.cap_last = isolation.cap_last_cap()
+        # namespaces, userns: each worker forked as pid 1 of a pid namespace of its own
+        self.pid_forks = isolation.PidNamespaceForks() if self.mode in confine.PID_NS_PER_RUN else None
         confine.server_setup(self.mode, self.cap_last)  # after start-up, before the first fork
 
     def loop(self) -> None:
@@ -294,7 +295,7 @@ class Server:
         cgroup = f"run-{self.seq}" if self.cgroups is not None else None
         if cgroup is not None:
             self.cgroups.children.add(cgroup)  # the worker makes it; removed with the rest at close
-        pid = os.fork()
+        pid = self.pid_forks.fork() if self.pid_forks is not None else os.fork()
         if pid == 0:
             try:
                 ours.close()
@@ -553,21 +554,9 @@ class Server:
         return "; ".join(errors) or None
 
     def _kill_run(self, pid: int) -> None:
-        """Kill a run. ``namespaces``, ``userns``: the worker is a reaper whose child, pid 1
-        of the run's pid namespace, runs the job; killing that child (and
-        with it the namespace) lets the reaper collect its rusage and exit as
-        it did. Killing the reaper alone would also end the run (the child
-        has SIGKILL as its parent-death signal), with its rusage lost."""
-        if self.mode in confine.PID_NS_PER_RUN:
-            try:
-                with open(f"/proc/{pid}/task/{pid}/children") as f:
-                    children = [int(p) for p in f.read().split()]
-            except OSError:
-                children = []
-            for child in children:
-                self._kill(child)
-            if children:
-                return
+        """Kill a run: its worker (in ``namespaces`` and ``userns``, pid 1 of
+        the run's pid namespace, whose death kills every process in it; the
+        sweep finds the rest elsewhere)."""
         self._kill(pid)
 
     @staticmethod
