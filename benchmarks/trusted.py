@@ -72,7 +72,8 @@ print(json.dumps({"base_kb": rss()}), flush=True)
 results = [None] * copies
 def one(i):
     try:
-        g = grade(case["source"], "", case["tests"] or DEMO_TESTS, limits=Limits(cpu_s=20, wall_s=60), sandbox=sb)
+        g = grade(case["source"], "", case["tests"] or DEMO_TESTS, limits=Limits(cpu_s=20, wall_s=60),
+                  sandbox=sb)
         results[i] = f"{g.outcome.value}: {g.detail[:80]}"
     except MemoryError:
         results[i] = "MemoryError in the grader"
@@ -90,7 +91,8 @@ sb.close()
 def measure(root: Path, path: Path, copies: int, timeout: float, memory_gib: float) -> dict:
     """One fresh grader process: {"seconds", "peak_mib", "results"}."""
     argv = [sys.executable, "-c", CHILD, str(root), str(path), str(copies), str(int(memory_gib * (1 << 30)))]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
     try:
         out, err = proc.communicate(timeout=timeout)
         hwm = None
@@ -101,7 +103,8 @@ def measure(root: Path, path: Path, copies: int, timeout: float, memory_gib: flo
     lines = [json.loads(x) for x in out.splitlines() if x.startswith("{")]
     base = lines[0]["base_kb"] if lines else 0
     if hwm is not None:
-        return {"seconds": None, "peak_mib": max(hwm - base, 0) / 1024, "results": [f"timeout ({timeout:g} s)"]}
+        return {"seconds": None, "peak_mib": max(hwm - base, 0) / 1024,
+                "results": [f"timeout ({timeout:g} s)"]}
     if len(lines) < 2:
         last = (err.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
         return {"seconds": None, "peak_mib": None, "results": [last]}
@@ -125,7 +128,8 @@ def main() -> None:
     ap.add_argument("--memory", type=float, default=8.0, help="address-space limit of a grader process, GiB")
     ap.add_argument("--only", action="append", help="measure only this case (repeatable)")
     args = ap.parse_args()
-    table = Table(title=f"the trusted side: before ({git('rev-parse', '--short', args.before).strip()}) and after "
+    before = git("rev-parse", "--short", args.before).strip()
+    table = Table(title=f"the trusted side: before ({before}) and after "
                         f"(this checkout); timeout {args.timeout:g} s, address space {args.memory:g} GiB")
     for col in ("case", "gradings", "before s", "before MiB", "before: verdicts", "after s", "after MiB",
                 "after: verdicts"):
@@ -144,7 +148,8 @@ def main() -> None:
             row = []
             for side, root in (("before", old), ("after", REPO)):
                 m = measure(root, path, copies, args.timeout, args.memory)
-                print(f"{name} {side}: {m['seconds']} s, {m['peak_mib']} MiB, {m['results'][:2]}", file=sys.stderr)
+                print(f"{name} {side}: {m['seconds']} s, {m['peak_mib']} MiB, {m['results'][:2]}",
+                      file=sys.stderr)
                 row += cells(m)
             table.add_row(name, str(copies), *row)
     Console(width=200).print(table)

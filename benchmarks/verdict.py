@@ -60,7 +60,8 @@ limits = Limits(cpu_s=5, wall_s=10)
 grade("def f():\n    return 1\n", "", "assert f() == 1\n", limits=limits)  # the server started and warm
 cpu = CpuMeter()
 start = cpu()
-outcomes = collections.Counter(grade(s, setup, tests, limits=limits).outcome.value for s, setup, tests in work)
+outcomes = collections.Counter(grade(s, setup, tests, limits=limits).outcome.value
+                               for s, setup, tests in work)
 print(json.dumps({"cpu_s": cpu() - start, "n": len(work), "outcomes": outcomes}))
 get_sandbox().close()
 '''
@@ -99,7 +100,8 @@ def gold_plus(tasks: dict, plus: Path, limit: int | None) -> dict[str, list]:
 
 def export(ref: str, into: Path) -> None:
     """glyph and configs/ (its pins) at ``ref``: what ``grader.py`` imports."""
-    archive = subprocess.run(["git", "archive", ref, "glyph", "configs"], cwd=REPO, capture_output=True, check=True)
+    archive = subprocess.run(["git", "archive", ref, "glyph", "configs"], cwd=REPO, capture_output=True,
+                             check=True)
     subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
 
 
@@ -114,7 +116,7 @@ def measure(root: Path, path: Path) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--before", default="340a5f2", help="git ref of the grader to compare with")
-    ap.add_argument("--plus", help="the plus tests' folder (glyph data plus); without it, the trivial task only")
+    ap.add_argument("--plus", help="the plus tests' folder (glyph data plus); without it, the trivial task")
     ap.add_argument("--limit", type=int, help="only the first N tasks")
     ap.add_argument("--trivial", type=int, default=300, help="trivial gradings a cell, per block")
     ap.add_argument("--blocks", type=int, default=3)
@@ -144,13 +146,16 @@ def main() -> None:
                 t["n"] += m["n"]
                 for k, v in m["outcomes"].items():
                     t["outcomes"][k] = t["outcomes"].get(k, 0) + v
-                print(f"block {block} {load} {kind} {side}: {m['cpu_s'] / m['n'] * 1000:.2f} ms over {m['n']}",
-                      file=sys.stderr)
+                per = m["cpu_s"] / m["n"] * 1000
+                print(f"block {block} {load} {kind} {side}: {per:.2f} ms over {m['n']}", file=sys.stderr)
     ms = {key: t["cpu_s"] / t["n"] * 1000 for key, t in totals.items()}
-    table = Table(title=f"CPU ms per grading: before ({git('rev-parse', '--short', args.before).strip()}) and "
+    before = git("rev-parse", "--short", args.before).strip()
+    table = Table(title=f"CPU ms per grading: before ({before}) and "
                         f"after (this checkout), {args.blocks} interleaved blocks")
-    for col in ("workload", "solution", "gradings", "before ms", "after ms", "after/before", "outcomes after"):
-        table.add_column(col, justify="left" if col in ("workload", "solution", "outcomes after") else "right")
+    columns = ("workload", "solution", "gradings", "before ms", "after ms", "after/before", "outcomes after")
+    for col in columns:
+        left = col in ("workload", "solution", "outcomes after")
+        table.add_column(col, justify="left" if left else "right")
     for load in work:
         for kind in ("pass", "fail"):
             b, a = ms[(load, kind, "before")], ms[(load, kind, "after")]

@@ -266,8 +266,8 @@ def solution_bindings(source: bytes | str, names: frozenset[str] | None = None) 
         data = source.encode("utf-8", "surrogatepass") if isinstance(source, str) else source
         if not names:
             return frozenset()
-        found = {m.decode() for m in re.findall(rb"\b(?:" + b"|".join(n.encode() for n in sorted(names)) + rb")\b",
-                                                   data)} & names
+        words = rb"\b(?:" + b"|".join(n.encode() for n in sorted(names)) + rb")\b"
+        found = {m.decode() for m in re.findall(words, data)} & names
         if not found:
             return frozenset()
         if len(data) > MAX_PARSE_BYTES:
@@ -371,7 +371,8 @@ def compile_tests(setup: str, tests: str, shadowed: frozenset[str] = frozenset()
 
 
 def suite_for(setup: str, tests: str, solution: bytes | str, filename: str = "<tests>") -> TestSuite:
-    return compile_tests(setup, tests, solution_bindings(solution, names_tests_read(tests, filename)), filename)
+    shadowed = solution_bindings(solution, names_tests_read(tests, filename))
+    return compile_tests(setup, tests, shadowed, filename)
 
 
 # ---------------------------------------------------------------- grading
@@ -487,8 +488,8 @@ def _references(sandbox: Sandbox, suite: TestSuite, limits: Limits) -> None:
         for i, expr in enumerate(pending):
             resp = run.recv(max_tokens=None)
             if resp is not None and "overcap" in resp:
-                raise InvalidTests(f"{expr}: its expected value takes {resp['overcap']} bytes on the wire, over "
-                                   f"the answer cap (grading.ANSWER_BYTES, {ANSWER_BYTES} bytes)")
+                raise InvalidTests(f"{expr}: its expected value takes {resp['overcap']} bytes on the wire, "
+                                   f"over the answer cap (grading.ANSWER_BYTES, {ANSWER_BYTES} bytes)")
             if resp is None or resp.get("id") != i or "value" not in resp:
                 raise InvalidTests(f"expected value {expr!r} could not be computed: {resp}")
             try:
@@ -531,22 +532,29 @@ def _fast(sandbox: Sandbox, suite: TestSuite, source: bytes, limits: Limits) -> 
         run.gather(len(checks))
         status = run.finish(kill=True)
         answers = list(run.messages)[:len(checks)]
+        failed_yet = False
         for i, (spec, check, line) in enumerate(zip(suite.checks, checks, answers)):
             with _VERDICT_LOCK:  # one answer decoded at a time in this process
-                check.outcome, check.detail = _judge(line, i, spec, suite)
+                check.outcome, check.detail = _judge(line, i, spec, suite, explain=not failed_yet)
+            failed_yet = failed_yet or check.outcome is not Outcome.PASS
     finally:
         run.release()
     if len(answers) < len(checks):  # the run ended (or broke its channel) under this probe
-        checks[len(answers)].outcome, checks[len(answers)].detail = _status_outcome(status, run.protocol_error)
+        ended = checks[len(answers)]
+        ended.outcome, ended.detail = _status_outcome(status, run.protocol_error)
     first = next((c for c in checks if c.outcome is not Outcome.PASS), None)
     outcome, detail = (Outcome.PASS, "") if first is None else (first.outcome, first.detail)
     return _with_output(Grade(outcome, checks, 0.0, detail), run)
 
 
-def _judge(line: bytes, i: int, spec: ProbeCheck, suite: TestSuite) -> tuple[Outcome, str]:
-    """The outcome of check ``i`` from the line that answered it."""
+def _judge(line: bytes, i: int, spec: ProbeCheck, suite: TestSuite,
+           explain: bool = True) -> tuple[Outcome, str]:
+    """The outcome of check ``i`` from the line that answered it. ``explain``:
+    the got/expected of a wrong answer (the first failing check's; a later
+    one's outcome is enough, and a repr of each would cost the grader)."""
     if len(line) > ANSWER_BYTES:
-        return Outcome.OTHER, f"{spec.probe}: an answer of {len(line)} bytes, over the answer cap ({ANSWER_BYTES})"
+        return Outcome.OTHER, (f"{spec.probe}: an answer of {len(line)} bytes, over the answer cap "
+                               f"({ANSWER_BYTES})")
     try:
         resp = wire.loads(line)
     except wire.WireError as exc:
@@ -568,6 +576,8 @@ def _judge(line: bytes, i: int, spec: ProbeCheck, suite: TestSuite) -> tuple[Out
     expected = spec.expected if spec.expected_expr is None else suite.references[spec.expected_expr]
     if got == expected:
         return Outcome.PASS, ""
+    if not explain:
+        return Outcome.ASSERTION_FAILURE, f"{spec.probe}: a wrong answer"
     return Outcome.ASSERTION_FAILURE, f"{spec.probe}: got {safe_repr(got)}, expected {safe_repr(expected)}"
 
 

@@ -21,10 +21,10 @@ Stdlib only.
 """
 
 from glyph.redteam.carryover import CARRY_TESTS, carryover
-from glyph.redteam.catalogue import (ATTACKS, DEMO_PROMPT, DEMO_SOLUTION, DEMO_TESTS, DEMO_WRONG, REFEREE_TESTS,
-    Attack, aimed_at_a_listener, attack, wire_bomb)
+from glyph.redteam.catalogue import (ATTACKS, DEMO_PROMPT, DEMO_SOLUTION, DEMO_TESTS, DEMO_WRONG,
+    REFEREE_TESTS, Attack, aimed_at_a_listener, attack, wire_bomb)
 from glyph.redteam.colluding import COLLUDE_TESTS, collude, colluding_copies
 
-__all__ = ["ATTACKS", "CARRY_TESTS", "COLLUDE_TESTS", "DEMO_PROMPT", "DEMO_SOLUTION", "DEMO_TESTS", "DEMO_WRONG",
-           "REFEREE_TESTS", "Attack", "aimed_at_a_listener", "attack", "carryover", "collude", "colluding_copies",
-           "wire_bomb"]
+__all__ = ["ATTACKS", "CARRY_TESTS", "COLLUDE_TESTS", "DEMO_PROMPT", "DEMO_SOLUTION", "DEMO_TESTS",
+           "DEMO_WRONG", "REFEREE_TESTS", "Attack", "aimed_at_a_listener", "attack", "carryover", "collude",
+           "colluding_copies", "wire_bomb"]

@@ -387,12 +387,14 @@ def remove_first_last(s, ch):
            wire_bomb("return [[]] * 5_400_000")),
     Attack("wire_relay_bomb", "against referee-path tests, 16 MB of empty sets, for the relay to decode, "
            "re-encode and send on to the referee", wire_bomb('return [{"s": []}] * 1_800_000'), referee=True),
-    Attack("wire_cap_sets", "answers just under the answer cap (64 KiB), each the shape that costs the decoder "
-           "most (empty sets: 216 bytes each, decoded); graded many at once, they add up in the grader "
-           "(tests/test_redteam.py grades 32 copies at once)", wire_bomb(f'return [{{"s": []}}] * {CAP_SETS}')),
-    Attack("million_zero_lines", "a 2 MiB solution: the function, then a million lines of 0, and the name of a "
-           "builtin the tests read, so that the grader looks for its rebinding (its own parse of such a file "
-           "took 1.6 GB and 4 s)", "str = str\ndef remove_first_last(s, ch): return s\n" + "0\n" * 1_000_000,
+    Attack("wire_cap_sets", "answers just under the answer cap (64 KiB), each the shape that costs the "
+           "decoder most (empty sets: 216 bytes each, decoded); graded many at once, they add up in the "
+           "grader (tests/test_redteam.py grades 32 copies at once)",
+           wire_bomb(f'return [{{"s": []}}] * {CAP_SETS}')),
+    Attack("million_zero_lines", "a 2 MiB solution: the function, then a million lines of 0, and the name of "
+           "a builtin the tests read, so that the grader looks for its rebinding (its own parse of such a "
+           "file took 1.6 GB and 4 s)",
+           "str = str\ndef remove_first_last(s, ch): return s\n" + "0\n" * 1_000_000,
            own_tests='assert remove_first_last("hello", "l") == str("heo")\n'),
 )
 

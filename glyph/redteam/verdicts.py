@@ -49,7 +49,8 @@ def leaky_grade(sandbox, source: str, setup: str, tests: str, limits) -> bool:
     from glyph.grading import compile_tests
     from glyph.sandbox.runtime import wire
     suite = compile_tests(setup, tests)
-    run = sandbox.open({"mode": "solution"}, {"source": source.encode(), "setup": suite.setup.encode()}, limits)
+    blobs = {"source": source.encode(), "setup": suite.setup.encode()}
+    run = sandbox.open({"mode": "solution"}, blobs, limits)
     passed = False
     try:
         if (run.recv() or {}).get("ev") != "ready":
@@ -147,8 +148,8 @@ def visible_pids(sandbox, copies: int = 4) -> list[int]:
 
     from glyph.sandbox import Limits
     from glyph.sandbox.runtime import wire
-    runs = [sandbox.open({"mode": "solution"}, {"source": PIDS.encode(), "setup": b""}, Limits(cpu_s=10, wall_s=20))
-            for _ in range(copies)]
+    blobs = {"source": PIDS.encode(), "setup": b""}
+    runs = [sandbox.open({"mode": "solution"}, blobs, Limits(cpu_s=10, wall_s=20)) for _ in range(copies)]
     try:
         for run in runs:
             if (run.recv() or {}).get("ev") != "ready":

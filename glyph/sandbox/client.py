@@ -313,9 +313,9 @@ class Run:
         if self.protocol_error:  # the run broke its channel: nothing more from it is read as a message
             return
         if not self._charge(len(chunk)):
-            self.protocol_error = (f"the run held more than {RESULT_RESERVE_BYTES} bytes of results while the "
-                                   f"grader's result pool ({RESULT_POOL.size} bytes, shared by concurrent runs) "
-                                   "was spent")
+            self.protocol_error = (f"the run held more than {RESULT_RESERVE_BYTES} bytes of results "
+                                   f"while the grader's result pool ({RESULT_POOL.size} bytes, shared by "
+                                   "concurrent runs) was spent")
             self.kill()
             return
         buf += chunk

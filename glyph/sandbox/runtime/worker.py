@@ -196,7 +196,8 @@ def _solution(header: dict, blobs: dict, chan: Channel) -> None:
         chan.send_line(line)
 
     ns = mod.__dict__
-    for rid, expr in enumerate(wire.loads(blobs["probes"], max_tokens=None)["probes"] if "probes" in blobs else ()):
+    probes = wire.loads(blobs["probes"], max_tokens=None)["probes"] if "probes" in blobs else ()
+    for rid, expr in enumerate(probes):
         try:
             value = eval(compile(expr, f"<check {rid}>", "eval", dont_inherit=True), ns)
             tree = wire.encode(value)
@@ -415,8 +416,8 @@ class _Blind(ast.NodeTransformer):
     ``super()``, a class body's own scope)."""
 
     def visit_ClassDef(self, node: ast.ClassDef) -> ast.ClassDef:
-        node.body = [self.visit(n) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Assert)) else n
-                     for n in node.body]
+        kept = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Assert)
+        node.body = [self.visit(n) if isinstance(n, kept) else n for n in node.body]
         return node
 
     def visit_Assert(self, node: ast.Assert) -> ast.Try:
