@@ -402,3 +402,56 @@ def test_a_million_line_solution_costs_the_grader_neither_memory_nor_seconds():
     assert not g.passed
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 100 * 1024
     assert time.perf_counter() - t0 < 30
+
+
+# ---------------------------------------------------------------- verdict blindness: the referee path
+
+CALLS = """
+seen = []
+def f(x):
+    seen.append(x)
+    return x if RIGHT else -1
+def calls():
+    return list(seen)
+"""
+BLIND_TESTS = """\
+from solution import f, calls
+for x in range(3):
+    assert f(x) == x
+assert all(f(x) == x for x in range(3, 6))
+assert f(6) == 6 and f(7) == 7
+assert (f(8) == 8) or (f(9) == 9)
+assert f(10) == 10, f(99)
+def test_last():
+    assert f(11) == 11 if f(12) == 12 else f(13) == 13
+assert calls() == list(range(11)) + [12, 11, 13]
+"""
+
+
+@pytest.mark.parametrize("right", [True, False])
+def test_the_referee_asks_the_solution_the_same_whatever_its_answers(right):
+    """Every call the test program makes reaches the solution in the same order whether its answers
+    are right or wrong: a failed assert does not end its loop, ``all`` reads its whole iterable,
+    ``and``/``or``/``if else`` evaluate every operand, an assert's message is never evaluated (it would
+    call the solution only on a failure), and the units after a failed one run. The last check sees
+    the calls the solution saw (test functions run after the top-level statements; ``x if c else y``
+    evaluates ``c``, ``x``, ``y`` in that order)."""
+    g = grade(f"RIGHT = {right}\n" + CALLS, "", BLIND_TESTS.replace("assert calls()", "def test_calls():\n"
+                                                                    "    assert calls()"), limits=FAST)
+    assert g.path == "referee"
+    passed = [c.passed for c in g.checks]
+    assert passed[-1] is True, g.checks[-1].detail  # test_calls: 0..10, then 12, 11, 13; f(99) never
+    assert passed[:-1] == [right] * (len(passed) - 1), [(c.source, c.detail) for c in g.checks]
+
+
+@pytest.mark.parametrize("tests,outcome", [
+    ("assert f(1) == 1 or 1 / 0\n", Outcome.PASS),  # the short circuit would never divide: dropped
+    ("assert f(1) == 2 or 1 / 0\n", Outcome.RUNTIME_ERROR),  # it would: raised, as Python would
+    ("assert f(1) == 2 and 1 / 0\n", Outcome.ASSERTION_FAILURE),
+    ("assert (1 / 0 if f(1) == 2 else True)\n", Outcome.PASS),
+    ("assert all(f(x) == x for x in [1, 2, None])\n", Outcome.RUNTIME_ERROR),  # f(None) raises before a False
+    ("assert any(f(x) == x for x in [1, None])\n", Outcome.PASS),  # ... after the True: dropped
+])
+def test_eager_operands_keep_pythons_verdict(tests, outcome):
+    g = grade("def f(x):\n    return x + 0\n", "", "from solution import f\n" + tests, limits=FAST)
+    assert (g.path, g.outcome) == ("referee", outcome), g.detail
