@@ -89,27 +89,28 @@ sb.close()
 
 
 def measure(root: Path, path: Path, copies: int, timeout: float, memory_gib: float) -> dict:
-    """One fresh grader process: {"seconds", "peak_mib", "results"}."""
+    """One fresh grader process: {"seconds", "peak_mib", "results"}; past ``timeout`` it is killed
+    with its sandbox server (its own session) and its high-water RSS read first."""
     argv = [sys.executable, "-c", CHILD, str(root), str(path), str(copies), str(int(memory_gib * (1 << 30)))]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-        hwm = None
-    except subprocess.TimeoutExpired:
-        hwm = high_water_kb(proc.pid)
-        os.killpg(proc.pid, signal.SIGKILL)  # the child and its sandbox server
-        out, err = proc.communicate()
-    lines = [json.loads(x) for x in out.splitlines() if x.startswith("{")]
-    base = lines[0]["base_kb"] if lines else 0
-    if hwm is not None:
-        return {"seconds": None, "peak_mib": max(hwm - base, 0) / 1024,
-                "results": [f"timeout ({timeout:g} s)"]}
-    if len(lines) < 2:
-        last = (err.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
-        return {"seconds": None, "peak_mib": None, "results": [last]}
-    return {"seconds": lines[1]["seconds"], "peak_mib": (lines[1]["peak_kb"] - base) / 1024,
-            "results": lines[1]["results"]}
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          start_new_session=True) as proc:
+        killed_at = None
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            killed_at = high_water_kb(proc.pid)
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, err = proc.communicate()
+    reports = [json.loads(x) for x in out.splitlines() if x.startswith("{")]
+    base = reports[0]["base_kb"] if reports else 0
+    if killed_at is not None or len(reports) < 2:
+        why = f"timeout ({timeout:g} s)" if killed_at is not None else \
+            (err.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
+        return {"seconds": None, "peak_mib": None if killed_at is None else max(killed_at - base, 0) / 1024,
+                "results": [why]}
+    done = reports[1]
+    return {"seconds": done["seconds"], "peak_mib": (done["peak_kb"] - base) / 1024,
+            "results": done["results"]}
 
 
 def cells(m: dict) -> list[str]:
