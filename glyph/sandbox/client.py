@@ -241,7 +241,7 @@ class Run:
             self.pooled = 0
 
     def __del__(self) -> None:
-        if self.pooled:
+        if self.pooled and RESULT_POOL is not None:  # None: this module torn down at interpreter exit
             RESULT_POOL.give(self.pooled)
             self.pooled = 0
 

@@ -121,7 +121,8 @@ NO_VERDICT = ("No namespace separates what runs still share, and each is a store
               "(glyph.grading); the referee records each check and goes on.")
 _SHARED = ("the host's page cache of the files every run reads (a run can set, clear and test a page of "
            "one), the kernel's inode counter (pipes, sockets), flock() and record locks and inotify watches on "
-           "those files, CPU load and memory pressure")
+           "those files, CPU load and memory pressure, and the grader's pool of result bytes (a run that "
+           "fills it makes a concurrent one that sends more than its 64 KiB reserve fail)")
 STILL_SHARED = {
     "namespaces": f"{_SHARED}; the kernel's count of forks (/proc/stat)",
     "userns": f"{_SHARED}; the kernel's count of forks (/proc/stat); the process limit",
