@@ -10,11 +10,11 @@ mode, and never falls back to ``bare`` on its own):
     process is pid 1 of its own pid namespace (when it dies the kernel kills
     every process it started); chroot into a read-only view of /usr and the
     Python installation; each run has a uid of its own, a private tmpfs as
-    its only writable place, no network, and network, IPC, mount and pid
+    its only writable place, no network, and network, IPC and pid
     namespaces of its own (no abstract unix socket, port, SysV IPC object,
-    POSIX message queue, run directory or process of one run is seen by
-    another: ``kill(pid, 0)`` on another run's pid finds nothing, and a
-    run's pids count from 1).
+    POSIX message queue or process of one run is seen by another:
+    ``kill(pid, 0)`` on another run's pid finds nothing, and a run's pids
+    count from 1).
 ``userns`` (any user, where unprivileged user namespaces are allowed)
     the same namespaces, created inside a new user namespace
     (``unshare --user --map-root-user``). The server is root of that
