@@ -455,3 +455,13 @@ def test_the_referee_asks_the_solution_the_same_whatever_its_answers(right):
 def test_eager_operands_keep_pythons_verdict(tests, outcome):
     g = grade("def f(x):\n    return x + 0\n", "", "from solution import f\n" + tests, limits=FAST)
     assert (g.path, g.outcome) == ("referee", outcome), g.detail
+
+
+def test_an_assert_message_is_shown_where_it_calls_nothing_and_never_evaluated_where_it_could():
+    sol = "seen = []\ndef f(x):\n    seen.append(x)\n    return -1\ndef calls():\n    return list(seen)\n"
+    tests = ("from solution import f, calls\ngot = f(1)\nassert got == 1, f'wanted 1, got {got}'\n"
+             "assert f(2) == 2, f(99)\nassert got == -1, undefined_name\ndef test_calls():\n"
+             "    assert calls() == [1, 2]\n")
+    g = grade(sol, "", tests, limits=FAST)
+    assert g.detail == "AssertionError: wanted 1, got -1", g.detail
+    assert [c.passed for c in g.checks] == [False, False, True, True], [(c.source, c.detail) for c in g.checks]

@@ -627,7 +627,7 @@ def _blind(out: dict) -> None:
     a run its verdicts (the control) they do, through the page cache and flock, in this mode. Nothing
     left running."""
     assert out["learn"] == [False, False, False] and not any(out["flock"]), out
-    assert out["learn_control"][1:] == [True, True], out["learn_control"]
+    assert out["learn_control"][0] is False and any(out["learn_control"][1:]), out["learn_control"]
     assert any(out["flock_control"]), out["flock_control"]
     assert out["census"]["page cache"] == [173, 173], out["census"]
     assert out["left"] == [] and out["left_after_close"] == []

@@ -23,7 +23,8 @@ Two modes, chosen by the payload header:
     reads travel as plain data through the trusted client to a ``solution``
     session and back. No check changes what the program asks next: an
     ``assert`` records its result and never raises (an exception while
-    evaluating it is its failure); ``and``/``or``/``not`` inside an assert
+    evaluating it is its failure; its message only where it calls nothing,
+    and then at every assert); ``and``/``or``/``not`` inside an assert
     evaluate every operand; ``all`` and ``any`` read their whole iterable; a
     top-level statement or ``test_*`` function that raises is recorded and
     the next one runs. When the program has ended it says ``ran``, and only
@@ -408,7 +409,8 @@ class _Blind(ast.NodeTransformer):
     check and returns (``assert A op B``: both sides, then the comparison;
     any other: its truth), inside a ``try`` whose handler records an
     exception raised evaluating it as the check's failure; its message is
-    not evaluated (it could call the solution only when the check fails).
+    evaluated at every assert where it calls nothing, else never (it could
+    call the solution only when the check fails).
     ``and``, ``or`` and ``x if c else y`` evaluate every operand (each in a
     lambda; an exception of one the short circuit would have skipped is
     dropped) and then take the value Python would; not where a lambda
@@ -423,11 +425,16 @@ class _Blind(ast.NodeTransformer):
     def visit_Assert(self, node: ast.Assert) -> ast.Try:
         test = self.visit(node.test)
         line = ast.Constant(node.lineno)
+        # A message that can call nothing (no call, no attribute read: no request to the solution) is
+        # evaluated at every assert, passed or failed (an exception it raises is dropped); any other
+        # is never evaluated: it could reach the solution only when the check fails.
+        msg = ast.Call(_name("__glyph_message__"), [_thunk(node.msg)], []) if node.msg is not None \
+            and _calls_nothing(node.msg) else ast.Constant(None)
         if isinstance(test, ast.Compare) and len(test.ops) == 1 and type(test.ops[0]) in _OPS:
-            call = ast.Call(_name("__glyph_compare__"),
-                            [test.left, ast.Constant(_OPS[type(test.ops[0])]), test.comparators[0], line], [])
+            args = [test.left, ast.Constant(_OPS[type(test.ops[0])]), test.comparators[0], line, msg]
+            call = ast.Call(_name("__glyph_compare__"), args, [])
         else:
-            call = ast.Call(_name("__glyph_truth__"), [test, line], [])
+            call = ast.Call(_name("__glyph_truth__"), [test, line, msg], [])
         record = ast.Expr(ast.Call(_name("__glyph_raised__"), [_name("__glyph_exc__"), line], []))
         handler = ast.ExceptHandler(_name("__glyph_Exception__"), "__glyph_exc__", [record])
         return ast.copy_location(ast.Try([ast.Expr(call)], [handler], [], []), node)
@@ -445,6 +452,21 @@ class _Blind(ast.NodeTransformer):
             return node
         args = [_thunk(node.test), _thunk(node.body), _thunk(node.orelse)]
         return ast.copy_location(ast.Call(_name("__glyph_ifexp__"), args, []), node)
+
+
+def _calls_nothing(node: ast.AST) -> bool:
+    return _thunkable(node) and not any(isinstance(n, (ast.Call, ast.Attribute)) for n in ast.walk(node))
+
+
+class _NoMessage:
+    """A message that raised (a test's own name it lacks): the check is told as if it had none."""
+
+
+def _message(thunk):
+    try:
+        return thunk()
+    except Exception:  # dropped, as Python would never have evaluated it on a pass
+        return _NoMessage
 
 
 def _settle(thunks) -> list:
@@ -520,13 +542,13 @@ class Checks:
     def __init__(self) -> None:
         self.failure: tuple | None = None
 
-    def compare(self, left, op: str, right, line: int) -> None:
+    def compare(self, left, op: str, right, line: int, msg=None) -> None:
         if not _OP_FNS[op](left, right) and self.failure is None:
-            self.failure = ("compare", line, left, op, right)
+            self.failure = ("compare", line, left, op, right, msg)
 
-    def truth(self, value, line: int) -> None:
+    def truth(self, value, line: int, msg=None) -> None:
         if not value and self.failure is None:
-            self.failure = ("truth", line)
+            self.failure = ("truth", line, msg)
 
     def raised(self, exc: BaseException, line: int) -> None:
         if self.failure is None:
@@ -536,12 +558,16 @@ class Checks:
 def _failure_info(failure: tuple) -> tuple[dict, bool]:
     """(exception facts, raised by the solution) of a unit's first failure."""
     kind = failure[0]
-    if kind == "compare":
-        _, _, left, op, right = failure
-        msg = f"got {_text(_repr(left), 300)}, expected {op} {_text(_repr(right), 300)}"
+    if kind in ("compare", "truth"):
+        given = failure[-1]
+        if given is not None and given is not _NoMessage:  # the assert's own message, as Python shows it
+            msg = _text(given)
+        elif kind == "compare":
+            _, _, left, op, right, _ = failure
+            msg = f"got {_text(_repr(left), 300)}, expected {op} {_text(_repr(right), 300)}"
+        else:
+            msg = ""
         return {"type": "AssertionError", "base": "AssertionError", "msg": msg, "tb": ""}, False
-    if kind == "truth":
-        return {"type": "AssertionError", "base": "AssertionError", "msg": "", "tb": ""}, False
     exc = failure[2]
     if isinstance(exc, RemoteError):
         return exc.info, True
@@ -562,6 +588,7 @@ def _referee(header: dict, blobs: dict, chan: Channel) -> None:
     ns: dict = {"__name__": "__glyph_tests__", "__builtins__": builtins, "__glyph_compare__": checks.compare,
                 "__glyph_truth__": checks.truth, "__glyph_raised__": checks.raised,
                 "__glyph_Exception__": Exception, "__glyph_boolop__": _boolop, "__glyph_ifexp__": _ifexp,
+                "__glyph_message__": _message,
                 "all": _all, "any": _any}
     for name in header.get("stdlib", []):
         ns[name] = __import__(name)
