@@ -14,7 +14,14 @@ id (shares in ``FAULT_SHARES``):
   ``--model-timeout``, 10 s) must end the rollout, errored;
 * ``fork_bomb``, ``stdout_flood``, ``memory_bomb``: the agent patches in
   the red-team attack of that name (``glyph.redteam``), runs python_test,
-  and answers FINAL: graded in the sandbox, it must score 0.
+  and answers FINAL: graded in the sandbox, it must score 0;
+* ``learn_verdicts``: the agent patches in a solution that computes nothing
+  and would learn its verdicts across gradings (``glyph.redteam.channels.
+  SEQUENTIAL``), runs python_test twice, and answers FINAL: it must score 0.
+
+Each behaviour speaks the profile of the conversation it answers
+(``glyph.policies.policies.profile_of``: the study's, vf-eval's default, or
+glyph's).
 
 Partway through (once the endpoint has answered ``--kill-after`` x
 ``--rollouts`` requests) one sandbox server of this vf-eval (a process whose
@@ -75,17 +82,16 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from glyph.agent import protocol
 from glyph.agent.protocol import Call
 from glyph.data import mbpp
 from glyph.demo import read_rollouts, vf_eval_command
-from glyph.policies.policies import Planner, Step, UnknownTask, function_name
+from glyph.policies.policies import Dialect, Planner, Step, UnknownTask, function_name, profile_of
 from glyph.policies.server import PolicyServer
-from glyph.redteam import attack
+from glyph.redteam import attack, channels
 
 FAULT_SHARES = (("fault-500", 0.08), ("fault-hang", 0.08), ("fork_bomb", 0.06), ("stdout_flood", 0.06),
-                ("memory_bomb", 0.06))  # the rest: mix
-HOSTILE = ("fork_bomb", "stdout_flood", "memory_bomb")
+                ("memory_bomb", 0.06), ("learn_verdicts", 0.06))  # the rest: mix
+HOSTILE = ("fork_bomb", "stdout_flood", "memory_bomb", "learn_verdicts")
 SANDBOX_SERVER = "glyph/sandbox/runtime/server.py"
 PATTERNS = (SANDBOX_SERVER, "glyph/sandbox/runtime", "glyph-runs", "/.glyph/", "program.py", "program.bundle")
 MARKER = "GLYPH_LOAD_BENCH"
@@ -123,7 +129,7 @@ class FaultServer(PolicyServer):
                 kind = "mix"
                 try:
                     messages = json.loads(raw)["messages"]
-                    task = server.planner.task_of(messages)
+                    task = server.planner.task_of(messages, profile_of(messages)[0])
                     kind = behaviour(server.seed, task.task_id)
                 except (ValueError, KeyError, TypeError, UnknownTask):
                     messages = task = None
@@ -149,14 +155,24 @@ class FaultServer(PolicyServer):
         self.httpd.RequestHandlerClass = Handler
 
     def hostile_reply(self, kind: str, task, messages: list[dict]) -> str:
-        arm_b = "<PREDICTION>" in messages[0].get("content", "")
+        """The turn of a hostile behaviour, in the conversation's profile: patch in the attack, run
+        python_test (``learn_verdicts``: twice, the source that would learn its verdicts across gradings,
+        ``glyph.redteam.channels.SEQUENTIAL``), then FINAL."""
+        profile, arm = profile_of(messages)
+        d = Dialect.of(profile, task)
         turn = sum(1 for m in messages if m.get("role") == "assistant")
-        source = attack(kind).source.replace("remove_first_last", function_name(task))
-        keep = {"prediction": "PASS", "decision": "KEEP"} if arm_b else {}
-        steps = [Step(Call("1", "apply_patch", {"path": protocol.SOLUTION_FILE, "find": protocol.PLACEHOLDER,
-                                                "replace": source})),
-                 Step(Call("2", "python_test", {}), **keep), Step(None)]
-        return steps[min(turn, len(steps) - 1)].text()
+        if kind == "learn_verdicts":
+            source = channels.source(channels.SEQUENTIAL, f"load-{task.task_id}", function_name(task))
+        else:
+            source = attack(kind).source.replace("remove_first_last", function_name(task))
+        keep = {"prediction": "PASS", "decision": "KEEP"} if arm == "b" else {}
+        steps = [Step(Call("1", "apply_patch", d.args("apply_patch", find=d.placeholder, replace=source))),
+                 Step(Call("2", "python_test", d.args("python_test")), **keep)]
+        if kind == "learn_verdicts":  # the same source again (Arm B predicts a test after a patch only)
+            steps += [Step(Call("3", "apply_patch", d.args("apply_patch", find=source, replace=source))),
+                      Step(Call("4", "python_test", d.args("python_test")), **keep)]
+        steps.append(Step(None))
+        return steps[min(turn, len(steps) - 1)].text(d)
 
     def completion(self, content: str) -> dict:
         return {"id": f"glyph-load-{self.requests}", "object": "chat.completion", "created": int(time.time()),

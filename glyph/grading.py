@@ -52,6 +52,7 @@ import builtins
 import functools
 import hashlib
 import json
+import re
 import symtable
 import sys
 import threading
@@ -67,8 +68,27 @@ from glyph.text import encodable, source_bytes
 
 DETAIL_CAP = 300
 MAX_SOLUTION_BYTES = 8 << 20
+MAX_PARSE_BYTES = 64 << 10
+"""The most of a solution this process parses (``solution_bindings``): 49 times MBPP's longest reference
+(1,331 bytes, mbpp_493); a parse holds the GIL and the parse lock, and takes about 1 KB of memory a line
+(a 2 MiB solution of a million ``0`` lines: 1.6 GB and 4 s)."""
 _BUILTINS = frozenset(dir(builtins))
 _STDLIB = frozenset(sys.stdlib_module_names)
+
+LARGEST_EXPECTED = {"bytes": 4706, "nodes": 257, "characters": 2836}
+"""The measured fact the answer cap is sized from: the largest of the 49,244 literal expected values of
+MBPP's tests (2,863) and of their plus tests (46,381, ``glyph data plus``, seed 42), as the answer line that
+equals it takes on the wire (``bytes``: ``{"ev":"ret","id":0,"value":...}``, mbpp_493), in ``wire`` values
+(``nodes``: mbpp_462) and in characters of str, bytes and number text (``characters``: mbpp_493); all three
+are MBPP's own (a plus test's expected value is at most 400 characters of repr). ``tests/test_grading.py``
+measures it again from the data (the plus tests too where ``$GLYPH_PLUS_PATH`` holds them)."""
+ANSWER_BYTES = 1 << (8 * LARGEST_EXPECTED["bytes"] - 1).bit_length()
+"""The longest answer line the trusted side reads (64 KiB): eight times the fact above, to the next power of
+two. The sandbox sends a longer answer as its length only (``overcap``), and a line longer than this is
+judged by its length alone, never parsed: an answer of ``ANSWER_BYTES`` decodes to at most a few MB
+(``wire``'s docstring: under 100 bytes a JSON token, at most 232 bytes a value), one at a time in this
+process (``_VERDICT_LOCK``). A suite whose own expected value would not fit is ``InvalidTests``."""
+_VERDICT_LOCK = threading.Lock()
 
 
 # CPython 3.11 before 3.11.8 can raise "SystemError: AST constructor recursion depth mismatch"
@@ -230,17 +250,50 @@ def _free_names(source: str, filename: str) -> set[str]:
     return free
 
 
-def solution_bindings(source: bytes | str) -> frozenset[str]:
+def solution_bindings(source: bytes | str, names: frozenset[str] | None = None) -> frozenset[str]:
     """Builtin and stdlib names the solution rebinds at top level (so that,
     as in one file, the tests see the solution's version). Empty when the
-    source does not parse: grading will report the syntax error."""
+    source does not parse: grading will report the syntax error.
+
+    ``names``: only these matter (the builtin and stdlib names the tests
+    read: ``names_tests_read``), and the answer is bounded in time and memory:
+    a source where none of them occurs as a word is not parsed at all, and
+    one longer than ``MAX_PARSE_BYTES`` is not parsed either: each of them
+    that occurs in it counts as rebound (the session then has whatever the
+    solution's namespace holds under that name, as one file would)."""
+    if names is not None:
+        names = names & (_BUILTINS | _STDLIB)
+        data = source.encode("utf-8", "surrogatepass") if isinstance(source, str) else source
+        if not names:
+            return frozenset()
+        words = rb"\b(?:" + b"|".join(n.encode() for n in sorted(names)) + rb")\b"
+        found = {m.decode() for m in re.findall(words, data)} & names
+        if not found:
+            return frozenset()
+        if len(data) > MAX_PARSE_BYTES:
+            return frozenset(found)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             defined, _ = module_bindings(parse(source))
     except (SyntaxError, ValueError, MemoryError, RecursionError):
         return frozenset()
-    return frozenset(defined & (_BUILTINS | _STDLIB))
+    bound = defined & (_BUILTINS | _STDLIB)
+    return frozenset(bound if names is None else bound & names)
+
+
+@functools.lru_cache(maxsize=4096)
+def names_tests_read(tests: str, filename: str = "<tests>") -> frozenset[str]:
+    """The builtin and stdlib names the tests read from their global scope
+    (the only ones ``solution_bindings`` need to look for); empty when the
+    tests do not parse (``compile_tests`` says why)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            free = _free_names(tests, filename)
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return frozenset()
+    return frozenset(n for n in free if n in _BUILTINS or n in _STDLIB)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -305,6 +358,9 @@ def compile_tests(setup: str, tests: str, shadowed: frozenset[str] = frozenset()
             checks.append(ProbeCheck(src, node.lineno, ast.unparse(probe), None, ast.unparse(other)))
     if fast and not checks:
         raise InvalidTests(f"{filename}: no checks found in the tests")
+    for c in checks if fast else ():
+        if c.expected_expr is None:
+            _fits_the_cap(c.expected, f"{filename}:{c.line}")
     if fast:  # the session's namespace keeps the solution's own bindings (what it rebinds is not imported over)
         test_imports = "\n".join([f"import {m}" for m in stdlib if m not in shadowed] + imports)
         full_setup = setup + ("\n" + test_imports if test_imports else "")
@@ -315,7 +371,8 @@ def compile_tests(setup: str, tests: str, shadowed: frozenset[str] = frozenset()
 
 
 def suite_for(setup: str, tests: str, solution: bytes | str, filename: str = "<tests>") -> TestSuite:
-    return compile_tests(setup, tests, solution_bindings(solution), filename)
+    shadowed = solution_bindings(solution, names_tests_read(tests, filename))
+    return compile_tests(setup, tests, shadowed, filename)
 
 
 # ---------------------------------------------------------------- grading
@@ -387,13 +444,19 @@ def _exc_text(info: dict) -> str:
     return f"{info.get('type', '?')}: {info.get('msg', '')}"[:DETAIL_CAP]
 
 
-def _open_solution(sandbox: Sandbox, source: bytes, setup: str, limits: Limits) -> tuple[Run, Grade | None]:
-    """Open a solution session; a Grade if it failed before being ready."""
-    run = sandbox.open({"mode": "solution"}, {"source": source, "setup": setup.encode()}, limits)
+def _open_solution(sandbox: Sandbox, source: bytes, setup: str, limits: Limits,
+                   probes: list[str] | None = None) -> tuple[Run, Grade | None]:
+    """Open a solution session (that answers ``probes`` at once, in order,
+    after ``ready``); a Grade if it failed before being ready."""
+    blobs = {"source": source, "setup": setup.encode()}
+    if probes is not None:
+        blobs["probes"] = wire.dumps({"probes": probes})
+    run = sandbox.open({"mode": "solution", "answer_bytes": ANSWER_BYTES}, blobs, limits)
     msg = run.recv()
     if msg is not None and msg.get("ev") == "ready":
         return run, None
     status = run.finish(kill=True)
+    run.release()
     if msg is not None and msg.get("ev") == "error" and type(msg.get("exc")) is dict:
         info, phase = msg["exc"], msg.get("phase")
         outcome = outcome_of_exception(str(info.get("base")), compiling=phase == "compile")
@@ -414,24 +477,39 @@ def _with_output(g: Grade, run: Run) -> Grade:
 def _references(sandbox: Sandbox, suite: TestSuite, limits: Limits) -> None:
     """Evaluate the non-literal expected values once, in a run with no
     submitted code (so their values are trusted)."""
-    pending = [c for c in suite.checks if c.expected_expr is not None and c.expected_expr not in suite.references]
+    pending = list(dict.fromkeys(c.expected_expr for c in suite.checks
+                                 if c.expected_expr is not None and c.expected_expr not in suite.references))
     if not pending:
         return
-    run, failed = _open_solution(sandbox, b"", _imports_only(suite), limits)  # no submitted code, real builtins
+    run, failed = _open_solution(sandbox, b"", _imports_only(suite), limits, pending)  # no submitted code
     if failed:
         raise InvalidTests(f"the tests' expected values could not be computed: {failed.detail}")
-    for i, c in enumerate(pending):
-        run.send({"op": "eval", "id": i, "expr": c.expected_expr})
-        resp = run.recv()
-        if resp is None or "value" not in resp:
-            run.finish(kill=True)
-            raise InvalidTests(f"expected value {c.expected_expr!r} could not be computed: {resp}")
-        try:
-            suite.references[c.expected_expr] = wire.decode(resp["value"])
-        except wire.WireError as exc:
-            run.finish(kill=True)
-            raise InvalidTests(f"expected value {c.expected_expr!r} could not be decoded: {exc}") from None
-    run.finish()
+    try:
+        for i, expr in enumerate(pending):
+            resp = run.recv(max_tokens=None)
+            if resp is not None and "overcap" in resp:
+                raise InvalidTests(f"{expr}: its expected value takes {resp['overcap']} bytes on the wire, "
+                                   f"over the answer cap (grading.ANSWER_BYTES, {ANSWER_BYTES} bytes)")
+            if resp is None or resp.get("id") != i or "value" not in resp:
+                raise InvalidTests(f"expected value {expr!r} could not be computed: {resp}")
+            try:
+                value = wire.decode(resp["value"])
+            except wire.WireError as exc:
+                raise InvalidTests(f"expected value {expr!r} could not be decoded: {exc}") from None
+            _fits_the_cap(value, expr)
+            suite.references[expr] = value
+    finally:
+        run.finish(kill=True)
+        run.release()
+
+
+def _fits_the_cap(expected: Any, what: str) -> None:
+    """``InvalidTests`` if an answer equal to ``expected`` would be longer
+    than ``ANSWER_BYTES``: a right answer would be read as over the cap."""
+    size = len(wire.dumps({"ev": "ret", "id": 0, "value": wire.encode(expected)}))
+    if size > ANSWER_BYTES:
+        raise InvalidTests(f"{what}: its expected value takes {size} bytes on the wire, over the answer cap "
+                           f"(grading.ANSWER_BYTES, {ANSWER_BYTES} bytes)")
 
 
 def _imports_only(suite: TestSuite) -> str:
@@ -442,71 +520,98 @@ def _imports_only(suite: TestSuite) -> str:
 
 
 def _fast(sandbox: Sandbox, suite: TestSuite, source: bytes, limits: Limits) -> Grade:
+    """Every probe sent at once; the run killed once it has answered them all
+    (or ended); each answer judged after that, here."""
     _references(sandbox, suite, limits)
     checks = [Check(i, c.source, c.line) for i, c in enumerate(suite.checks)]
-    run, failed = _open_solution(sandbox, source, suite.setup, limits)
+    run, failed = _open_solution(sandbox, source, suite.setup, limits, [c.probe for c in suite.checks])
     if failed:
         failed.checks = checks
         return failed
-    outcome, detail = Outcome.PASS, ""
-    for i, (spec, check) in enumerate(zip(suite.checks, checks)):
-        if not run.send({"op": "eval", "id": i, "expr": spec.probe}):
-            resp = None
-        else:
-            resp = run.recv()
-        if resp is None:
-            status = run.finish(kill=True)
-            outcome, detail = _status_outcome(status, run.protocol_error)
-        elif resp.get("ev") != "ret" or resp.get("id") != i:
-            outcome, detail = Outcome.OTHER, "the run answered out of turn"
-        elif type(resp.get("exc")) is dict:
-            outcome = outcome_of_exception(str(resp["exc"].get("base")))
-            detail = _exc_text(resp["exc"])
-        elif "notplain" in resp:
-            outcome = Outcome.ASSERTION_FAILURE
-            detail = f"{spec.probe} returned a value that is not plain data ({str(resp['notplain'])[:200]})"
-        else:
-            try:
-                got = wire.decode(resp.get("value"))
-            except wire.WireError as exc:
-                outcome, detail = Outcome.OTHER, f"malformed result: {exc}"
-            else:
-                expected = spec.expected if spec.expected_expr is None else suite.references[spec.expected_expr]
-                if got == expected:
-                    check.outcome = Outcome.PASS
-                    continue
-                outcome = Outcome.ASSERTION_FAILURE
-                detail = f"{spec.probe}: got {safe_repr(got)}, expected {safe_repr(expected)}"
-        check.outcome, check.detail = outcome, detail
-        break
-    if run.status is None:
-        if outcome is Outcome.PASS:
-            run.send({"op": "exit"})
-        run.finish(kill=outcome is not Outcome.PASS)
+    try:
+        run.gather(len(checks))
+        status = run.finish(kill=True)
+        answers = list(run.messages)[:len(checks)]
+        failed_yet = False
+        for i, (spec, check, line) in enumerate(zip(suite.checks, checks, answers)):
+            with _VERDICT_LOCK:  # one answer decoded at a time in this process
+                check.outcome, check.detail = _judge(line, i, spec, suite, explain=not failed_yet)
+            failed_yet = failed_yet or check.outcome is not Outcome.PASS
+    finally:
+        run.release()
+    if len(answers) < len(checks):  # the run ended (or broke its channel) under this probe
+        ended = checks[len(answers)]
+        ended.outcome, ended.detail = _status_outcome(status, run.protocol_error)
+    first = next((c for c in checks if c.outcome is not Outcome.PASS), None)
+    outcome, detail = (Outcome.PASS, "") if first is None else (first.outcome, first.detail)
     return _with_output(Grade(outcome, checks, 0.0, detail), run)
+
+
+def _judge(line: bytes, i: int, spec: ProbeCheck, suite: TestSuite,
+           explain: bool = True) -> tuple[Outcome, str]:
+    """The outcome of check ``i`` from the line that answered it. ``explain``:
+    the got/expected of a wrong answer (the first failing check's; a later
+    one's outcome is enough, and a repr of each would cost the grader)."""
+    if len(line) > ANSWER_BYTES:
+        return Outcome.OTHER, (f"{spec.probe}: an answer of {len(line)} bytes, over the answer cap "
+                               f"({ANSWER_BYTES})")
+    try:
+        resp = wire.loads(line)
+    except wire.WireError as exc:
+        return Outcome.OTHER, f"malformed result: {exc}"
+    if resp.get("ev") != "ret" or resp.get("id") != i:
+        return Outcome.OTHER, "the run answered out of turn"
+    if type(resp.get("exc")) is dict:
+        return outcome_of_exception(str(resp["exc"].get("base"))), _exc_text(resp["exc"])
+    if "notplain" in resp:
+        return (Outcome.ASSERTION_FAILURE,
+                f"{spec.probe} returned a value that is not plain data ({str(resp['notplain'])[:200]})")
+    if "overcap" in resp:
+        return Outcome.OTHER, (f"{spec.probe}: an answer of {resp['overcap']!s:.20} bytes, over the answer "
+                               f"cap ({ANSWER_BYTES})")
+    try:
+        got = wire.decode(resp.get("value"))
+    except wire.WireError as exc:
+        return Outcome.OTHER, f"malformed result: {exc}"
+    expected = spec.expected if spec.expected_expr is None else suite.references[spec.expected_expr]
+    if got == expected:
+        return Outcome.PASS, ""
+    if not explain:
+        return Outcome.ASSERTION_FAILURE, f"{spec.probe}: a wrong answer"
+    return Outcome.ASSERTION_FAILURE, f"{spec.probe}: got {safe_repr(got)}, expected {safe_repr(expected)}"
 
 
 _RPC_OPS = {"get": ("name",), "call": ("fn", "args", "kwargs"), "getattr": ("obj", "name")}
 
 
 def _relay(req: dict, s: Run, n: int) -> tuple[dict | None, str | None]:
-    """Forward one referee request to the solution session; return the
-    sanitized answer for the referee, or an error for the grade."""
+    """Forward one referee request to the solution session: the sanitized
+    answer for the referee, or (None, why the session is over: None when it
+    ended by itself, its status says why)."""
     op = req.get("op")
     if op not in _RPC_OPS or any(k not in req for k in _RPC_OPS[op]):
-        return None, f"referee sent a malformed request {op!r}"
+        raise _RefereeFault(f"the referee sent a malformed request {op!r}")
     fwd = {"op": op, "id": n, **{k: req[k] for k in _RPC_OPS[op]}}
     if not s.send(fwd):
         return None, None
-    resp = s.recv()
-    if resp is None:
+    line = s.recv_line()
+    if line is None:
         return None, None
+    if len(line) > ANSWER_BYTES:
+        return None, f"the solution sent an answer of {len(line)} bytes, over the answer cap ({ANSWER_BYTES})"
+    try:
+        resp = wire.loads(line)
+    except wire.WireError as exc:
+        return None, f"malformed message from the solution: {exc}"
     if resp.get("ev") != "ret" or resp.get("id") != n:
         return None, "the solution session answered out of turn"
     if type(resp.get("exc")) is dict:
         info = resp["exc"]
         return {"exc": {"type": str(info.get("type"))[:200], "base": str(info.get("base"))[:100],
                         "msg": str(info.get("msg"))[:DETAIL_CAP]}}, None
+    if "overcap" in resp:
+        return None, (f"the solution sent an answer of {resp['overcap']!s:.20} bytes, over the answer cap "
+                      f"({ANSWER_BYTES})")
     # Decoded only to check it (within wire's bounds; decode reads every part of the tree): the tree
     # goes on to the referee as it came. Re-encoding the value would build a second, larger tree.
     try:
@@ -516,52 +621,80 @@ def _relay(req: dict, s: Run, n: int) -> tuple[dict | None, str | None]:
     return {"value": resp.get("value")}, None
 
 
+class _RefereeFault(Exception):
+    """The referee (trusted: it runs only test code) broke its protocol."""
+
+
 def _referee(sandbox: Sandbox, suite: TestSuite, source: bytes, limits: Limits) -> Grade:
+    """The test program runs in the referee, the solution in its session;
+    every call relayed here, whatever the checks found (the referee records
+    them and goes on: ``runtime/worker.py``). Once the program has ended the
+    session is killed, and only then does the referee describe its checks."""
     s, failed = _open_solution(sandbox, source, suite.setup, limits)
     if failed:
         return failed
     r = sandbox.open({"mode": "referee", "names": list(suite.names), "stdlib": list(suite.stdlib)},
                      {"program": suite.program.encode()}, limits)
-    checks: list[Check] = []
+    reports: list[dict] = []
+    gone: tuple[Outcome, str] | None = None  # the session's end, where it ended under a call
     outcome, detail, n = Outcome.PASS, "", 0
-    while True:
-        msg = r.recv()
-        if msg is None:
-            outcome, detail = _status_outcome(r.finish(kill=True), r.protocol_error)
-            detail = "the referee: " + detail
-            break
-        ev = msg.get("ev")
-        if ev == "rpc":
-            n += 1
-            answer, error = _relay(msg, s, n)
-            if answer is None:
-                if error is None:
-                    outcome, detail = _status_outcome(s.finish(kill=True), s.protocol_error)
-                else:
-                    outcome, detail = Outcome.OTHER, error
+    try:
+        while True:
+            msg = r.recv(max_tokens=None)
+            ev = None if msg is None else msg.get("ev")
+            if ev == "rpc" and gone is None:
+                n += 1
+                answer, why = _relay(msg, s, n)
+                if answer is None:
+                    status = s.finish(kill=True)
+                    gone = (Outcome.OTHER, why) if why else _status_outcome(status, s.protocol_error)
+                    answer = {"gone": True}
+                r.send(answer)
+            elif ev == "rpc":
+                r.send({"gone": True})
+            elif ev == "ran":
+                if s.status is None:
+                    s.finish(kill=True)
+                r.send({"op": "report"})
+            elif ev == "check":
+                reports.append(msg)
+            elif ev == "done":
                 break
-            r.send(answer)
-        elif ev == "check":
-            c = Check(len(checks), str(msg.get("source")), msg.get("line"))
-            checks.append(c)
-            if msg.get("passed"):
-                c.outcome = Outcome.PASS
-                continue
-            info = msg.get("exc") or {}
-            c.outcome = outcome_of_exception(str(info.get("base")))
-            c.detail = _exc_text(info) + (" (raised by the solution)" if msg.get("remote") else "")
-            outcome, detail = c.outcome, c.detail
-            break
-        elif ev == "done":
-            if not checks:
-                outcome, detail = Outcome.OTHER, "the tests ran no check"
-            break
-        else:
-            outcome, detail = Outcome.OTHER, f"the referee sent {ev!r}"
-            break
-    if checks and outcome is not Outcome.PASS and checks[-1].outcome is Outcome.PASS:
+            else:
+                why = _status_outcome(r.finish(kill=True), r.protocol_error)[1] if msg is None else \
+                    f"the referee sent {ev!r}"
+                raise _RefereeFault(why)
+    except _RefereeFault as exc:
+        outcome, detail = Outcome.OTHER, f"the referee: {exc}"
+        if msg is None and r.status is not None:
+            outcome = _status_outcome(r.status, r.protocol_error)[0]
+        reports = []
+    finally:
+        for run in (r, s):
+            if run.status is None:
+                run.finish(kill=True)
+            run.release()
+    checks = [_reported_check(i, m, gone) for i, m in enumerate(reports)]
+    first = next((c for c in checks if c.outcome is not Outcome.PASS), None)
+    if first is not None:
+        outcome, detail = first.outcome, first.detail
+    elif gone is not None:
+        outcome, detail = gone
+    elif outcome is Outcome.PASS and not checks:
+        outcome, detail = Outcome.OTHER, "the tests ran no check"
+    if outcome is not Outcome.PASS and (first is None) and checks:
         checks.append(Check(len(checks), "(test program)", None, outcome, detail))
-    for run in (r, s):
-        if run.status is None:
-            run.finish(kill=True)
     return _with_output(Grade(outcome, checks, 0.0, detail), s)
+
+
+def _reported_check(i: int, msg: dict, gone: tuple[Outcome, str] | None) -> Check:
+    c = Check(i, str(msg.get("source")), msg.get("line") if type(msg.get("line")) is int else None)
+    if msg.get("passed"):
+        c.outcome = Outcome.PASS
+    elif msg.get("gone") and gone is not None:
+        c.outcome, c.detail = gone
+    else:
+        info = msg.get("exc") if type(msg.get("exc")) is dict else {}
+        c.outcome = outcome_of_exception(str(info.get("base")))
+        c.detail = _exc_text(info) + (" (raised by the solution)" if msg.get("remote") else "")
+    return c

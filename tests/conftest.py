@@ -38,10 +38,11 @@ def _stat(pid: int) -> tuple[int, str]:
 
 
 def sandbox_processes(sb: Sandbox) -> list[int]:
-    """Live host pids of every process the server started (not the server).
-    Namespaces mode: every process in its pid namespace; other modes: its
-    descendants (in userns mode each run has a pid namespace of its own,
-    nested in the server's, and its orphans are re-parented inside it)."""
+    """Live host pids of every process the server started (not the server):
+    its descendants (in namespaces and userns mode each run has a pid
+    namespace of its own, nested in the server's, and its orphans are
+    re-parented inside it), and in namespaces mode every other process in
+    the server's own pid namespace too."""
     server = sb.server_pid()
     assert server is not None, "the sandbox server is not running"
     found = []
@@ -55,7 +56,6 @@ def sandbox_processes(sb: Sandbox) -> list[int]:
                     found.append(int(name))
             except OSError:
                 continue
-        return found
     parents = {}
     for name in os.listdir("/proc"):
         if name.isdigit():
@@ -67,7 +67,7 @@ def sandbox_processes(sb: Sandbox) -> list[int]:
         p = ppid
         while p > 1 and p != server:
             p = parents.get(p, (0, ""))[0]
-        if p == server and state != "Z":
+        if p == server and state != "Z" and pid not in found:
             found.append(pid)
     return found
 

@@ -1,6 +1,7 @@
 import pytest
 
-from glyph.grading import MAX_SOLUTION_BYTES, InvalidTests, compile_tests, grade, suite_for
+from glyph.grading import (ANSWER_BYTES, LARGEST_EXPECTED, MAX_PARSE_BYTES, MAX_SOLUTION_BYTES, InvalidTests,
+    compile_tests, grade, solution_bindings, suite_for, names_tests_read)
 from glyph.outcomes import Outcome
 from glyph.redteam import DEMO_SOLUTION, DEMO_TESTS, REFEREE_TESTS
 from glyph.sandbox import Limits
@@ -29,11 +30,20 @@ def test_outcome_classes(source, outcome):
     assert g.passed is (outcome is Outcome.PASS)
 
 
-def test_first_failure_decides_and_later_checks_are_not_run():
-    src = "def remove_first_last(s, ch):\n    return 'heo' if s == 'hello' else s[99]\n"
+def test_first_failure_decides_and_every_check_is_asked():
+    """Every check is asked whatever the answers before it (the run never learns a verdict); the
+    first failing one decides, as one file would have stopped there."""
+    src = "def remove_first_last(s, ch):\n    return 'heo' if s == 'hello' else s[99] if s == 'abcda' else 1\n"
     g = grade(src, "", DEMO_TESTS, limits=FAST)
-    assert [c.outcome for c in g.checks] == [Outcome.PASS, Outcome.RUNTIME_ERROR, None]
-    assert "IndexError" in g.checks[1].detail
+    assert [c.outcome for c in g.checks] == [Outcome.PASS, Outcome.RUNTIME_ERROR, Outcome.ASSERTION_FAILURE]
+    assert g.outcome is Outcome.RUNTIME_ERROR and "IndexError" in g.detail == g.checks[1].detail
+
+
+def test_a_run_that_ends_under_a_check_leaves_the_later_ones_unasked():
+    src = "import os\ndef remove_first_last(s, ch):\n    return 'x' if s == 'hello' else os._exit(0)\n"
+    g = grade(src, "", DEMO_TESTS, limits=FAST)
+    assert [c.outcome for c in g.checks] == [Outcome.ASSERTION_FAILURE, Outcome.OTHER, None]
+    assert g.outcome is Outcome.ASSERTION_FAILURE and "exited" in g.checks[1].detail
 
 
 def test_check_detail_gives_got_and_expected():
@@ -170,7 +180,8 @@ except IndexError:
 
 def test_referee_failures_name_the_failing_check():
     g = grade("def remove_first_last(s, ch):\n    return s\n", "", REFEREE_TESTS)
-    assert g.outcome is Outcome.ASSERTION_FAILURE and g.checks[-1].line == 4
+    assert g.outcome is Outcome.ASSERTION_FAILURE and next(c for c in g.checks if not c.passed).line == 4
+    assert [c.passed for c in g.checks] == [False, True]  # test_no_occurrence ran all the same
     g = grade("def remove_first_last(s, ch):\n    raise KeyError(s)\n", "", REFEREE_TESTS)
     assert g.outcome is Outcome.RUNTIME_ERROR and "raised by the solution" in g.detail
     g = grade("x = 1\n", "", REFEREE_TESTS)
@@ -312,3 +323,145 @@ def test_an_exception_the_tests_iteration_would_swallow_fails_the_check(tests, e
     g = grade(broken, "", tests, limits=FAST)
     assert g.outcome is Outcome.RUNTIME_ERROR, (tests, g.outcome, g.detail)
     assert "no" in g.detail and "raised by the solution" in g.detail
+
+
+# ---------------------------------------------------------------- the trusted side's bounds
+
+
+def _expected_sizes(task, lines):
+    """(wire bytes of the answer line, wire values, characters) of each literal expected value of ``lines``."""
+    from glyph.sandbox.runtime import wire
+    sizes = []
+    for line in lines:
+        for check in compile_tests(task.test_setup_code, line).checks:
+            if check.expected_expr is None:
+                tree = wire.encode(check.expected)
+                decoder = wire._Decoder(False)
+                decoder.value(tree, 0)
+                sizes.append((len(wire.dumps({"ev": "ret", "id": 0, "value": tree})),
+                              wire.MAX_NODES - decoder.nodes, wire.MAX_DATA - decoder.data))
+    return sizes
+
+
+def test_the_answer_cap_is_sized_from_the_measured_fact(mbpp_tasks):
+    """LARGEST_EXPECTED, measured again: over MBPP's tests, and their plus tests where $GLYPH_PLUS_PATH
+    holds every task's file (else MBPP's alone, which hold the largest of all three)."""
+    import os
+    from pathlib import Path
+
+    from glyph.data.plus.store import file_name, read_file
+    folder = os.environ.get("GLYPH_PLUS_PATH")
+    plus = folder is not None and all((Path(folder) / file_name(t.task_id)).exists() for t in mbpp_tasks.values())
+    sizes = []
+    for task in mbpp_tasks.values():
+        lines = list(task.test_list) + (read_file(Path(folder) / file_name(task.task_id))[1] if plus else [])
+        try:
+            sizes += _expected_sizes(task, lines)
+        except InvalidTests:
+            continue
+    measured = {name: max(s[i] for s in sizes) for i, name in enumerate(("bytes", "nodes", "characters"))}
+    assert measured == LARGEST_EXPECTED
+    assert 8 * LARGEST_EXPECTED["bytes"] <= ANSWER_BYTES < 16 * LARGEST_EXPECTED["bytes"]
+
+
+def test_a_suite_whose_expected_value_would_not_fit_the_cap_is_unusable():
+    with pytest.raises(InvalidTests, match="over the answer cap"):
+        compile_tests("", f"assert f() == {'x' * ANSWER_BYTES!r}\n")
+    with pytest.raises(InvalidTests, match="over the answer cap"):
+        grade("def f(): return 1\n", "", f"assert f() == 'x' * {ANSWER_BYTES}\n", limits=FAST)
+
+
+@pytest.mark.parametrize("answer", ["'x' * (1 << 20)", "[[]] * 100_000", "list(range(10 ** 5))"])
+def test_an_answer_over_the_cap_fails_its_check_unread_and_the_next_is_asked(answer):
+    src = f"def remove_first_last(s, ch):\n    return {answer} if s == 'hello' else 'bcd'\n"
+    g = grade(src, "", DEMO_TESTS, limits=FAST)
+    assert [c.outcome for c in g.checks] == [Outcome.OTHER, Outcome.PASS, Outcome.ASSERTION_FAILURE]
+    assert "over the answer cap" in g.detail
+
+
+def test_the_solution_is_parsed_here_only_for_the_names_the_tests_read_and_only_so_far():
+    names = names_tests_read("assert sum(2, 3) == 5\n")
+    assert names == {"sum"}
+    assert solution_bindings("def sum(a, b): return a + b\n", names) == {"sum"}
+    assert solution_bindings("def total(a, b): return a + b\nlen = 3\n", names) == frozenset()  # no parse
+    big = "def sum(a, b): return a + b\n" + "0\n" * MAX_PARSE_BYTES
+    assert solution_bindings(big, names) == {"sum"}  # not parsed: a name it mentions counts as rebound
+    assert solution_bindings("# sum\n" + "0\n" * MAX_PARSE_BYTES, names) == {"sum"}
+    assert solution_bindings("0\n" * MAX_PARSE_BYTES, names) == frozenset()
+
+
+def test_a_million_line_solution_costs_the_grader_neither_memory_nor_seconds():
+    """A 2 MiB source of a million ``0`` lines took 1.6 GB and 4 s in the grader's own parse; the
+    sandbox refuses it all the same (its compile runs out of memory, or the source is graded)."""
+    import resource
+    import time
+    src = "def remove_first_last(s, ch):\n    return s\n" + "0\n" * 1_000_000
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    t0 = time.perf_counter()
+    g = grade(src, "", DEMO_TESTS, limits=Limits(cpu_s=10, wall_s=20))
+    assert not g.passed
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 100 * 1024
+    assert time.perf_counter() - t0 < 30
+
+
+# ---------------------------------------------------------------- verdict blindness: the referee path
+
+CALLS = """
+seen = []
+def f(x):
+    seen.append(x)
+    return x if RIGHT else -1
+def calls():
+    return list(seen)
+"""
+BLIND_TESTS = """\
+from solution import f, calls
+for x in range(3):
+    assert f(x) == x
+assert all(f(x) == x for x in range(3, 6))
+assert f(6) == 6 and f(7) == 7
+assert (f(8) == 8) or (f(9) == 9)
+assert f(10) == 10, f(99)
+def test_last():
+    assert f(11) == 11 if f(12) == 12 else f(13) == 13
+assert calls() == list(range(11)) + [12, 11, 13]
+"""
+
+
+@pytest.mark.parametrize("right", [True, False])
+def test_the_referee_asks_the_solution_the_same_whatever_its_answers(right):
+    """Every call the test program makes reaches the solution in the same order whether its answers
+    are right or wrong: a failed assert does not end its loop, ``all`` reads its whole iterable,
+    ``and``/``or``/``if else`` evaluate every operand, an assert's message is never evaluated (it would
+    call the solution only on a failure), and the units after a failed one run. The last check sees
+    the calls the solution saw (test functions run after the top-level statements; ``x if c else y``
+    evaluates ``c``, ``x``, ``y`` in that order)."""
+    g = grade(f"RIGHT = {right}\n" + CALLS, "", BLIND_TESTS.replace("assert calls()", "def test_calls():\n"
+                                                                    "    assert calls()"), limits=FAST)
+    assert g.path == "referee"
+    passed = [c.passed for c in g.checks]
+    assert passed[-1] is True, g.checks[-1].detail  # test_calls: 0..10, then 12, 11, 13; f(99) never
+    assert passed[:-1] == [right] * (len(passed) - 1), [(c.source, c.detail) for c in g.checks]
+
+
+@pytest.mark.parametrize("tests,outcome", [
+    ("assert f(1) == 1 or 1 / 0\n", Outcome.PASS),  # the short circuit would never divide: dropped
+    ("assert f(1) == 2 or 1 / 0\n", Outcome.RUNTIME_ERROR),  # it would: raised, as Python would
+    ("assert f(1) == 2 and 1 / 0\n", Outcome.ASSERTION_FAILURE),
+    ("assert (1 / 0 if f(1) == 2 else True)\n", Outcome.PASS),
+    ("assert all(f(x) == x for x in [1, 2, None])\n", Outcome.RUNTIME_ERROR),  # f(None) raises before a False
+    ("assert any(f(x) == x for x in [1, None])\n", Outcome.PASS),  # ... after the True: dropped
+])
+def test_eager_operands_keep_pythons_verdict(tests, outcome):
+    g = grade("def f(x):\n    return x + 0\n", "", "from solution import f\n" + tests, limits=FAST)
+    assert (g.path, g.outcome) == ("referee", outcome), g.detail
+
+
+def test_an_assert_message_is_shown_where_it_calls_nothing_and_never_evaluated_where_it_could():
+    sol = "seen = []\ndef f(x):\n    seen.append(x)\n    return -1\ndef calls():\n    return list(seen)\n"
+    tests = ("from solution import f, calls\ngot = f(1)\nassert got == 1, f'wanted 1, got {got}'\n"
+             "assert f(2) == 2, f(99)\nassert got == -1, undefined_name\ndef test_calls():\n"
+             "    assert calls() == [1, 2]\n")
+    g = grade(sol, "", tests, limits=FAST)
+    assert g.detail == "AssertionError: wanted 1, got -1", g.detail
+    assert [c.passed for c in g.checks] == [False, False, True, True], [(c.source, c.detail) for c in g.checks]

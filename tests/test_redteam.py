@@ -64,32 +64,42 @@ def test_attack_is_contained(attack, sandbox):
     assert grade(DEMO_SOLUTION, "", DEMO_TESTS, sandbox=sandbox).passed, "grader broken after the attack"
 
 
-def _bare_control(fn, *args, tries: int = 3):
+def _bare_control(fn, *args, tries: int = 3, **kwargs):
     """The attack in bare mode, where nothing separates runs: it must work
     there, else a test that it fails elsewhere shows nothing. Timing decides
     how many colluding copies find each other: a few tries."""
     from glyph.sandbox import Sandbox
     sb = Sandbox(mode="bare", pool=0)
     try:
-        for _ in range(tries):
-            result = fn(sb, *args)
-            if (any(result) if isinstance(result, list) else result["second"]):
-                return result
-        return result
+        return _control(fn, sb, *args, tries=tries, **kwargs)
     finally:
         sb.close()
+
+
+def _control(fn, sb, *args, tries: int = 3, **kwargs):
+    """``fn(sb, ...)`` until it shows the attack working (a copy or a grading passed), at most ``tries``
+    times: the last result."""
+    for _ in range(tries):
+        result = fn(sb, *args, **kwargs)
+        if (any(result) if isinstance(result, list) else result["second"]):
+            return result
+    return result
 
 
 def test_colluding_copies_graded_at_once_pass_none(sandbox):
     """Eight copies of a solution that computes nothing, graded at once,
     pooling over abstract unix sockets which answers got them killed: each
-    run has a network namespace of its own, so each copy is alone, answers
-    True to everything and fails."""
+    run has a network namespace of its own, so each copy is alone; and no
+    run learns a verdict to pool. Control: in bare mode, graded by the
+    grader that told a run its verdicts (``leaky_grade``), copies pass; by
+    glyph's grader, none does even there."""
     from glyph.redteam import collude
+    from glyph.redteam.verdicts import leaky_grade
     passed = collude(sandbox)
     assert not any(passed), passed
     assert sandbox_processes(sandbox) == [] and sandbox.restarts == 0
-    assert any(_bare_control(collude)), "control: in bare mode some colluding copies must pass"
+    assert any(_bare_control(collude, grader=leaky_grade)), "control: against leaky_grade some copies must pass"
+    assert not any(_bare_control(collude, tries=1)), "in bare mode too, no copy learns a verdict to pool"
 
 
 def test_colluding_copies_pass_no_copy_of_mbpp_task_3(sandbox, mbpp_tasks):
@@ -138,3 +148,115 @@ def test_keyring_calls_are_denied_in_every_isolating_run(sandbox):
     run.send({"op": "exit"})
     run.finish()
     assert sandbox.info.protections["syscall_filter"]["on"], json.dumps(sandbox.info.protections)
+
+
+# ---------------------------------------------------------------- verdicts: nothing a run could carry
+
+
+def test_a_source_graded_again_and_again_never_passes_mbpp_task_3(sandbox, mbpp_tasks):
+    """One source that computes nothing, graded three times in one sandbox, keeping what each grading
+    could learn in every channel runs still share (the page cache of stdlib files, the fork, pid and
+    inode counters). Control: against the grader that told a run its verdicts (``leaky_grade``), it
+    passes on a later grading (the second, but where the page cache lost a bit meanwhile), through the
+    page cache, in this mode: the channel is real."""
+    from glyph.redteam.verdicts import leaky_grade, learn_then_pass
+    tests = mbpp_tasks["mbpp_3"].tests()
+    assert learn_then_pass(sandbox, tests) == [False, False, False]
+    assert sandbox_processes(sandbox) == [] and sandbox.restarts == 0
+    # Learning takes a grading; one more where the page cache lost a bit meanwhile (memory pressure)
+    control = _control(learn_then_pass, sandbox, tests, grader=leaky_grade)
+    assert control[0] is False and any(control[1:]), control
+
+
+def test_copies_pooling_over_flock_pass_no_copy_of_mbpp_task_3(sandbox, mbpp_tasks):
+    """Eight copies graded at once, pooling what each learns over flock() on stdlib files every run
+    sees (no namespace separates them). Control: against ``leaky_grade`` copies pass, in this mode."""
+    from glyph.redteam.verdicts import collude_by_flock, leaky_grade
+    tests = mbpp_tasks["mbpp_3"].tests()
+    assert not any(collude_by_flock(sandbox, tests=tests))
+    assert sandbox_processes(sandbox) == [] and sandbox.restarts == 0
+    assert any(_control(collude_by_flock, sandbox, tests=tests, grader=leaky_grade))
+
+
+def test_what_runs_still_share_and_what_they_do_not(sandbox):
+    """``glyph sandbox info``'s "still shared", measured: one run stores a value, the next loads it.
+    The page cache carries it exactly; in a pid namespace of its own a run is always pid 1."""
+    from glyph.redteam.verdicts import carry_census
+    census = carry_census(sandbox, 173)
+    assert census["page cache"] == [173, 173], census
+    if sandbox.info.mode in ("namespaces", "userns"):
+        assert census["pid counter"] == [173, 1], census
+    assert sandbox_processes(sandbox) == []
+
+
+def test_no_run_finds_another_runs_processes(sandbox):
+    """kill(pid, 0) on every pid finds nothing but the run itself while three other runs are alive."""
+    from glyph.redteam.verdicts import visible_pids
+    if sandbox.info.mode not in ("namespaces", "userns"):
+        pytest.skip(f"{sandbox.info.mode}: runs share the host's pid namespace (glyph sandbox info)")
+    assert visible_pids(sandbox, copies=4) == [0, 0, 0, 0]
+    assert sandbox_processes(sandbox) == []
+
+
+CONCURRENT_GRADINGS = r'''
+import json, sys, threading
+from glyph.grading import grade
+from glyph.redteam import attack
+from glyph.sandbox import Limits, Sandbox
+copies = int(sys.argv[1])
+
+def high_water_kb():
+    return next(int(x.split()[1]) for x in open("/proc/self/status") if x.startswith("VmHWM:"))
+
+sb = Sandbox(pool=0)
+a = attack("wire_cap_sets")
+grade(a.source, "", a.tests, sandbox=sb)  # warm
+before = high_water_kb()
+outcomes = [None] * copies
+def one(i):
+    outcomes[i] = grade(a.source, "", a.tests, limits=Limits(cpu_s=10, wall_s=60), sandbox=sb).outcome.value
+threads = [threading.Thread(target=one, args=(i,)) for i in range(copies)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+print(json.dumps({"outcomes": outcomes, "grew_kb": high_water_kb() - before}))
+sb.close()
+'''
+
+
+def test_answers_at_the_cap_graded_many_at_once_stay_small_in_the_grader():
+    """32 gradings at once, every answer just under the answer cap and shaped to cost the decoder most:
+    each answer is decoded after its run, one at a time in the process (64 such gradings held 1.4-1.9 GB
+    before the cap)."""
+    import subprocess
+    import sys
+    p = subprocess.run([sys.executable, "-c", CONCURRENT_GRADINGS, "32"], capture_output=True, text=True,
+                       timeout=600, check=False)
+    assert p.returncode == 0, p.stderr[-2000:]
+    out = json.loads(p.stdout.splitlines()[-1])
+    assert out["outcomes"] == ["ASSERTION_FAILURE"] * 32
+    assert out["grew_kb"] < 64 * 1024, f"the grader grew by {out['grew_kb'] // 1024} MiB"
+
+
+def test_a_study_rollout_that_tests_twice_then_says_final_scores_zero(mbpp_tasks, tmp_path):
+    """Through the env (the study profile, the local runtime's test service, finalize): a rollout whose
+    solution computes nothing and learns across gradings runs python_test twice, then says FINAL. Its
+    second test passed before verdict blindness (reward 1.0); now every grading fails and it scores 0."""
+    from glyph.agent import study as S
+    from glyph.data import study
+    from glyph.envs.mbpp.harness import GlyphHarnessConfig
+    from glyph.redteam import channels
+    from glyph.testing.rollout import Rollouts, Scripted
+    task = mbpp_tasks["mbpp_3"]
+    st = study.from_mbpp(task)
+    source = channels.source(channels.SEQUENTIAL, "env-" + os.urandom(4).hex(), "is_not_prime")
+    replies = [study._call(S.APPLY_PATCH, "c1", st.solution_path, S.PLACEHOLDER, source),
+               study._call(S.PYTHON_TEST, "c2", st.project), study._call(S.PYTHON_TEST, "c3", st.project),
+               S.FINAL_TURN]
+    with Rollouts(mbpp_tasks, GlyphHarnessConfig(profile="study", tool_timeout=20, model_timeout=30)) as r:
+        with Scripted(replies) as model:
+            played = r.play(task, "a", "script", tmp_path / "ws", model=model)
+    assert played.trace["end"] == "final"
+    assert [g["outcome"] for g in played.service["log"]] == ["ASSERTION_FAILURE"] * 2, played.service["log"]
+    assert played.record.reward == 0.0 and played.record.final_outcome == "ASSERTION_FAILURE"

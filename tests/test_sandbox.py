@@ -45,17 +45,23 @@ try:
     socket.create_connection(("127.0.0.1", 22), timeout=0.2)
 except OSError:
     ok_net = False
-facts = (os.getuid(), os.getpid() != 1 and len([p for p in os.listdir('/proc') if p.isdigit()]),
-         sorted(os.listdir('/')), os.getcwd(), os.listdir('.'), sorted(os.environ), ok_net)
+facts = (os.getuid(), os.getpid(), sorted(p for p in os.listdir('/proc') if p.isdigit()),
+         sorted(os.listdir('/')), os.getcwd(), os.listdir('.'), sorted(os.environ), ok_net, os.listdir('/tmp'))
 """
     msgs, status, _ = run(sandbox, probe, ["facts"])
     from glyph.sandbox.runtime import wire
-    uid, nprocs, root, cwd, listing, env, net = wire.decode(msgs[1]["value"])
+    uid, pid, procs, root, cwd, listing, env, net, tmp = wire.decode(msgs[1]["value"])
     if mode == "namespaces":
         assert uid != 0 and uid != os.getuid()
-        assert nprocs == 1  # only itself: hidepid hides the server, the pid namespace the host
-    else:  # root of the user namespace, without capabilities; pid 1 of a namespace of its own
-        assert uid == 0 and nprocs is False
+    else:  # root of the user namespace, without capabilities
+        assert uid == 0
+    # Either mode: pid 1 of a pid namespace of its own; /proc shows it alone (no server, no other run):
+    # userns mounts its namespace's /proc, whose /tmp holds its own run directory only; namespaces keeps
+    # the server's (hidepid=2: a uid of its own sees its own process), whose /tmp shows the runs' 0700
+    # directories
+    assert pid == 1 and len(procs) == 1
+    if mode == "userns":
+        assert procs == ["1"] and tmp == [cwd.rsplit("/", 1)[1]]
     import sys
     python_top = {os.path.realpath(sys.base_prefix).split("/")[1]}
     assert set(root) <= {"bin", "dev", "etc", "lib", "lib32", "lib64", "libx32", "proc", "sbin", "tmp",
@@ -171,7 +177,9 @@ def test_process_limit(sandbox):
     src = "import os\nn = 0\ntry:\n    while n < 500:\n        if os.fork() == 0:\n            import time; time.sleep(30)\n        n += 1\nexcept OSError:\n    pass\n"
     msgs, status, _ = run(sandbox, src, ["n"], Limits(nproc=8))
     assert msgs[1]["value"] == {"i": hex(7)}
-    assert status.swept == 7
+    # namespaces: the kernel kills the 7 with the run's pid namespace; confined: the sweep does
+    assert status.swept == (0 if sandbox.info.mode == "namespaces" else 7)
+    assert sandbox_processes(sandbox) == []
     assert sandbox_processes(sandbox) == []
 
 
@@ -195,7 +203,7 @@ open("left.txt", "w").write("x")
 os.makedirs("a/b/c")
 """
     msgs, status, _ = run(sandbox, src)
-    if sandbox.info.mode != "userns":  # there, the kernel kills them with the run's pid namespace
+    if sandbox.info.mode not in ("namespaces", "userns"):  # there, the kernel kills them with the run's pid ns
         assert status.swept >= 2
     assert sandbox_processes(sandbox) == []
     assert sandbox_tmp(sandbox) == []
@@ -206,7 +214,7 @@ def test_pool_workers_are_the_only_processes_left():
     try:
         for _ in range(3):
             run(sb, "import os, time\nif os.fork() == 0:\n    os.setsid(); time.sleep(600)\n")
-        per_worker = 2 if sb.info.mode == "userns" else 1  # userns: a reaper outside the run's pid namespace
+        per_worker = 1  # namespaces, userns: pid 1 of its pid namespace, forked so by the server: no reaper
         deadline = time.monotonic() + 5
         while len(sandbox_processes(sb)) != 2 * per_worker and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -310,4 +318,38 @@ def test_recv_with_a_timeout_leaves_a_silent_run_alive_and_killable(sandbox):
     t0 = time.monotonic()
     assert late.recv(timeout=30) is None and time.monotonic() - t0 < 1.5
     assert late.finish(kill=True).killed
+    assert sandbox_processes(sandbox) == []
+
+
+def test_result_bytes_held_at_once_are_bounded_process_wide(sandbox, monkeypatch):
+    """Beyond its reserve a run holds result bytes from the process's one pool; a run that finds it
+    spent is killed with a protocol error that says so, and every byte comes back when runs are
+    released (or dropped)."""
+    from glyph.sandbox import client
+    pool = client.ResultPool(256 << 10)
+    monkeypatch.setattr(client, "RESULT_POOL", pool)
+    flood = "import os\ndef flood(n):\n    os.write(3, (b'x' * 1000 + b'\\n') * n)\n    return 1\n"
+    held = []
+    for _ in range(2):
+        r = sandbox.open({"mode": "solution"}, {"source": flood.encode(), "setup": b""}, Limits())
+        assert r.recv() == {"ev": "ready"}
+        r.send({"op": "eval", "id": 0, "expr": "flood(300)"})
+        r.gather(301)
+        r.finish(kill=True)
+        held.append(r)
+    first, second = held
+    del held
+    assert len(first.messages) == 301 and first.protocol_error is None
+    assert first.pooled == first.held - client.RESULT_RESERVE_BYTES > 200 << 10
+    assert "result pool" in second.protocol_error and len(second.messages) < 301
+    assert pool.free == pool.size - first.pooled - second.pooled >= 0
+    first.release()
+    del second
+    assert pool.free == pool.size
+    r = sandbox.open({"mode": "solution"}, {"source": flood.encode(), "setup": b""}, Limits())
+    assert r.recv() == {"ev": "ready"}
+    r.send({"op": "eval", "id": 0, "expr": "flood(100)"})
+    assert [r.recv_line() for _ in range(100)] == [b"x" * 1000] * 100  # taken as they come: none held
+    assert r.held < client.RESULT_RESERVE_BYTES and r.pooled == 0
+    r.finish(kill=True)
     assert sandbox_processes(sandbox) == []

@@ -4,7 +4,7 @@ root without CAP_SYS_ADMIN (``confined``), and nowhere silently ``bare``.
 Each case runs a driver script in a subprocess with a Python installed for
 all users (the repo's ``.venv`` Python may live under a home other uids
 cannot read). The driver imports a copy of the stdlib-only part of glyph
-(``glyph/sandbox``, ``grading.py``, ``outcomes.py``, ``text.py``, ``redteam.py``) from a
+(``glyph/sandbox``, ``glyph/redteam``, ``grading.py``, ``outcomes.py``, ``text.py``) from a
 directory that uid can read, grades every attack of ``glyph.redteam`` and
 checks, from outside, what ``tests/test_redteam.py`` checks under root: not
 rewarded, no process left, no file changed outside the run, no secret in the
@@ -147,12 +147,32 @@ facts["uid"] = os.getuid()
     out["outside_exists"] = os.path.exists(cfg["outside"])
 elif cfg["do"] == "collude":  # copies graded at once, pooling what each learns (glyph.redteam.collude)
     from glyph import redteam
-    out["passed"] = redteam.collude(sb)
+    from glyph.redteam.verdicts import leaky_grade
+    out["passed"] = redteam.collude(sb, grader=leaky_grade if cfg.get("leaky") else None)
     out["left"] = descendants(server)
 elif cfg["do"] == "carryover":  # a grading that plants state, then one that looks for it
     from glyph import redteam
     out["carryover"] = redteam.carryover(sb)
     out["left"] = descendants(server)
+elif cfg["do"] == "verdicts":  # the attacks that would carry verdicts (glyph.redteam.verdicts), and controls
+    from glyph.redteam import verdicts
+    tests = cfg["tests"]
+
+    def control(fn, tries=3):
+        for _ in range(tries):
+            result = fn()
+            if any(result):
+                return result
+        return result
+
+    out["learn"] = verdicts.learn_then_pass(sb, tests)
+    out["flock"] = verdicts.collude_by_flock(sb, tests=tests)
+    out["left"] = descendants(server)
+    out["learn_control"] = control(lambda: verdicts.learn_then_pass(sb, tests, grader=verdicts.leaky_grade))
+    out["flock_control"] = control(lambda: verdicts.collude_by_flock(sb, tests=tests, grader=verdicts.leaky_grade))
+    out["census"] = verdicts.carry_census(sb, 173)
+    out["pids"] = verdicts.visible_pids(sb)
+    out["left"] += descendants(server)
 elif cfg["do"] == "deep":  # a run that leaves a directory tree deeper than shutil.rmtree's recursion reaches
     src = "import os\nfor _ in range(3000):\n    os.mkdir('d')\n    os.chdir('d')\ndef f():\n    return 1\n"
     g = grade(src, "", "assert f() == 1\n", limits=Limits(cpu_s=20, wall_s=40), sandbox=sb)
@@ -253,8 +273,9 @@ def copy(python):
     root = Path(tempfile.mkdtemp(prefix="glyph-unpriv-"))
     try:
         pkg = root / "glyph"
-        shutil.copytree(GLYPH / "sandbox", pkg / "sandbox", ignore=shutil.ignore_patterns("__pycache__"))
-        for name in ("grading.py", "outcomes.py", "redteam.py", "text.py"):
+        for name in ("sandbox", "redteam"):
+            shutil.copytree(GLYPH / name, pkg / name, ignore=shutil.ignore_patterns("__pycache__"))
+        for name in ("grading.py", "outcomes.py", "text.py"):
             shutil.copy(GLYPH / name, pkg / name)
         (pkg / "__init__.py").write_text("")
         (root / "driver.py").write_text(DRIVER)
@@ -582,8 +603,9 @@ def test_unprivileged_runs_cannot_talk_or_leave_state(python, copy, userns, do):
     out = _drive(python, copy, {"do": do}, userns)
     assert out["mode"] == "userns"
     _separated(out)
-    # Control: in bare mode, as the same user, the attack works (else this shows nothing).
-    bare = _drive(python, copy, {"do": do, "mode": "bare"}, userns)
+    # Control: in bare mode, as the same user, the attack works (else this shows nothing); the colluding
+    # copies against the grader that told a run its verdicts (leaky_grade), as glyph's tells none.
+    bare = _drive(python, copy, {"do": do, "mode": "bare", "leaky": True}, userns)
     assert bare["mode"] == "bare"
     if do == "collude":
         assert any(bare["passed"]), bare["passed"]
@@ -596,3 +618,31 @@ def test_confined_runs_cannot_talk_or_leave_state(python, copy, no_sys_admin, do
     out = _drive_shell(no_sys_admin, _confined_cmd(python, copy), {"do": do})
     assert out["mode"] == "confined"
     _separated(out)
+
+
+def _blind(out: dict) -> None:
+    """Nothing learns a verdict: a source graded three times in one sandbox and eight copies graded at
+    once, keeping and pooling what they could learn over the page cache, the fork, pid and inode
+    counters and flock() on stdlib files, pass no grading of MBPP task 3; against the grader that told
+    a run its verdicts (the control) they do, through the page cache and flock, in this mode. Nothing
+    left running."""
+    assert out["learn"] == [False, False, False] and not any(out["flock"]), out
+    assert out["learn_control"][0] is False and any(out["learn_control"][1:]), out["learn_control"]
+    assert any(out["flock_control"]), out["flock_control"]
+    assert out["census"]["page cache"] == [173, 173], out["census"]
+    assert out["left"] == [] and out["left_after_close"] == []
+
+
+def test_unprivileged_runs_learn_no_verdict(python, copy, userns, mbpp_tasks):
+    out = _drive(python, copy, {"do": "verdicts", "tests": mbpp_tasks["mbpp_3"].tests()}, userns)
+    assert out["mode"] == "userns"
+    _blind(out)
+    assert out["census"]["pid counter"] == [173, 1] and out["pids"] == [0, 0, 0, 0], out
+
+
+def test_confined_runs_learn_no_verdict(python, copy, no_sys_admin, mbpp_tasks):
+    out = _drive_shell(no_sys_admin, _confined_cmd(python, copy), {"do": "verdicts",
+                                                                   "tests": mbpp_tasks["mbpp_3"].tests()})
+    assert out["mode"] == "confined"
+    _blind(out)
+    assert all(n > 0 for n in out["pids"]), out["pids"]  # the host's pid namespace: shared, and said so

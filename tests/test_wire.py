@@ -9,6 +9,7 @@ import tracemalloc
 
 import pytest
 
+from glyph.grading import ANSWER_BYTES
 from glyph.redteam import DEMO_SOLUTION, attack, wire_bomb
 from glyph.sandbox.runtime import wire
 
@@ -257,19 +258,20 @@ print(json.dumps({"outcome": g.outcome.value, "path": g.path, "detail": g.detail
                   "grew_kb": high_water_kb() - before}))
 sb.close()
 '''
-NEAR_CAP = wire_bomb(f'return [{{"s": []}}] * {wire.MAX_NODES - 10}')  # under every bound: passed on
+NEAR_CAP = wire_bomb(f'return [{{"s": []}}] * {(ANSWER_BYTES - 64) // 9}')  # under the answer cap: judged
 TRAILING = DEMO_SOLUTION + """
 import sys
-wire = sys.modules["wire"]
-dumps, line = wire.dumps, b'{"ev":"x","v":[' + b"[]," * (wire.MAX_TOKENS // 2 - 8) + b'[]]}\\n'
-wire.dumps = lambda msg: dumps(msg) + line * 20 if msg.get("id") == 2 else dumps(msg)
+worker, wire = sys.modules["worker"], sys.modules["wire"]
+send, junk = worker.Channel.send_line, b'{"ev":"x","v":[' + b"[]," * (wire.MAX_TOKENS // 2 - 8) + b'[]]}\\n'
+worker.Channel.send_line = lambda self, line: send(self, line + junk * 20 if b'"id":2' in line else line)
 """  # right, then 15 MB of messages while the grader waits for the run to end: not parsed
+OVER_CAP = "an answer of [0-9]+ bytes, over the answer cap"
 BOMBS = {  # source, referee path, the grade's outcome, what its detail says
     **{a.name: (a.source, a.referee, "OTHER", why) for a, why in (
-        (attack("wire_hash_collision_set"), "malformed result: .*MAX_SAME_HASH"),
-        (attack("wire_hash_collision_dict"), "malformed result from the solution: .*MAX_SAME_HASH"),
-        (attack("wire_node_bomb"), "malformed message from the run: .*MAX_TOKENS"),
-        (attack("wire_relay_bomb"), "malformed message from the run: .*MAX_TOKENS"))},
+        (attack("wire_hash_collision_set"), OVER_CAP),
+        (attack("wire_hash_collision_dict"), OVER_CAP),
+        (attack("wire_node_bomb"), OVER_CAP),
+        (attack("wire_relay_bomb"), OVER_CAP))},
     "near_cap_fast": (NEAR_CAP, False, "ASSERTION_FAILURE", r"got \[set\(\), set\(\)"),
     "near_cap_referee": (NEAR_CAP, True, "ASSERTION_FAILURE", r"AssertionError: got \[set\(\), set\(\)"),
     "trailing_messages": (TRAILING, False, "PASS", "^$"),

@@ -2,11 +2,15 @@
 their output with hard caps, and restarts the server if it dies.
 
 A run is a session: ``Sandbox.open`` returns a ``Run`` you ``send`` requests
-to and ``recv`` messages from, then ``finish`` to get its ``RunStatus``. All
-bytes read from a run are bounded (``Limits.output_bytes`` per stream, kept;
-the rest is read and counted, so the run never blocks; ``Limits.result_bytes``
-for the message channel, beyond which the run is killed). Nothing read from a
-run is ever unpickled or executed; messages are parsed by ``wire``.
+to and ``recv`` messages from (or ``gather`` unparsed, to read after the run is
+gone), then ``finish`` to get its ``RunStatus``. All bytes read from a run are
+bounded (``Limits.output_bytes`` per stream, kept; the rest is read and
+counted, so the run never blocks; ``Limits.result_bytes`` for the message
+channel, beyond which the run is killed), and so are the message bytes all
+runs of this process hold at once (``RESULT_POOL``: a run that would hold
+more than its reserve when the pool is spent is killed, with a protocol
+error that says so). Nothing read from a run is ever unpickled or executed;
+messages are parsed by ``wire``.
 
 Modes (what each protects and does not: ``runtime/server.py``): ``auto``
 starts the strongest of ``namespaces`` (root), ``userns`` (any user, where
@@ -46,6 +50,39 @@ SERVER = Path(__file__).with_name("runtime") / "server.py"
 USERNS_UID_AS_ROOT = 0x5FFFFFFE  # userns mode started by root runs as this uid (below runtime/isolation.py's UID_BASE)
 GRACE_S = 10.0  # beyond a run's wall limit before the client gives up on the server
 LATE_GRACE_S = 10.0  # after killing a run whose report is late, before deciding the server is gone
+RESULT_RESERVE_BYTES = 64 << 10  # message bytes any run may hold outside the pool (a pipe's worth)
+RESULT_POOL_BYTES = 64 << 20  # message bytes all runs of this process may hold beyond their reserves
+
+
+class ResultPool:
+    """The message bytes the runs of this process hold at once (read from
+    their result pipes and not yet released: lines not yet taken by ``recv``,
+    or kept for a grader to read after the run), beyond each run's
+    ``RESULT_RESERVE_BYTES``: at most ``size``. A run's reserve covers every
+    answer an honest grading sends (the largest MBPP suite's answers take a
+    few KiB: ``glyph.grading.ANSWER_BYTES``); only runs that send more draw
+    on the pool, and one that finds it spent is killed (``Run._read``), so
+    concurrent gradings hold at most ``size`` plus a reserve each, whatever
+    they send. Thread-safe."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.free = size
+        self._lock = threading.Lock()
+
+    def take(self, n: int) -> bool:
+        with self._lock:
+            if n > self.free:
+                return False
+            self.free -= n
+            return True
+
+    def give(self, n: int) -> None:
+        with self._lock:
+            self.free += n
+
+
+RESULT_POOL = ResultPool(RESULT_POOL_BYTES)
 
 
 @dataclass(frozen=True)
@@ -118,6 +155,8 @@ class Run:
         # tens of times its bytes (wire's docstring), and a run that keeps writing while finish waits
         # for it to end may send all of its result_bytes in lines of just under wire.MAX_TOKENS.
         self.messages: collections.deque[bytes] = collections.deque()
+        self.held = 0  # message bytes this run holds (its partial line and ``messages``) ...
+        self.pooled = 0  # ... of which drawn on RESULT_POOL (beyond RESULT_RESERVE_BYTES)
         self.status: RunStatus | None = None
         self.protocol_error: str | None = None
         self._kill_sent = False
@@ -149,26 +188,62 @@ class Run:
             return False
         return True
 
-    def recv(self, timeout: float | None = None) -> dict | None:
+    def recv(self, timeout: float | None = None, max_tokens: int | None = wire.MAX_TOKENS) -> dict | None:
         """The next message, or None once the run has ended or broken its
         channel, or passed its own deadline (wall limit plus ``GRACE_S``).
         ``timeout``: wait at most this many seconds; if no message came by
         then and the run neither ended nor passed its deadline, raise
         ``TimeoutError``. The run is left as it was: ``recv`` again, or
-        ``kill`` or ``finish`` it."""
+        ``kill`` or ``finish`` it. A line that is not a message (``wire.loads``,
+        ``max_tokens``) ends the run with a protocol error."""
+        line = self.recv_line(timeout)
+        if line is None:
+            return None
+        try:
+            return wire.loads(line, max_tokens)
+        except wire.WireError as exc:
+            self.protocol_error = f"malformed message from the run: {exc}"
+            while self.messages:  # and what comes after it is dropped (_read)
+                self._uncharge(len(self.messages.popleft()))
+            self.kill()
+            return None
+
+    def recv_line(self, timeout: float | None = None) -> bytes | None:
+        """``recv``'s next line as the run wrote it (without its newline), unparsed."""
         until = self.deadline if timeout is None else min(self.deadline, time.monotonic() + timeout)
         while not self.messages:
             if self.status is not None or self.protocol_error or not self._pump(until):
                 if self.status is None and not self.protocol_error and time.monotonic() < self.deadline:
                     raise TimeoutError(f"no message from the run within {timeout} s")
                 return None
-        try:
-            return wire.loads(self.messages.popleft())
-        except wire.WireError as exc:
-            self.protocol_error = f"malformed message from the run: {exc}"
-            self.messages.clear()  # and what comes after it is dropped (_read)
-            self.kill()
-            return None
+        line = self.messages.popleft()
+        self._uncharge(len(line))
+        return line
+
+    def gather(self, n: int) -> bool:
+        """Read until ``messages`` holds ``n`` lines, unparsed (a grader reads
+        them after the run is gone), or the run ends, breaks its channel or
+        passes its deadline: whether ``n`` came. The lines stay charged to the
+        result pool until ``release``."""
+        while len(self.messages) < n:
+            if self.status is not None or self.protocol_error or not self._pump(self.deadline):
+                return len(self.messages) >= n
+        return True
+
+    def release(self) -> None:
+        """Drop the lines this run still holds and give their bytes back to
+        the result pool (also when the run is garbage: ``__del__``)."""
+        self.messages.clear()
+        self.bufs["result"] = bytearray()
+        self.held = 0
+        if self.pooled:
+            RESULT_POOL.give(self.pooled)
+            self.pooled = 0
+
+    def __del__(self) -> None:
+        if self.pooled and RESULT_POOL is not None:  # None: this module torn down at interpreter exit
+            RESULT_POOL.give(self.pooled)
+            self.pooled = 0
 
     def kill(self) -> None:
         if not self._kill_sent and self.status is None:
@@ -237,11 +312,36 @@ class Run:
             return
         if self.protocol_error:  # the run broke its channel: nothing more from it is read as a message
             return
+        if not self._charge(len(chunk)):
+            self.protocol_error = (f"the run held more than {RESULT_RESERVE_BYTES} bytes of results "
+                                   f"while the grader's result pool ({RESULT_POOL.size} bytes, shared by "
+                                   "concurrent runs) was spent")
+            self.kill()
+            return
         buf += chunk
         while (i := buf.find(b"\n")) >= 0:
             with memoryview(buf) as view:  # one copy of the line, not two (buf[:i] is a copy)
                 self.messages.append(bytes(view[:i]))
             del buf[:i + 1]
+            self._uncharge(1)  # the newline
+
+    def _charge(self, n: int) -> bool:
+        """Hold ``n`` more message bytes; False where that would draw on a
+        spent pool (nothing is charged then)."""
+        need = max(0, self.held + n - RESULT_RESERVE_BYTES) - self.pooled
+        if need > 0:
+            if not RESULT_POOL.take(need):
+                return False
+            self.pooled += need
+        self.held += n
+        return True
+
+    def _uncharge(self, n: int) -> None:
+        self.held -= n
+        spare = self.pooled - max(0, self.held - RESULT_RESERVE_BYTES)
+        if spare > 0:
+            RESULT_POOL.give(spare)
+            self.pooled -= spare
 
     def _read_ctl(self) -> None:
         try:

@@ -4,7 +4,7 @@ itself before it may take a job, and how it takes one.
 ``idle_worker`` applies, in this order, everything the server's mode gives a
 run: a new session with only the job socket open; then, each where the mode
 has it, the copied root, private IPC and network namespaces, private mount
-and pid namespaces, an empty bounding set (in ``namespaces`` and ``userns``
+and pid namespaces (``PID_NS_PER_RUN``), an empty bounding set (in ``namespaces`` and ``userns``
 inherited from the server: ``server_setup``) and the run's own uid;
 no_new_privs; no capabilities and the seccomp filter
 (``isolation.run_filter``), where the mode has them; not dumpable, its own directory as
@@ -21,7 +21,6 @@ import fcntl
 import json
 import os
 import resource
-import select
 import signal
 import socket
 import sys
@@ -30,6 +29,14 @@ if __package__:  # imported as glyph.sandbox.runtime.confine
     from . import isolation
 else:  # a sibling of server.py, which is started as a script
     import isolation
+
+
+PID_NS_PER_RUN = ("namespaces", "userns")
+"""Modes whose workers the server forks each as pid 1 of a pid namespace of its own
+(``isolation.PidNamespaceForks``): a run can neither signal nor ``kill(pid, 0)``-probe another run's
+processes, and its own pids count from 1. In ``userns`` it also mounts that namespace's /proc in its
+mount namespace; in ``namespaces`` it keeps the server's (``hidepid=2``: a run's uid sees its own
+processes only, by their pids in the server's namespace)."""
 
 
 def _private_run_view(rundir: str) -> None:
@@ -49,47 +56,13 @@ def _private_run_view(rundir: str) -> None:
                     isolation.MS_BIND | isolation.MS_REMOUNT | isolation.MS_RDONLY | locked)
 
 
-def _own_pid_namespace() -> None:
-    """``userns``: runs share a uid, so each gets a pid namespace of its own
-    (it can signal no process of another run; ``kill(-1)`` reaches only its
-    own). Forks once more: returns in the child, pid 1 of the new namespace
-    with its own /proc, which goes on to run the job. This process stays
-    outside as its reaper: it never runs untrusted code, is invisible from
-    inside, waits for the child and exits as the child did (so the server's
-    ``wait4`` sees the run's status and rusage). When the child exits the
-    kernel kills everything left in its namespace; if this process is
-    killed, the child gets SIGKILL (parent-death signal) and so does the
-    namespace."""
-    isolation.unshare(isolation.CLONE_NEWPID)
-    alive_r, alive_w = os.pipe()
-    child = os.fork()
-    if child == 0:
-        os.close(alive_w)
-        isolation.prctl(isolation.PR_SET_PDEATHSIG, signal.SIGKILL)
-        if select.select([alive_r], [], [], 0)[0]:  # EOF: the reaper died before the line above
-            os._exit(0)
-        os.close(alive_r)
-        os.setsid()  # a process group of its own: kill(0) must not reach the reaper
-        locked = isolation.MS_NOSUID | isolation.MS_NODEV | isolation.MS_NOEXEC
-        isolation.mount("proc", "/proc", "proc", locked, "hidepid=2")
-        return
-    os.close(alive_r)
-    os.closerange(0, alive_w)
-    os.closerange(alive_w + 1, 1 << 16)
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    isolation.prctl(isolation.PR_SET_DUMPABLE, 0)
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, signal.SIG_IGN)
-    _, status = os.waitpid(child, 0)
-    if os.WIFEXITED(status):
-        os._exit(os.WEXITSTATUS(status))
-    sig = os.WTERMSIG(status)
-    try:
-        signal.signal(sig, signal.SIG_DFL)
-    except (OSError, ValueError):  # SIGKILL, SIGSTOP: always default
-        pass
-    os.kill(os.getpid(), sig)
-    os._exit(128 + sig)
+def _own_proc() -> None:
+    """``userns``: the worker is pid 1 of a pid namespace of its own (the
+    server forked it so: ``isolation.PidNamespaceForks``), and its mount
+    namespace of its own (``_private_run_view``) gets the /proc of that
+    namespace, which shows none of the server's or another run's processes."""
+    locked = isolation.MS_NOSUID | isolation.MS_NODEV | isolation.MS_NOEXEC
+    isolation.mount("proc", "/proc", "proc", locked, "hidepid=2")
 
 
 def enter_cgroup(cgroups, name: str | None, job: socket.socket) -> None:
@@ -149,7 +122,7 @@ def idle_worker(job_fd: int, uid: int | None, rundir: str, mode: str, cap_last: 
         isolation.unshare(isolation.CLONE_NEWIPC | isolation.CLONE_NEWNET)
     if mode == "userns":
         _private_run_view(rundir)
-        _own_pid_namespace()
+        _own_proc()
     if mode != "bare" and mode not in INHERITED_BOUNDING:  # those inherit the server's empty set (server_setup)
         isolation.drop_bounding_set(cap_last)
     if uid is not None:
@@ -183,9 +156,9 @@ def idle_worker(job_fd: int, uid: int | None, rundir: str, mode: str, cap_last: 
     os.closerange(len(high), 1 << 16)
     mem = int(limits["memory_bytes"])
     cpu = int(limits["cpu_s"])
-    # userns: this process is pid 1 of its namespace and so ignores SIGXCPU (signals without a
+    # namespaces, userns: this process is pid 1 of its namespace and so ignores SIGXCPU (signals without a
     # handler do not reach a namespace's init); the hard limit's SIGKILL does, at the limit itself.
-    cpu_hard = cpu if mode == "userns" else cpu + 1
+    cpu_hard = cpu if mode in PID_NS_PER_RUN else cpu + 1
     for res, value in (
         (resource.RLIMIT_AS, (mem, mem)),
         (resource.RLIMIT_CPU, (cpu, cpu_hard)),

@@ -81,34 +81,58 @@ IF_OFF = {
 }
 
 
-# What separates concurrent runs, per mode, and what does not (``glyph sandbox info`` prints all four).
+# What separates concurrent runs, per mode, and what does not (``glyph sandbox info`` prints all of it).
 RUN_SEPARATION = {
-    "namespaces": "per run: a uid (no signal, no trace, no file of another run), a network namespace (no "
-                  "abstract unix socket or port of another run), an IPC namespace (no SysV IPC object or POSIX "
-                  "message queue of another), a private tmpfs as the only writable place (/tmp and /dev/shm are "
-                  "read-only), no kernel keyring; not separated: the pid counter, CPU load and memory pressure "
-                  "(timing channels only)",
-    "userns": "per run: a pid namespace (no signal to another run, kill(-1) included), a network namespace, an "
-              "IPC namespace, a mount namespace showing only its own directory (the only writable place), no "
-              "kernel keyring (runs share one uid, whose keyring would be shared); not separated: the process "
-              "limit (shared), CPU load and memory pressure (timing channels only)",
+    "namespaces": "per run: a uid (no signal, no trace, no file of another run), a pid namespace (no signal "
+                  "or kill(pid, 0) probe of another run's processes; its pids count from 1), a network "
+                  "namespace (no abstract unix socket or port of another run), an IPC namespace (no SysV "
+                  "IPC object or POSIX message queue of another), a private tmpfs as the only writable "
+                  "place (/tmp and /dev/shm are read-only), no kernel keyring; not separated: the page "
+                  "cache, the inode and fork counters and flock() on the files every run reads, CPU load "
+                  "and memory pressure (still shared: none carries a verdict)",
+    "userns": "per run: a pid namespace (no signal to another run, kill(-1) included, no kill(pid, 0) "
+              "probe), a network namespace, an IPC namespace, a mount namespace showing only its own "
+              "directory (the only writable place), no kernel keyring (runs share one uid, whose keyring "
+              "would be shared); not separated: the process limit (shared), the page cache, the inode and "
+              "fork counters and flock() on the files every run reads, CPU load and memory pressure (still "
+              "shared: none carries a verdict)",
     "confined": "per run: a uid (no signal, no file of another run: run directories are 0700, /tmp and "
-                "/dev/shm of the copied root are root's), no socket() (no abstract unix socket, no port), no "
-                "SysV IPC or POSIX message queue, no kernel keyring; not separated: the host's pid namespace "
-                "(pid numbers), CPU load and memory pressure (timing channels only)",
+                "/dev/shm of the copied root are root's), no socket() (no abstract unix socket, no port), "
+                "no SysV IPC or POSIX message queue, no kernel keyring; not separated: the host's pid "
+                "namespace (pid numbers, kill(pid, 0)), the page cache, the inode counter and flock() on "
+                "the files every run reads, CPU load and memory pressure (still shared: none carries a "
+                "verdict)",
     "bare": "nothing: runs share the caller's uid, files, network, IPC and keyrings",
 }
 NO_CARRYOVER = {
-    "namespaces": "after each run its processes are killed and its tmpfs, network and IPC namespaces dropped "
-                  "whole; no keyring; a new run inherits no fd and a fixed minimal environment",
-    "userns": "after each run its pid namespace (every process), its mount view, its network and IPC namespaces "
-              "and its tmpfs are dropped whole; no keyring; a new run inherits no fd and a fixed minimal "
-              "environment",
+    "namespaces": "after each run its pid namespace (every process), its tmpfs, network and IPC namespaces "
+                  "are dropped whole; no keyring; a new run inherits no fd and a fixed minimal environment",
+    "userns": "after each run its pid namespace (every process), its mount view, its network and IPC "
+              "namespaces and its tmpfs are dropped whole; no keyring; a new run inherits no fd and a fixed "
+              "minimal environment",
     "confined": "after each run its processes are killed, its directory and what its uid left in /tmp, "
-                "/var/tmp, /dev/shm and /run/lock removed; no keyring and no IPC object could be made; a new run "
-                "inherits no fd and a fixed minimal environment",
+                "/var/tmp, /dev/shm and /run/lock removed; no keyring and no IPC object could be made; a "
+                "new run inherits no fd and a fixed minimal environment",
     "bare": "what a run leaves in the caller's files, keyrings and IPC stays",
 }
+NO_VERDICT = ("No namespace separates what runs still share, and each is a store one run can write and a "
+              "later or concurrent one read (glyph.redteam.channels). None of it carries a verdict, as a run "
+              "never has one: it is asked every check of its suite at once, whatever it answers, killed once "
+              "it has answered or ended, the same for a pass and a fail, and judged only after it is gone "
+              "(glyph.grading); the referee records each check and goes on.")
+_SHARED = ("the host's page cache of the files every run reads (a run can set, clear and test a page of "
+           "one), the kernel's inode counter (pipes, sockets), flock() and record locks and inotify watches "
+           "on those files, CPU load and memory pressure, and the grader's pool of result bytes (a run that "
+           "fills it makes a concurrent one that sends more than its 64 KiB reserve fail)")
+STILL_SHARED = {
+    "namespaces": f"{_SHARED}; the kernel's count of forks (/proc/stat)",
+    "userns": f"{_SHARED}; the kernel's count of forks (/proc/stat); the process limit",
+    "confined": f"{_SHARED} (its copy of the Python installation is hard-linked to the host's files where it "
+                "can be); the host's pid namespace: the pid counter, and kill(pid, 0) finds every process",
+    "bare": "everything (and a run can read the tests and the workspace)",
+}
+"""What two runs still share, per mode (``glyph sandbox info``, with ``NO_VERDICT``: why none of it carries
+a verdict; ``glyph.redteam.channels`` measures them, ``tests/test_redteam.py`` attacks over them)."""
 
 
 def _prot(on: bool, how: str, name: str) -> dict:
@@ -125,6 +149,34 @@ def unshare(flags: int) -> None:
     if libc.unshare(flags) != 0:
         err = ctypes.get_errno()
         raise OSError(err, f"unshare({flags:#x}): {os.strerror(err)}")
+
+
+def setns(fd: int, nstype: int) -> None:
+    if libc.setns(fd, nstype) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"setns({nstype:#x}): {os.strerror(err)}")
+
+
+class PidNamespaceForks:
+    """Forks, each child pid 1 of a pid namespace of its own, the caller staying in its own:
+    ``unshare(CLONE_NEWPID)`` makes the caller's next child the first process of a new namespace,
+    and ``setns`` to the caller's own namespace undoes that for the fork after (a second ``unshare``
+    would fail: the namespace for children is no longer the caller's). The child needs no reaper
+    of its own: its parent's ``wait4`` reads its rusage, and killing it kills its namespace."""
+
+    def __init__(self) -> None:
+        self.own = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
+
+    def fork(self) -> int:
+        unshare(CLONE_NEWPID)
+        try:
+            pid = os.fork()
+        except BaseException:
+            setns(self.own, CLONE_NEWPID)
+            raise
+        if pid:
+            setns(self.own, CLONE_NEWPID)
+        return pid
 
 
 class _CapHeader(ctypes.Structure):

@@ -10,9 +10,11 @@ mode, and never falls back to ``bare`` on its own):
     process is pid 1 of its own pid namespace (when it dies the kernel kills
     every process it started); chroot into a read-only view of /usr and the
     Python installation; each run has a uid of its own, a private tmpfs as
-    its only writable place, no network, and network and IPC namespaces of
-    its own (no abstract unix socket, port, SysV IPC object or POSIX
-    message queue of one run is seen by another).
+    its only writable place, no network, and network, IPC and pid
+    namespaces of its own (no abstract unix socket, port, SysV IPC object,
+    POSIX message queue or process of one run is seen by another:
+    ``kill(pid, 0)`` on another run's pid finds nothing, and a run's pids
+    count from 1).
 ``userns`` (any user, where unprivileged user namespaces are allowed)
     the same namespaces, created inside a new user namespace
     (``unshare --user --map-root-user``). The server is root of that
@@ -86,8 +88,8 @@ start, and that fork (with the confinement) happens ahead of the request:
     its directory, reports its exit status)
       └─ worker (a per-run uid where the mode has one, no capabilities,
          rlimits, empty private cwd, minimal environment; then runs
-         ``worker.main``; in ``userns`` a reaper that stays outside and
-         its child, pid 1 of the run's own pid namespace, which runs it)
+         ``worker.main``; in ``namespaces`` and ``userns`` forked as pid 1
+         of a pid namespace of its own: ``isolation.PidNamespaceForks``)
 
 The client passes the run's pipes with the request (SCM_RIGHTS), so output
 never flows through this process. What the server reports is trusted: no
@@ -225,6 +227,8 @@ class Server:
         self.oom_hit: set[int] = set()  # pids of runs that went over their memory cap
         self.dropped: set[int] = set()  # fds unwatched while the loop handles one poll's events
         self.cap_last = isolation.cap_last_cap()
+        # namespaces, userns: each worker forked as pid 1 of a pid namespace of its own
+        self.pid_forks = isolation.PidNamespaceForks() if self.mode in confine.PID_NS_PER_RUN else None
         confine.server_setup(self.mode, self.cap_last)  # after start-up, before the first fork
 
     def loop(self) -> None:
@@ -291,7 +295,7 @@ class Server:
         cgroup = f"run-{self.seq}" if self.cgroups is not None else None
         if cgroup is not None:
             self.cgroups.children.add(cgroup)  # the worker makes it; removed with the rest at close
-        pid = os.fork()
+        pid = self.pid_forks.fork() if self.pid_forks is not None else os.fork()
         if pid == 0:
             try:
                 ours.close()
@@ -550,21 +554,9 @@ class Server:
         return "; ".join(errors) or None
 
     def _kill_run(self, pid: int) -> None:
-        """Kill a run. ``userns``: the worker is a reaper whose child, pid 1
-        of the run's pid namespace, runs the job; killing that child (and
-        with it the namespace) lets the reaper collect its rusage and exit as
-        it did. Killing the reaper alone would also end the run (the child
-        has SIGKILL as its parent-death signal), with its rusage lost."""
-        if self.mode == "userns":
-            try:
-                with open(f"/proc/{pid}/task/{pid}/children") as f:
-                    children = [int(p) for p in f.read().split()]
-            except OSError:
-                children = []
-            for child in children:
-                self._kill(child)
-            if children:
-                return
+        """Kill a run: its worker (in ``namespaces`` and ``userns``, pid 1 of
+        the run's pid namespace, whose death kills every process in it; the
+        sweep finds the rest elsewhere)."""
         self._kill(pid)
 
     @staticmethod

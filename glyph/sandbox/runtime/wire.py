@@ -53,7 +53,7 @@ import collections
 import json
 
 MAX_DEPTH = 100
-MAX_NODES = 1 << 17  # values in one decoded tree; MBPP's largest expected value has 257
+MAX_NODES = 1 << 17  # values in one decoded tree, a ceiling (the grader reads up to grading.ANSWER_BYTES)
 MAX_TOKENS = 4 * MAX_NODES  # brackets, commas and colons in one message (a value takes 1 to 5)
 MAX_DATA = 4 << 20  # characters of str, bytes and number text in one decoded tree
 MAX_SAME_HASH = 64  # items of one set (keys of one dict) that may share a hash

@@ -5,18 +5,32 @@ Two modes, chosen by the payload header:
 ``solution``
     Compiles the submitted source (a compile error is reported before any
     submitted code runs), executes it as module ``solution``, then the test
-    setup code in the same namespace (as one file would), reports ``ready``
-    and serves requests until told to exit: ``eval`` (an expression from the
-    tests, e.g. ``remove_Occ("hello","l")``), and for referee sessions
-    ``get`` / ``call`` / ``getattr``, whose non-plain results stay here behind
-    integer handles. Everything this process says is untrusted: it may lie,
-    but it can only send plain data (see ``wire``), never an object.
+    setup code in the same namespace (as one file would), reports ``ready``,
+    answers every expression of its ``probes`` blob in order (all of a
+    suite's checks, sent at once: what it is asked never depends on an
+    answer), then serves requests until the request pipe ends: ``eval`` (an
+    expression from the tests, e.g. ``remove_Occ("hello","l")``), and for
+    referee sessions ``get`` / ``call`` / ``getattr``, whose non-plain
+    results stay here behind integer handles. An answer whose line would be
+    longer than the header's ``answer_bytes`` is replaced by its length
+    (``overcap``): the trusted side reads no longer answer. Everything this
+    process says is untrusted: it may lie, but it can only send plain data
+    (see ``wire``), never an object.
 
 ``referee``
     Runs a trusted test program (no submitted code is ever loaded here) in
     which every name the solution defines is a proxy: calls and attribute
     reads travel as plain data through the trusted client to a ``solution``
-    session and back. Reports each check's result. Its reports are trusted.
+    session and back. No check changes what the program asks next: an
+    ``assert`` records its result and never raises (an exception while
+    evaluating it is its failure; its message only where it calls nothing,
+    and then at every assert); ``and``/``or``/``not`` inside an assert
+    evaluate every operand; ``all`` and ``any`` read their whole iterable; a
+    top-level statement or ``test_*`` function that raises is recorded and
+    the next one runs. When the program has ended it says ``ran``, and only
+    once told ``report`` (the solution session is gone by then) does it
+    describe each check (values' reprs, tracebacks) and say ``done``. Its
+    reports are trusted.
 
 Messages are JSON lines: this process writes to fd ``result_fd`` and reads
 requests from ``request_fd``. Stdlib only.
@@ -28,6 +42,7 @@ import ast
 import builtins
 import io
 import linecache
+import operator
 import os
 import sys
 import traceback
@@ -48,8 +63,10 @@ class Channel:
         self.buf = b""
 
     def send(self, msg: dict) -> None:
+        self.send_line(wire.dumps(msg))
+
+    def send_line(self, data: bytes) -> None:
         _flush_std()
-        data = wire.dumps(msg)
         view = memoryview(data)
         while view:
             n = os.write(self.result_fd, view)
@@ -171,6 +188,27 @@ def _solution(header: dict, blobs: dict, chan: Channel) -> None:
             chan.send({"ev": "error", "phase": phase, "exc": exception_info(exc)})
             return
     chan.send({"ev": "ready"})
+    cap = header.get("answer_bytes")
+
+    def answer(rid, tree) -> None:
+        line = wire.dumps({"ev": "ret", "id": rid, "value": tree})
+        if cap is not None and len(line) > cap:
+            line = wire.dumps({"ev": "ret", "id": rid, "overcap": len(line)})
+        chan.send_line(line)
+
+    ns = mod.__dict__
+    probes = wire.loads(blobs["probes"], max_tokens=None)["probes"] if "probes" in blobs else ()
+    for rid, expr in enumerate(probes):
+        try:
+            value = eval(compile(expr, f"<check {rid}>", "eval", dont_inherit=True), ns)
+            tree = wire.encode(value)
+        except wire.WireError as exc:
+            chan.send({"ev": "ret", "id": rid, "notplain": _text(exc, 200)})
+            continue
+        except BaseException as exc:  # the submitted code's failure is a result to report
+            chan.send({"ev": "ret", "id": rid, "exc": exception_info(exc)})
+            continue
+        answer(rid, tree)
     handles: list = []
 
     def handle_of(obj) -> int:
@@ -184,7 +222,6 @@ def _solution(header: dict, blobs: dict, chan: Channel) -> None:
             return type(value)(resolve(v) for v in value)
         return value
 
-    ns = mod.__dict__
     while True:
         req = chan.recv()
         op, rid = req.get("op"), req.get("id")
@@ -214,7 +251,7 @@ def _solution(header: dict, blobs: dict, chan: Channel) -> None:
         except BaseException as exc:  # the submitted code's failure is a result to report
             chan.send({"ev": "ret", "id": rid, "exc": exception_info(exc)})
             continue
-        chan.send({"ev": "ret", "id": rid, "value": tree})
+        answer(rid, tree)
 
 
 def _missing(name: str):
@@ -257,6 +294,12 @@ def _remote_exception(info: dict) -> BaseException:
     return exc
 
 
+class SessionGone(BaseException):
+    """The solution session ended under a call (its limits, its channel): the
+    program stops there. A BaseException, so that no check takes it for
+    the solution's own error."""
+
+
 class RPC:
     def __init__(self, chan: Channel) -> None:
         self.chan = chan
@@ -266,6 +309,8 @@ class RPC:
         self.n += 1
         self.chan.send({"ev": "rpc", "op": op, "id": self.n, **fields})
         resp = self.chan.recv()
+        if resp.get("gone"):
+            raise SessionGone()
         if "exc" in resp:
             raise _remote_exception(resp["exc"])
         return self.wrap(wire.decode(resp["value"], allow_handles=True))
@@ -324,7 +369,7 @@ def _contains_check(node: ast.AST) -> bool:
     stack = [node]
     while stack:
         n = stack.pop()
-        if isinstance(n, ast.Assert) or (isinstance(n, ast.Name) and n.id == "__glyph_compare__"):
+        if isinstance(n, ast.Assert):
             return True
         if not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
             stack.extend(ast.iter_child_nodes(n))
@@ -333,35 +378,218 @@ def _contains_check(node: ast.AST) -> bool:
 
 _OPS = {ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=",
         ast.Is: "is", ast.IsNot: "is not", ast.In: "in", ast.NotIn: "not in"}
+_OP_FNS = {"==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le, ">": operator.gt,
+           ">=": operator.ge, "is": operator.is_, "is not": operator.is_not,
+           "in": lambda a, b: a in b, "not in": lambda a, b: a not in b}
+_NO_THUNK = (ast.NamedExpr, ast.Yield, ast.YieldFrom, ast.Await)  # a lambda would change what these mean
 
 
-class _ExplainAsserts(ast.NodeTransformer):
-    """``assert A op B`` becomes ``__glyph_compare__(A, 'op', B)``, which
-    evaluates each side once and says what they were when the check fails."""
+def _name(name: str) -> ast.Name:
+    return ast.Name(name, ast.Load())
 
-    def visit_Assert(self, node: ast.Assert):
-        test = node.test
-        if node.msg is None and isinstance(test, ast.Compare) and len(test.ops) == 1 \
-                and type(test.ops[0]) in _OPS:
-            call = ast.Call(ast.Name("__glyph_compare__", ast.Load()),
-                            [test.left, ast.Constant(_OPS[type(test.ops[0])]), test.comparators[0]], [])
-            return ast.copy_location(ast.Expr(call), node)
+
+def _thunk(node: ast.expr) -> ast.Lambda:
+    args = ast.arguments(posonlyargs=[], args=[], vararg=None, kwonlyargs=[], kw_defaults=[], kwarg=None,
+                         defaults=[])
+    return ast.Lambda(args, node)
+
+
+def _thunkable(node: ast.AST) -> bool:
+    for n in ast.walk(node):
+        if isinstance(n, _NO_THUNK):
+            return False
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "super" and not n.args:
+            return False
+    return True
+
+
+class _Blind(ast.NodeTransformer):
+    """The test program made blind to its own checks' results, where that
+    keeps its meaning: each ``assert`` becomes a call that records the
+    check and returns (``assert A op B``: both sides, then the comparison;
+    any other: its truth), inside a ``try`` whose handler records an
+    exception raised evaluating it as the check's failure; its message is
+    evaluated at every assert where it calls nothing, else never (it could
+    call the solution only when the check fails).
+    ``and``, ``or`` and ``x if c else y`` evaluate every operand (each in a
+    lambda; an exception of one the short circuit would have skipped is
+    dropped) and then take the value Python would; not where a lambda
+    would change the meaning (a walrus, ``yield``, ``await``, a bare
+    ``super()``, a class body's own scope)."""
+
+    def visit_ClassDef(self, node: ast.ClassDef) -> ast.ClassDef:
+        kept = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Assert)
+        node.body = [self.visit(n) if isinstance(n, kept) else n for n in node.body]
         return node
 
+    def visit_Assert(self, node: ast.Assert) -> ast.Try:
+        test = self.visit(node.test)
+        line = ast.Constant(node.lineno)
+        # A message that can call nothing (no call, no attribute read: no request to the solution) is
+        # evaluated at every assert, passed or failed (an exception it raises is dropped); any other
+        # is never evaluated: it could reach the solution only when the check fails.
+        msg = ast.Call(_name("__glyph_message__"), [_thunk(node.msg)], []) if node.msg is not None \
+            and _calls_nothing(node.msg) else ast.Constant(None)
+        if isinstance(test, ast.Compare) and len(test.ops) == 1 and type(test.ops[0]) in _OPS:
+            args = [test.left, ast.Constant(_OPS[type(test.ops[0])]), test.comparators[0], line, msg]
+            call = ast.Call(_name("__glyph_compare__"), args, [])
+        else:
+            call = ast.Call(_name("__glyph_truth__"), [test, line, msg], [])
+        record = ast.Expr(ast.Call(_name("__glyph_raised__"), [_name("__glyph_exc__"), line], []))
+        handler = ast.ExceptHandler(_name("__glyph_Exception__"), "__glyph_exc__", [record])
+        return ast.copy_location(ast.Try([ast.Expr(call)], [handler], [], []), node)
 
-def _compare(left, op: str, right) -> None:
-    import operator
-    fn = {"==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le, ">": operator.gt,
-          ">=": operator.ge, "is": operator.is_, "is not": operator.is_not,
-          "in": lambda a, b: a in b, "not in": lambda a, b: a not in b}[op]
-    if not fn(left, right):
-        raise AssertionError(f"got {_text(repr(left), 300)}, expected {op} {_text(repr(right), 300)}")
+    def visit_BoolOp(self, node: ast.BoolOp) -> ast.expr:
+        self.generic_visit(node)
+        if not _thunkable(node):
+            return node
+        args = [ast.Constant(isinstance(node.op, ast.And))] + [_thunk(v) for v in node.values]
+        return ast.copy_location(ast.Call(_name("__glyph_boolop__"), args, []), node)
+
+    def visit_IfExp(self, node: ast.IfExp) -> ast.expr:
+        self.generic_visit(node)
+        if not _thunkable(node):
+            return node
+        args = [_thunk(node.test), _thunk(node.body), _thunk(node.orelse)]
+        return ast.copy_location(ast.Call(_name("__glyph_ifexp__"), args, []), node)
+
+
+def _calls_nothing(node: ast.AST) -> bool:
+    return _thunkable(node) and not any(isinstance(n, (ast.Call, ast.Attribute)) for n in ast.walk(node))
+
+
+class _NoMessage:
+    """A message that raised (a test's own name it lacks): the check is told as if it had none."""
+
+
+def _message(thunk):
+    try:
+        return thunk()
+    except Exception:  # dropped, as Python would never have evaluated it on a pass
+        return _NoMessage
+
+
+def _settle(thunks) -> list:
+    """Each thunk's (True, value) or (False, exception)."""
+    out = []
+    for thunk in thunks:
+        try:
+            out.append((True, thunk()))
+        except Exception as exc:  # kept: raised only if the short circuit would have reached it
+            out.append((False, exc))
+    return out
+
+
+def _boolop(is_and: bool, *thunks):
+    """``a and b and ...`` (or ``or``) with every operand evaluated."""
+    settled = _settle(thunks)
+    for ok, value in settled[:-1]:
+        if not ok:
+            raise value
+        if bool(value) is not is_and:
+            return value
+    ok, value = settled[-1]
+    if not ok:
+        raise value
+    return value
+
+
+def _ifexp(test, body, orelse):
+    """``body() if test() else orelse()`` with all three evaluated."""
+    (t_ok, t), (b_ok, b), (o_ok, o) = _settle((test, body, orelse))
+    if not t_ok:
+        raise t
+    ok, value = (b_ok, b) if t else (o_ok, o)
+    if not ok:
+        raise value
+    return value
+
+
+def _exhaust(iterable, decide) -> bool | None:
+    """Read the whole of ``iterable``; the first item for which ``decide``
+    is true, as ``all`` or ``any`` would stop at it: True if there was one.
+    An exception before that item is raised; one after it is dropped."""
+    found = False
+    it = iter(iterable)
+    while True:
+        try:
+            item = next(it)
+        except StopIteration:
+            return found
+        except Exception:
+            if not found:
+                raise
+            continue
+        if not found and decide(item):
+            found = True
+
+
+def _all(iterable) -> bool:
+    """``all``, reading the whole iterable (``_exhaust``)."""
+    return not _exhaust(iterable, lambda item: not item)
+
+
+def _any(iterable) -> bool:
+    """``any``, reading the whole iterable (``_exhaust``)."""
+    return _exhaust(iterable, bool)
+
+
+class Checks:
+    """The checks of the program's current unit (a top-level statement or a
+    ``test_*`` function): its first failure, kept as found (values,
+    exception) and described only at ``report``."""
+
+    def __init__(self) -> None:
+        self.failure: tuple | None = None
+
+    def compare(self, left, op: str, right, line: int, msg=None) -> None:
+        if not _OP_FNS[op](left, right) and self.failure is None:
+            self.failure = ("compare", line, left, op, right, msg)
+
+    def truth(self, value, line: int, msg=None) -> None:
+        if not value and self.failure is None:
+            self.failure = ("truth", line, msg)
+
+    def raised(self, exc: BaseException, line: int) -> None:
+        if self.failure is None:
+            self.failure = ("raised", line, exc)
+
+
+def _failure_info(failure: tuple) -> tuple[dict, bool]:
+    """(exception facts, raised by the solution) of a unit's first failure."""
+    kind = failure[0]
+    if kind in ("compare", "truth"):
+        given = failure[-1]
+        if given is not None and given is not _NoMessage:  # the assert's own message, as Python shows it
+            msg = _text(given)
+        elif kind == "compare":
+            _, _, left, op, right, _ = failure
+            msg = f"got {_text(_repr(left), 300)}, expected {op} {_text(_repr(right), 300)}"
+        else:
+            msg = ""
+        return {"type": "AssertionError", "base": "AssertionError", "msg": msg, "tb": ""}, False
+    exc = failure[2]
+    if isinstance(exc, RemoteError):
+        return exc.info, True
+    return exception_info(exc), False
+
+
+def _repr(value) -> str:
+    try:
+        return repr(value)
+    except BaseException:  # an int past the digit limit, a hostile object's repr
+        return "<unrepresentable>"
 
 
 def _referee(header: dict, blobs: dict, chan: Channel) -> None:
     program = blobs["program"].decode("utf-8")
     rpc = RPC(chan)
-    ns: dict = {"__name__": "__glyph_tests__", "__builtins__": builtins, "__glyph_compare__": _compare}
+    checks = Checks()
+    ns: dict = {"__name__": "__glyph_tests__", "__builtins__": builtins, "__glyph_compare__": checks.compare,
+                "__glyph_truth__": checks.truth, "__glyph_raised__": checks.raised,
+                "__glyph_Exception__": Exception, "__glyph_boolop__": _boolop, "__glyph_ifexp__": _ifexp,
+                "__glyph_message__": _message,
+                "all": _all, "any": _any}
     for name in header.get("stdlib", []):
         ns[name] = __import__(name)
 
@@ -377,40 +605,54 @@ def _referee(header: dict, blobs: dict, chan: Channel) -> None:
                 raise
 
     sys.modules["solution"] = SolutionModule("solution")
-    tree = ast.fix_missing_locations(_ExplainAsserts().visit(ast.parse(program, "<tests>")))
+    tree = ast.parse(program, "<tests>")
+    has_check = [_contains_check(node) for node in tree.body]
+    tree = ast.fix_missing_locations(_Blind().visit(tree))
     lines = program.splitlines()
+    units: list[tuple[ast.AST, str | None, tuple | None]] = []  # (node, test function name, first failure)
 
-    def report(node, passed: bool, exc: BaseException | None = None, name: str | None = None) -> None:
-        msg = {"ev": "check", "line": node.lineno, "passed": passed,
-               "source": _text(name or "\n".join(lines[node.lineno - 1:node.end_lineno]), 500)}
-        if exc is not None:
-            remote = isinstance(exc, RemoteError)
-            msg["exc"] = exc.info if remote else exception_info(exc)
-            msg["remote"] = remote
-        chan.send(msg)
+    def run(node: ast.AST, name: str | None, call, check: bool) -> bool:
+        """Run one unit; False once the solution session is gone."""
+        checks.failure = None
+        gone = False
+        try:
+            call()
+        except SessionGone:
+            gone = True
+            checks.raised(SessionGone(), node.lineno)
+        except BaseException as exc:  # a unit that raises is a failed check; the next unit runs all the same
+            checks.raised(exc, node.lineno)
+        if check or checks.failure is not None:
+            units.append((node, name, checks.failure))
+        return not gone
 
+    going = True
     for name in header.get("names", []):
         try:
             ns[name] = rpc.request("get", name=name)
         except RemoteError:
             pass  # the solution lacks it: the test gets a NameError where it uses it
-    for node in tree.body:
+        except SessionGone:
+            going = False
+            break
+    for node, check in zip(tree.body, has_check):
+        if not going:
+            break
         code = compile(ast.Module(body=[node], type_ignores=[]), "<tests>", "exec")
-        try:
-            exec(code, ns)
-        except BaseException as exc:  # a failing check is a result to report
-            report(node, False, exc)
-            chan.send({"ev": "done"})
-            return
-        if _contains_check(node):
-            report(node, True)
-    for node in tree.body:
-        if isinstance(node, ast.FunctionDef) and node.name.startswith("test"):
-            try:
-                ns[node.name]()
-            except BaseException as exc:  # a failing check is a result to report
-                report(node, False, exc, name=node.name)
-                chan.send({"ev": "done"})
-                return
-            report(node, True, name=node.name)
+        going = run(node, None, lambda code=code: exec(code, ns), check)
+    tests = [node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name.startswith("test")]
+    for node in tests if going else ():
+        if not run(node, node.name, lambda name=node.name: ns[name](), True):
+            break
+    chan.send({"ev": "ran"})
+    chan.recv()  # "report": the solution session is gone (or the request pipe's end: _exit)
+    for node, name, failure in units:
+        msg = {"ev": "check", "line": node.lineno, "passed": failure is None,
+               "source": _text(name or "\n".join(lines[node.lineno - 1:node.end_lineno]), 500)}
+        if failure is not None:
+            if isinstance(failure[-1], SessionGone):
+                msg["gone"] = True
+            else:
+                msg["exc"], msg["remote"] = _failure_info(failure)
+        chan.send(msg)
     chan.send({"ev": "done"})

@@ -1,10 +1,12 @@
-"""Adversarial non-solutions: the ways a policy (or a person) has tried to get
-a reward without solving the task, or to damage the grader.
+"""The attack catalogue: the ways a policy (or a person) has tried to get a
+reward without solving the task, or to damage the grader, each one a
+solution graded once (``ATTACKS``), and the demo task they target.
 
 Each attack targets ``DEMO_TESTS`` (remove the first and last occurrence of a
-character). None of them contains the expected outputs, so none of them may
-pass; the red-team tests also check that each leaves no process and no file
-behind and that the grader survives. ``glyph demo`` grades a few of them.
+character) unless it brings tests of its own. None of them contains the
+expected outputs, so none of them may pass; ``tests/test_redteam.py`` also
+checks that each leaves no process and no file behind and that the grader
+survives. ``glyph demo`` grades a few of them. Stdlib only.
 """
 
 from __future__ import annotations
@@ -73,6 +75,8 @@ wire.encode = lambda value, *a, **k: bomb() if value is MARK else encode(value, 
 def remove_first_last(s, ch): return MARK
 """
 
+
+CAP_SETS = 7200  # empty sets ({"s":[]}, 9 bytes each) in an answer line just under glyph.grading.ANSWER_BYTES
 
 ATTACKS: tuple[Attack, ...] = (
     Attack("always_equal", "return an object whose __eq__ is always true", """
@@ -383,6 +387,15 @@ def remove_first_last(s, ch):
            wire_bomb("return [[]] * 5_400_000")),
     Attack("wire_relay_bomb", "against referee-path tests, 16 MB of empty sets, for the relay to decode, "
            "re-encode and send on to the referee", wire_bomb('return [{"s": []}] * 1_800_000'), referee=True),
+    Attack("wire_cap_sets", "answers just under the answer cap (64 KiB), each the shape that costs the "
+           "decoder most (empty sets: 216 bytes each, decoded); graded many at once, they add up in the "
+           "grader (tests/test_redteam.py grades 32 copies at once)",
+           wire_bomb(f'return [{{"s": []}}] * {CAP_SETS}')),
+    Attack("million_zero_lines", "a 2 MiB solution: the function, then a million lines of 0, and the name of "
+           "a builtin the tests read, so that the grader looks for its rebinding (its own parse of such a "
+           "file took 1.6 GB and 4 s)",
+           "str = str\ndef remove_first_last(s, ch): return s\n" + "0\n" * 1_000_000,
+           own_tests='assert remove_first_last("hello", "l") == str("heo")\n'),
 )
 
 
@@ -402,302 +415,3 @@ def aimed_at_a_listener(attack: Attack) -> tuple[str, socket.socket | None]:
     listener.listen()
     listener.settimeout(0.1)
     return attack.source.replace("PORTS = [80, 8000, 8080]", f"PORTS = [{listener.getsockname()[1]}]"), listener
-
-
-# ---------------------------------------------------------------- runs that talk, state that stays
-
-# Three boolean checks, of the shape of MBPP task 3 (any constant answer fails one of them).
-COLLUDE_TESTS = """\
-assert is_odd(2) == False
-assert is_odd(7) == True
-assert is_odd(35) == True
-"""
-
-# Copies of one solution that computes nothing, graded at once, pooling what each learns: for each
-# call the first copy to get there claims it (an abstract unix socket) and answers True; a copy
-# that is asked again (or told to exit) was right and publishes the answer, a copy killed for a
-# wrong one vanishes, and the copies that saw it probing publish the other answer (a prober waits
-# until another copy is alive, up to 3 s, before it answers). Facts live as
-# listening abstract sockets, held by every copy that knows them. Alone (a network namespace of its
-# own), a copy is always the first: it answers True to everything and fails.
-COLLUDE = r'''
-import socket, time, errno
-TOKEN = "@TOKEN@"
-FUNCTION = "@FUNCTION@"
-_held, _seen, _probing = [], set(), []
-
-def _name(*parts):
-    return ("\0glyph-collude-" + TOKEN + "/" + "/".join(map(str, parts))).encode()
-
-def _hold(*parts):
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        s.bind(_name(*parts))
-        s.listen(1024)
-        _held.append(s)
-        return True
-    except OSError:
-        s.close()
-        return False
-
-def _there(*parts):
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.setblocking(False)
-    try:
-        s.connect(_name(*parts))
-        return True
-    except OSError as exc:
-        return exc.errno not in (errno.ECONNREFUSED, errno.ENOENT)
-    finally:
-        s.close()
-
-def _known(key):
-    for value in (True, False):
-        if _there(key, value):
-            _hold(key, value)  # hold it too: it outlives the copy that learned it
-            return value
-    return None
-
-def _answered():
-    if _probing:
-        _hold(_probing.pop(), True)
-
-import sys
-_worker = sys.modules.get("worker") or sys.modules.get("glyph.sandbox.runtime.worker")
-_recv = _worker.Channel.recv
-def _hooked_recv(self):  # told to exit (not cut off: that is a kill): the last answer was right too
-    req = _recv(self)
-    if req.get("op") == "exit" and _probing:
-        _answered()
-        time.sleep(0.5)
-    return req
-_worker.Channel.recv = _hooked_recv
-
-def answer(*args):
-    _answered()  # asked again: the last answer was right
-    key = repr(args)
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        value = _known(key)
-        if value is not None:
-            return value
-        if key in _seen:
-            if not _there("probe", key):  # its prober is gone without publishing True
-                value = _known(key)
-                if value is None:
-                    _hold(key, False)
-                    return False
-                return value
-        elif _hold("probe", key):
-            _probing.append(key)
-            until = time.monotonic() + 3
-            while time.monotonic() < until and sum(_there("copy", i) for i in range(64)) < 2:
-                time.sleep(0.01)  # wait for another copy to arrive (alone, it waits in vain)
-            time.sleep(0.3)  # and for the others to see it probing
-            return True
-        else:
-            _seen.add(key)
-        time.sleep(0.002)
-    return True
-
-for _i in range(64):  # count as a copy while alive
-    if _hold("copy", _i):
-        break
-globals()[FUNCTION] = answer
-'''
-
-
-def colluding_copies(token: str, function: str = "is_odd") -> str:
-    """The colluding solution above, for ``function``; ``token`` keeps
-    separate trials from meeting."""
-    return COLLUDE.replace("@TOKEN@", token).replace("@FUNCTION@", function)
-
-
-def collude(sandbox, copies: int = 8, tests: str = COLLUDE_TESTS, function: str = "is_odd",
-            wall_s: float = 30.0) -> list[bool]:
-    """Grade ``copies`` colluding copies at once; whether each passed."""
-    import secrets
-    import threading
-
-    from glyph.grading import grade
-    from glyph.sandbox import Limits
-
-    source = colluding_copies(secrets.token_hex(6), function)
-    passed = [False] * copies
-    start = threading.Barrier(copies)
-
-    def one(i: int) -> None:
-        start.wait()
-        passed[i] = grade(source, "", tests, limits=Limits(cpu_s=10, wall_s=wall_s), sandbox=sandbox).passed
-
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(copies)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return passed
-
-
-CARRY_TESTS = """\
-assert planted() == "@VALUE@"
-"""
-
-# The first grading plants a value everywhere a run could leave it; the second looks for it there.
-PLANT = r'''
-import ctypes, os, platform, socket, time
-VALUE, TOKEN = "@VALUE@", "@TOKEN@"
-libc = ctypes.CDLL(None, use_errno=True)
-NR = {"x86_64": {"add_key": 248, "request_key": 249, "keyctl": 250, "shmget": 29, "shmat": 30},
-      "aarch64": {"add_key": 217, "request_key": 218, "keyctl": 219, "shmget": 194, "shmat": 196}}.get(
-      platform.machine(), {})
-KEY_SPEC_USER_KEYRING, KEY_SPEC_SESSION_KEYRING, KEYCTL_READ = -4, -3, 11
-SHM_KEY = int(TOKEN[:7], 16)
-PLACES = ["/tmp", "/var/tmp", "/dev/shm", "/run/lock", os.environ.get("HOME", "."), os.getcwd(), ".."]
-
-def syscall(name, *args):
-    return libc.syscall(ctypes.c_long(NR[name]), *args) if name in NR else -1
-
-def plant():
-    for kr in (KEY_SPEC_USER_KEYRING, KEY_SPEC_SESSION_KEYRING):
-        syscall("add_key", b"user", ("glyph-" + TOKEN).encode(), VALUE.encode(), len(VALUE), ctypes.c_int(kr))
-    shm = syscall("shmget", ctypes.c_int(SHM_KEY), 4096, 0o1666)  # IPC_CREAT | 0666
-    if shm >= 0:
-        libc.shmat.restype = ctypes.c_void_p
-        addr = libc.shmat(shm, None, 0)
-        if addr not in (None, ctypes.c_void_p(-1).value):
-            ctypes.memmove(addr, VALUE.encode() + b"\0", len(VALUE) + 1)
-    for place in PLACES:
-        try:
-            path = os.path.join(place, "glyph-pwned-" + TOKEN)
-            with open(path, "w") as f:
-                f.write(VALUE)
-            os.chmod(path, 0o666)
-        except OSError:
-            pass
-    os.environ["GLYPH_PLANTED"] = VALUE
-    os.putenv("GLYPH_PLANTED", VALUE)
-    r, w = os.pipe()
-    os.set_inheritable(r, True)
-    os.write(w, VALUE.encode())
-    if os.fork() == 0:  # a daemon that serves the value on an abstract socket, for a while
-        try:
-            os.setsid()
-            if os.fork() == 0:
-                s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-                s.bind(("\0glyph-pwned-" + TOKEN).encode())
-                s.listen(8)
-                s.settimeout(0.2)
-                end = time.monotonic() + 30
-                while time.monotonic() < end:
-                    try:
-                        c, _ = s.accept()
-                        c.sendall(VALUE.encode())
-                        c.close()
-                    except OSError:
-                        pass
-        finally:
-            os._exit(0)
-    time.sleep(0.2)
-
-def find():
-    found = {}
-    buf = ctypes.create_string_buffer(256)
-    for kr in (KEY_SPEC_USER_KEYRING, KEY_SPEC_SESSION_KEYRING):
-        key = syscall("request_key", b"user", ("glyph-" + TOKEN).encode(), None, ctypes.c_int(kr))
-        if key > 0 and syscall("keyctl", KEYCTL_READ, key, buf, 256) > 0:
-            found[f"keyring {kr}"] = buf.value.decode()
-    shm = syscall("shmget", ctypes.c_int(SHM_KEY), 0, 0)
-    if shm >= 0:
-        libc.shmat.restype = ctypes.c_void_p
-        addr = libc.shmat(shm, None, 0)
-        if addr not in (None, ctypes.c_void_p(-1).value):
-            found["sysv shm"] = ctypes.string_at(addr).decode()
-    for place in PLACES:
-        try:
-            with open(os.path.join(place, "glyph-pwned-" + TOKEN)) as f:
-                found[place] = f.read()
-        except OSError:
-            pass
-    if os.environ.get("GLYPH_PLANTED"):
-        found["environment"] = os.environ["GLYPH_PLANTED"]
-    for fd in range(6, 256):  # 0-5: the run's own (stdio, its channels, the payload)
-        try:
-            os.set_blocking(fd, False)
-            data = os.read(fd, 64)
-            if data:
-                found[f"fd {fd}"] = data.decode("ascii", "replace")
-        except OSError:
-            pass
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        s.settimeout(1)
-        s.connect(("\0glyph-pwned-" + TOKEN).encode())
-        found["abstract socket"] = s.recv(64).decode()
-    except OSError:
-        pass
-    finally:
-        s.close()
-    return found
-
-def clean():  # bare: what the planting left in the caller's keyrings, IPC and files
-    for kr in (KEY_SPEC_USER_KEYRING, KEY_SPEC_SESSION_KEYRING):
-        key = syscall("request_key", b"user", ("glyph-" + TOKEN).encode(), None, ctypes.c_int(kr))
-        if key > 0:
-            syscall("keyctl", 3, key)  # KEYCTL_REVOKE
-    shm = syscall("shmget", ctypes.c_int(SHM_KEY), 0, 0)
-    if shm >= 0:
-        libc.shmctl(shm, 0, None)  # IPC_RMID
-    for place in PLACES:
-        try:
-            os.unlink(os.path.join(place, "glyph-pwned-" + TOKEN))
-        except OSError:
-            pass
-
-if ROLE == "plant":
-    plant()
-elif ROLE == "clean":
-    clean()
-FOUND = find() if ROLE == "find" else {}
-
-def planted():
-    if ROLE == "plant":
-        return VALUE
-    return next(iter(FOUND.values()), None)
-'''
-
-
-def carryover(sandbox, value: str | None = None) -> dict:
-    """Grade a solution that plants ``value`` everywhere it can (it is told
-    it, and passes), then one that looks for it there: ``{"first": passed,
-    "second": passed, "found": where the second found it}``."""
-    import ast
-    import secrets
-
-    from glyph.grading import grade
-    from glyph.sandbox import Limits
-
-    token = secrets.token_hex(8)
-    value = value or secrets.token_hex(8)
-    tests = CARRY_TESTS.replace("@VALUE@", value)
-    limits = Limits(cpu_s=5, wall_s=10)
-    planter = 'ROLE = "plant"\n' + PLANT.replace("@VALUE@", value).replace("@TOKEN@", token)
-    first = grade(planter, "", tests, limits=limits, sandbox=sandbox)
-    finder = 'ROLE = "find"\n' + PLANT.replace("@VALUE@", "").replace("@TOKEN@", token)  # it knows no value
-    second = grade(finder, "", tests, limits=limits, sandbox=sandbox)
-    run = sandbox.open({"mode": "solution"}, {"source": finder.encode(), "setup": b""}, limits)
-    found: dict = {}
-    if (run.recv() or {}).get("ev") == "ready":
-        run.send({"op": "eval", "id": 0, "expr": "repr(FOUND)"})
-        resp = run.recv() or {}
-        from glyph.sandbox.runtime import wire
-        try:
-            found = ast.literal_eval(wire.decode(resp.get("value")))
-        except (wire.WireError, ValueError, SyntaxError):
-            found = {"?": "unreadable"}
-        run.send({"op": "exit"})
-    run.finish(kill=True)
-    if sandbox.protections().mode == "bare":
-        cleaner = 'ROLE = "clean"\n' + PLANT.replace("@VALUE@", "").replace("@TOKEN@", token)
-        grade(cleaner, "", tests, limits=limits, sandbox=sandbox)
-    return {"first": first.passed, "second": second.passed, "found": found, "detail": second.detail,
-            "token": token}

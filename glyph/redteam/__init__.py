@@ -1,0 +1,30 @@
+"""Adversarial non-solutions: the ways a policy (or a person) has tried to get
+a reward without solving the task, or to damage the grader, and the demo
+task they target.
+
+* ``catalogue``: one solution graded once each (``ATTACKS``): lies about
+  equality, reads of the tests, exits, floods, bombs on the result channel,
+  a solution the trusted side must not parse whole;
+* ``colluding``: copies graded at once that pool what they learn over
+  abstract unix sockets;
+* ``carryover``: state one grading plants for the next;
+* ``channels`` and ``verdicts``: kernel state no namespace separates (the
+  page cache, the fork, pid and inode counters, ``flock()``), and the
+  attacks that would carry verdicts over it, between gradings and between
+  copies graded at once, with the grader before verdict blindness as their
+  control.
+
+None of them may pass; ``tests/test_redteam.py`` (as root) and
+``tests/test_sandbox_unprivileged.py`` (``userns``, ``confined``) also check
+that each leaves no process and no file behind and that the grader survives.
+Stdlib only.
+"""
+
+from glyph.redteam.carryover import CARRY_TESTS, carryover
+from glyph.redteam.catalogue import (ATTACKS, DEMO_PROMPT, DEMO_SOLUTION, DEMO_TESTS, DEMO_WRONG,
+    REFEREE_TESTS, Attack, aimed_at_a_listener, attack, wire_bomb)
+from glyph.redteam.colluding import COLLUDE_TESTS, collude, colluding_copies
+
+__all__ = ["ATTACKS", "CARRY_TESTS", "COLLUDE_TESTS", "DEMO_PROMPT", "DEMO_SOLUTION", "DEMO_TESTS",
+           "DEMO_WRONG", "REFEREE_TESTS", "Attack", "aimed_at_a_listener", "attack", "carryover", "collude",
+           "colluding_copies", "wire_bomb"]
