@@ -19,7 +19,7 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parent
 
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("outcomes", "sandbox", "text"),  # the ground floor: imports nothing from glyph
+    ("outcomes", "sandbox", "text", "errors"),  # the ground floor: imports nothing from glyph
     ("grading",),  # the trusted grader
     ("agent",),  # the agent program, its protocol and tools
     ("layers", "pins", "record", "localhttp", "vfcompat", "render", "render_study", "redteam", "recipe"),

@@ -17,11 +17,12 @@ from pathlib import Path
 import pytest
 
 from glyph.data import plus, prepare
-from glyph.data.mbpp import DataError, MbppTask
+from glyph.data.mbpp import MbppTask
 from glyph.data.plus.generate import generate
 from glyph.data.plus.mutate import Mutator, candidates, profile, says_sorted
 from glyph.data.plus.seeds import seeds_of
 from glyph.data.plus.selection import MAX_KEPT
+from glyph.errors import DataError
 from glyph.grading import compile_tests, grade, solution_bindings
 from glyph.outcomes import Outcome
 from glyph.testing import plus_suites

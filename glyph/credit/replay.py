@@ -53,8 +53,9 @@ from typing import Protocol
 from glyph.agent import program, protocol
 from glyph.agent.tools import sha256
 from glyph.credit import rates
-from glyph.credit.trajectory import CreditError, Trajectory
+from glyph.credit.trajectory import Trajectory
 from glyph.data.mbpp import MbppTask
+from glyph.errors import RunError
 from glyph.outcomes import Outcome
 
 NOT_RECORDED = "NOT_RECORDED"  # a python_test whose RESULT the trajectory does not hold (the program was killed)
@@ -182,7 +183,7 @@ def replay(traj: Trajectory) -> Replay:
         i = 2
         while i < len(msgs):
             if msgs[i]["role"] != "assistant":
-                raise CreditError(f"{traj.where}: message {i} is a {msgs[i]['role']} message where the next "
+                raise RunError(f"{traj.where}: message {i} is a {msgs[i]['role']} message where the next "
                                   f"assistant turn should be")
             k = len(steps) + 1
             recorded = msgs[i + 1]["content"] if i + 1 < len(msgs) and msgs[i + 1]["role"] == "user" else None

@@ -13,12 +13,9 @@ from pathlib import Path
 
 from glyph.agent import protocol
 from glyph.data.mbpp import MbppTask
+from glyph.errors import RunError
 from glyph.record import MBPP_ENV_ID
-from glyph.report.load import ReportError, find_runs, iter_episodes, judge, task_data
-
-
-class CreditError(ValueError):
-    """Input credit assignment cannot use; the message is one line naming the file (and line)."""
+from glyph.report.load import find_runs, iter_episodes, judge, task_data
 
 
 @dataclass(frozen=True)
@@ -47,20 +44,20 @@ def _load(path: Path, task: str | None, index: int | None, budget: int | None) -
     if path.is_dir():
         return load_eval_rollout(path, task, index)
     if index is not None:
-        raise CreditError(f"{path}: --index selects a rollout of an eval output directory, not of one trace file")
+        raise RunError(f"{path}: --index selects a rollout of an eval output directory, not of one trace file")
     try:
         data = json.loads(path.read_text(encoding="utf-8", errors="surrogateescape"))
     except FileNotFoundError:
-        raise CreditError(f"{path}: no such file or directory") from None
+        raise RunError(f"{path}: no such file or directory") from None
     except OSError as exc:
-        raise CreditError(f"{path}: cannot read it ({exc.strerror})") from None
+        raise RunError(f"{path}: cannot read it ({exc.strerror})") from None
     except ValueError as exc:
-        raise CreditError(f"{path}: not JSON ({exc})") from None
+        raise RunError(f"{path}: not JSON ({exc})") from None
     if isinstance(data, dict) and "messages" in data:
         return _from_program_trace(data, str(path), budget)
     if isinstance(data, dict) and "nodes" in data:
         return _from_vf_trace(data, str(path))
-    raise CreditError(f"{path}: neither a program trace (no 'messages') nor a verifiers trace (no 'nodes')")
+    raise RunError(f"{path}: neither a program trace (no 'messages') nor a verifiers trace (no 'nodes')")
 
 
 def _from_program_trace(data: dict, where: str, budget: int | None = None) -> Trajectory:
@@ -70,7 +67,7 @@ def _from_program_trace(data: dict, where: str, budget: int | None = None) -> Tr
         "did not finish (no end recorded)"
     budget, cost = budget or data.get("budget"), data.get("test_cost")
     if not isinstance(budget, int):
-        raise CreditError(f"{where}: the trace records no tool budget (written by an older glyph); pass --budget")
+        raise RunError(f"{where}: the trace records no tool budget (written by an older glyph); pass --budget")
     cost = int(cost) if isinstance(cost, int) else _infer_test_cost(messages, budget)
     return Trajectory(where, messages, _arm(data.get("arm"), messages), budget, cost, None, recorded)
 
@@ -93,11 +90,11 @@ def _conversation(nodes: object, where: str) -> list[dict]:
     """The messages on the path from the root to the last node (a glyph-mbpp
     conversation is one chain: the program resends the whole history)."""
     if not isinstance(nodes, list) or not nodes:
-        raise CreditError(f"{where}: the rollout records no conversation (no trace nodes)")
+        raise RunError(f"{where}: the rollout records no conversation (no trace nodes)")
     chain, i, seen = [], len(nodes) - 1, set()
     while i is not None:
         if i in seen or not 0 <= i < len(nodes) or not isinstance(nodes[i], dict):
-            raise CreditError(f"{where}: the trace nodes' parent links are broken at node {i}")
+            raise RunError(f"{where}: the trace nodes' parent links are broken at node {i}")
         seen.add(i)
         chain.append(nodes[i].get("message"))
         parent = nodes[i].get("parent")
@@ -107,7 +104,7 @@ def _conversation(nodes: object, where: str) -> list[dict]:
 
 def _check_messages(messages: object, where: str) -> tuple[dict, ...]:
     if not isinstance(messages, list):
-        raise CreditError(f"{where}: 'messages' is not a list")
+        raise RunError(f"{where}: 'messages' is not a list")
     out = []
     for i, m in enumerate(messages):
         content = m.get("content") if isinstance(m, dict) else None
@@ -115,10 +112,10 @@ def _check_messages(messages: object, where: str) -> tuple[dict, ...]:
             content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
         if not isinstance(m, dict) or m.get("role") not in ("system", "user", "assistant") \
                 or not isinstance(content, str):
-            raise CreditError(f"{where}: message {i} is not a {{role, content}} chat message")
+            raise RunError(f"{where}: message {i} is not a {{role, content}} chat message")
         out.append({"role": m["role"], "content": content})
     if [m["role"] for m in out[:2]] != ["system", "user"]:
-        raise CreditError(f"{where}: a glyph-mbpp conversation starts with the system and user messages")
+        raise RunError(f"{where}: a glyph-mbpp conversation starts with the system and user messages")
     return tuple(out)
 
 
@@ -159,36 +156,33 @@ def load_eval_rollout(root: Path, task: str | None, index: int | None) -> Trajec
     file order, 0-based; default: the first one that failed) under an eval
     output directory, read with ``glyph.report.load``'s discovery."""
     found: list[Selected] = []
-    try:
-        for rf in find_runs(root):
-            for line, episode in iter_episodes(rf.traces):
-                if (episode.get("env") or {}).get("id") not in (None, "", MBPP_ENV_ID):
+    for rf in find_runs(root):
+        for line, episode in iter_episodes(rf.traces):
+            if (episode.get("env") or {}).get("id") not in (None, "", MBPP_ENV_ID):
+                continue
+            for ti, t in enumerate(episode["traces"]):
+                if not isinstance(t, dict):
                     continue
-                for ti, t in enumerate(episode["traces"]):
-                    if not isinstance(t, dict):
-                        continue
-                    data = task_data(episode, t)
-                    name = data.get("name") or data.get("id")
-                    passed = judge(episode, t, f"{rf.traces}:{line}").passed
-                    found.append(Selected(rf.traces, line, ti, str(name), passed))
-    except ReportError as exc:
-        raise CreditError(str(exc)) from None
+                data = task_data(episode, t)
+                name = data.get("name") or data.get("id")
+                passed = judge(episode, t, f"{rf.traces}:{line}").passed
+                found.append(Selected(rf.traces, line, ti, str(name), passed))
     if not found:
-        raise CreditError(f"{root}: no {MBPP_ENV_ID} rollouts")
+        raise RunError(f"{root}: no {MBPP_ENV_ID} rollouts")
     tasks = sorted({s.task for s in found})
     if task is None:
         if len(found) > 1:
-            raise CreditError(f"{root}: {len(found)} rollouts of {len(tasks)} tasks ({_few(tasks)}); "
+            raise RunError(f"{root}: {len(found)} rollouts of {len(tasks)} tasks ({_few(tasks)}); "
                               f"pick the task with --task (then --index picks its rollout; default: its first failed one)")
         task = found[0].task
     mine = [s for s in found if s.task == task]
     if not mine:
-        raise CreditError(f"{root}: no rollout of {task} (tasks here: {_few(tasks)})")
+        raise RunError(f"{root}: no rollout of {task} (tasks here: {_few(tasks)})")
     if index is None:
         failed = [i for i, s in enumerate(mine) if not s.passed]
         index = failed[0] if failed else 0
     elif not 0 <= index < len(mine):
-        raise CreditError(f"{root}: --index {index}: {task} has {len(mine)} rollouts (0..{len(mine) - 1})")
+        raise RunError(f"{root}: --index {index}: {task} has {len(mine)} rollouts (0..{len(mine) - 1})")
     pick = mine[index]
     with pick.file.open("rb") as f:
         raw = next(itertools.islice(f, pick.line - 1, None))
@@ -213,7 +207,7 @@ def resolve_task(traj: Trajectory, tasks: dict[str, MbppTask], task_id: str | No
     prompt = traj.messages[1]["content"]
     if chosen is not None:
         if chosen not in tasks:
-            raise CreditError(f"{traj.where}: task {chosen!r} is not in {source}")
+            raise RunError(f"{traj.where}: task {chosen!r} is not in {source}")
         task = tasks[chosen]
         if protocol.user_prompt(task.text, task.test_list) != prompt:
             notes.append(f"the trajectory's user prompt is not {chosen}'s as glyph-mbpp writes it")
@@ -221,4 +215,4 @@ def resolve_task(traj: Trajectory, tasks: dict[str, MbppTask], task_id: str | No
     for t in tasks.values():
         if protocol.user_prompt(t.text, t.test_list) == prompt:
             return t, notes
-    raise CreditError(f"{traj.where}: its user prompt matches no task in {source}; pass --task mbpp_N")
+    raise RunError(f"{traj.where}: its user prompt matches no task in {source}; pass --task mbpp_N")

@@ -25,13 +25,10 @@ from pathlib import Path
 
 from glyph import pins
 from glyph.data import SEED
+from glyph.errors import DataError
 
 ENV_VAR = "GLYPH_MBPP_PATH"
 CLI_OPTION = "--mbpp-path"  # the ``glyph`` command's; vf-eval's taskset passes its own
-
-
-class DataError(ValueError):
-    """Bad or missing task data; the message names where."""
 
 
 @dataclass(frozen=True)

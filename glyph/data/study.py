@@ -52,6 +52,7 @@ from glyph.agent import study as S
 from glyph.agent.study_episode import Result, call_line, result_for
 from glyph.data import mbpp
 from glyph.data.study_check import text_sha256
+from glyph.errors import DataError
 
 ARMS = ("a", "b")
 TASK_FILES = (("train", "rl"), ("validation", "validation"), ("test", "test"))
@@ -121,7 +122,7 @@ def make_splits(tasks: list[StudyTask], seed: int = S.SEED, split_key: str = "st
     by_id = {t.task_id: t for t in tasks}
     missing = [i for r in (mbpp.TEST_IDS, mbpp.VALIDATION_IDS, mbpp.TRAIN_IDS) for i in r if i not in by_id]
     if missing:
-        raise mbpp.DataError(f"the data lacks {len(missing)} task ids the splits need (first: {missing[:5]})")
+        raise DataError(f"the data lacks {len(missing)} task ids the splits need (first: {missing[:5]})")
     if split_key not in SPLIT_KEYS:
         raise ValueError(f"split_key is {split_key!r}, not one of {SPLIT_KEYS}")
     if split_key == "glyph":
@@ -430,7 +431,7 @@ def select_recoveries(sft_tasks: list[StudyTask], grader: Grader, tokenizer, see
             elif r is not None:
                 too_long.append(task.task_id)
     if len(deep) != DEEP_COUNT or len(shallow) != SHALLOW_COUNT:
-        raise mbpp.DataError(f"found {len(deep)} two-step and {len(shallow)} one-step recoveries among the "
+        raise DataError(f"found {len(deep)} two-step and {len(shallow)} one-step recoveries among the "
                              f"{len(sft_tasks)} SFT tasks; the study needs {DEEP_COUNT} and {SHALLOW_COUNT}")
     modes = {i: S.SHALLOW_MODES[k % 2] for k, i in enumerate(shallow)}
     modes |= {i: S.DEEP_MODES[k % 2] for k, i in enumerate(deep)}

@@ -39,7 +39,7 @@ What each rollout is, and how it counts:
   the first candidate's verified outcome; recovered is passed after a
   visible failure; only predictions with an outcome-class label.
 
-Bad input is a :class:`ReportError` whose message names the file and line.
+Bad input is a :class:`RunError` whose message names the file and line.
 """
 
 from __future__ import annotations
@@ -57,6 +57,7 @@ import msgspec
 from glyph import record
 from glyph.agent.program import own_words
 from glyph.agent.protocol import DEFAULT_BUDGET
+from glyph.errors import RunError
 from glyph.outcomes import Outcome
 from glyph.record import ERRORED, MBPP_ENV_ID, OK, TIMED_OUT
 from glyph.text import encodable_data
@@ -74,11 +75,7 @@ HARNESS_KEYS = ("max_tool_calls", "test_cost", "revise_feedback", "tool_timeout"
 TASKSET_KEYS = ("split", "challenge_tests", "seed", "plus_path")
 
 
-class ReportError(Exception):
-    """Input the report cannot read; the message is one line naming the file (and line)."""
-
-
-class MixedRuns(ReportError):
+class MixedRuns(RunError):
     """A run or a cell mixing arms or configurations, none of it labelled."""
 
 
@@ -134,9 +131,9 @@ def parse_label(spec: str) -> dict[str, str]:
         key, eq, value = part.partition("=")
         key, value = key.strip(), value.strip()
         if not eq or key not in LABEL_KEYS or not value:
-            raise ReportError(f"--label {spec!r}: expected comma-separated arm=..., seed=..., ckpt=...")
+            raise RunError(f"--label {spec!r}: expected comma-separated arm=..., seed=..., ckpt=...")
         if key == "arm" and value not in ARMS:
-            raise ReportError(f"--label {spec!r}: arm is a or b")
+            raise RunError(f"--label {spec!r}: arm is a or b")
         out[key] = value
     return out
 
@@ -153,9 +150,9 @@ def find_runs(root: Path) -> list[RunFile]:
     traces.jsonl, else every vf-eval/eval run and PRIME-RL eval step file
     below it."""
     if not root.exists():
-        raise ReportError(f"{root}: no such directory")
+        raise RunError(f"{root}: no such directory")
     if not root.is_dir():
-        raise ReportError(f"{root}: not a directory (give an eval run directory)")
+        raise RunError(f"{root}: not a directory (give an eval run directory)")
     files = [root / TRACES] if (root / TRACES).is_file() else sorted(root.rglob(TRACES))
     parts = root.resolve().parts
     if (
@@ -164,7 +161,7 @@ def find_runs(root: Path) -> list[RunFile]:
         and _PRIME_STEP.match(parts[-3])
         and parts[-2:] != ("eval", "all")
     ):
-        raise ReportError(
+        raise RunError(
             f"{root}: PRIME-RL writes every eval rollout, errored ones included, to "
             f"{parts[-3]}/eval/all; {'/'.join(parts[-2:])} is "
             + ("the non-errored subset" if parts[-2:] == ("eval", "effective") else "not an eval")
@@ -183,7 +180,7 @@ def find_runs(root: Path) -> list[RunFile]:
         elif f.parent == root:
             runs.append(RunFile(f, "traces"))
     if not runs:
-        raise ReportError(
+        raise RunError(
             f"{root}: no eval run under it (no traces.jsonl of vf-eval, eval or PRIME-RL's "
             f"rollouts/step_N/eval/all)"
         )
@@ -192,11 +189,11 @@ def find_runs(root: Path) -> list[RunFile]:
 
 def iter_episodes(path: Path) -> Iterator[tuple[int, dict]]:
     """(line number, episode) for each non-blank line; a line that is not a
-    JSON episode is a ReportError naming ``path:line``."""
+    JSON episode is a RunError naming ``path:line``."""
     try:
         f = path.open("rb")
     except OSError as exc:
-        raise ReportError(f"{path}: cannot read it ({exc.strerror})") from None
+        raise RunError(f"{path}: cannot read it ({exc.strerror})") from None
     with f:
         for number, raw in enumerate(f, 1):
             if not raw.strip():
@@ -204,12 +201,12 @@ def iter_episodes(path: Path) -> Iterator[tuple[int, dict]]:
             try:
                 episode = _decode(raw)
             except (ValueError, UnicodeDecodeError) as exc:
-                raise ReportError(
+                raise RunError(
                     f"{path}:{number}: not valid JSON ({_json_why(exc)}); a run cut off mid-write "
                     f"can be resumed with the eval CLI's --resume"
                 ) from None
             if not isinstance(episode, dict) or not isinstance(episode.get("traces"), list):
-                raise ReportError(f"{path}:{number}: not a verifiers episode (no 'traces' list)")
+                raise RunError(f"{path}:{number}: not a verifiers episode (no 'traces' list)")
             yield number, episode
 
 
@@ -272,9 +269,9 @@ def _read_config(rf: RunFile) -> dict:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        raise ReportError(f"{path}: not a readable eval config ({exc})") from None
+        raise RunError(f"{path}: not a readable eval config ({exc})") from None
     if not isinstance(data, dict):
-        raise ReportError(f"{path}: not a readable eval config (not a JSON object)")
+        raise RunError(f"{path}: not a readable eval config (not a JSON object)")
     return data
 
 
@@ -357,12 +354,12 @@ def _error_text(error: object) -> str:
 def judge(episode: dict, trace: dict | None, where: str = "") -> Judged:
     """One rollout's status and reward, by ``glyph.record``'s rule, from a
     saved episode and one of its traces (None: the episode has none). A
-    record of the wrong shape is a ReportError naming ``where``."""
+    record of the wrong shape is a RunError naming ``where``."""
     t = trace or {}
     try:
         rec = record.mbpp_record(t.get("info"))
     except record.RecordError as exc:
-        raise ReportError(f"{where}: {exc}") from None
+        raise RunError(f"{where}: {exc}") from None
     reward = ((t.get("rewards") or {}).get("passed") or {}).get("score")
     errors = [*(episode.get("errors") or []), *(t.get("errors") or [])]
     ok = trace is not None and t.get("ok") is True and episode.get("ok") is True
@@ -426,7 +423,7 @@ def _rollout(
     data = task_data(episode, trace)
     task = data.get("name") or data.get("id")
     if not isinstance(task, str):
-        raise ReportError(f"{where}:{line}: an episode names no task (task.data.name)")
+        raise RunError(f"{where}:{line}: an episode names no task (task.data.name)")
     t = trace or {}
     acfg = (t.get("agent") or {}).get("config") or {}
     j = judge(episode, trace, f"{where}:{line}")
@@ -485,7 +482,7 @@ class Loaded(NamedTuple):
 
 def load(roots: list[Path], labels: list[dict] | None = None) -> Loaded:
     """Every run under ``roots`` and its rollouts; ``labels[i]`` labels every
-    run under ``roots[i]``. Raises ReportError on bad input and MixedRuns on
+    run under ``roots[i]``. Raises RunError on bad input and MixedRuns on
     an unlabelled mix."""
     labels = labels or [{} for _ in roots]
     runs: list[Run] = []
@@ -495,7 +492,7 @@ def load(roots: list[Path], labels: list[dict] | None = None) -> Loaded:
         for rf in find_runs(root):
             resolved = rf.traces.resolve()
             if resolved in seen:
-                raise ReportError(
+                raise RunError(
                     f"{rf.traces} is given twice (under {seen[resolved]} and {root}); each run counts once"
                 )
             seen[resolved] = root
@@ -526,7 +523,7 @@ def load(roots: list[Path], labels: list[dict] | None = None) -> Loaded:
                 traces = episode["traces"] or [None]
                 for trace in traces:
                     if not isinstance(trace, (dict, type(None))):
-                        raise ReportError(f"{rf.traces}:{line}: a trace is not a JSON object")
+                        raise RunError(f"{rf.traces}:{line}: a trace is not a JSON object")
                     r = _rollout(index, line, episode, trace, run_cfg, str(rf.traces))
                     if trace is not None and run.verifiers is None:
                         run.verifiers = (trace.get("verifiers") or {}).get("version")
@@ -534,7 +531,7 @@ def load(roots: list[Path], labels: list[dict] | None = None) -> Loaded:
                     run.rollouts += 1
             if not by_env:
                 what = ", ".join(f"{k} ({n})" for k, n in other.items())
-                raise ReportError(
+                raise RunError(
                     f"{rf.traces}: no {MBPP_ENV_ID} episodes" + (f" (only {what})" if what else " (empty)")
                 )
     notes = check_runs(runs, rollouts)  # on what the runs record

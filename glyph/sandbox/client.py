@@ -40,6 +40,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from glyph.errors import SandboxError
 from glyph.sandbox.runtime import wire
 
 SERVER = Path(__file__).with_name("runtime") / "server.py"
@@ -88,7 +89,7 @@ class RunStatus:
         return self.wall_timeout or self.cpu_exceeded
 
 
-class SandboxUnavailable(RuntimeError):
+class SandboxUnavailable(SandboxError):
     pass
 
 

@@ -28,6 +28,7 @@ from glyph.envs.local import read_text
 from glyph.envs.mbpp.finalize import TaskTests, metric_defaults, verify
 from glyph.envs.mbpp.harness import interception_record, limits_from_record, recorded_profile
 from glyph.envs.mbpp.validate import validate_task
+from glyph.errors import DataError
 from glyph.sandbox import get_sandbox
 from glyph.vfcompat import timed_out
 
@@ -159,7 +160,7 @@ class GlyphTaskset(vf.Taskset[GlyphTask, GlyphTasksetConfig]):
         error (``glyph.vfcompat``, 7.). ``load`` itself raises ``DataError``."""
         try:
             yield from super().__iter__()
-        except mbpp.DataError as exc:
+        except DataError as exc:
             raise SystemExit(f"glyph-mbpp: {exc}") from exc
 
     def load(self):
@@ -168,7 +169,7 @@ class GlyphTaskset(vf.Taskset[GlyphTask, GlyphTasksetConfig]):
         by_id = {t.task_id: t for t in source.tasks}
         folder = plus.resolve_dir(cfg.plus_path)
         if cfg.hidden == "plus" and not folder.is_dir():
-            raise mbpp.DataError(f"--env.taskset.hidden plus: no plus tests at {folder}; run "
+            raise DataError(f"--env.taskset.hidden plus: no plus tests at {folder}; run "
                                  f"`glyph data plus --out {folder.parent}` or set --env.taskset.plus-path")
         if cfg.profile == "study":
             as_study = {t.task_id: study.from_mbpp(t) for t in source.tasks}  # each task converted once
