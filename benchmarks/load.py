@@ -75,8 +75,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from glyph.agent import protocol
-from glyph.agent.protocol import Call
+from glyph.agent.profiles import glyph as protocol
+from glyph.agent.profiles.base import Call
 from glyph.data import mbpp
 from glyph.demo import read_rollouts, vf_eval_command
 from glyph.policies.policies import Planner, Step, UnknownTask, function_name

@@ -24,6 +24,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("agent",),  # the agent program, its protocol and tools
     ("layers", "pins", "record", "localhttp", "vfcompat", "render", "render_study", "redteam", "recipe"),
     ("data",),  # MBPP, conventions, SFT traces, plus tests, gold check, prepare
+    ("profiles",),  # the protocol profiles' trusted halves (their agent halves: glyph.agent.profiles)
     ("policies", "predict", "report"),
     ("envs",),  # the verifiers v1 environments
     ("credit", "flywheel"),

@@ -5,7 +5,7 @@ import shutil
 
 import pytest
 
-from glyph.agent import protocol
+from glyph.agent.profiles import glyph as protocol
 from glyph.data import mbpp, prepare, sft
 from glyph.errors import DataError
 from glyph.outcomes import Outcome

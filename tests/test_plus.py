@@ -323,7 +323,8 @@ def finished_trace(source: str) -> dict:
     digest = hashlib.sha256(source.encode()).hexdigest()
     return {"candidates": [{"index": 0, "source": source, "sha256": digest}],
             "tests": [{"call": "3", "sha256": digest, "outcome": "PASS"}],
-            "calls": [{"id": "1"}, {"id": "2"}, {"id": "3"}], "end": "final", "final": True}
+            "calls": [{"id": "1", "tool": "read_file", "status": "ok"}, {"id": "2", "tool": "apply_patch", "status": "ok"},
+                      {"id": "3", "tool": "python_test", "status": "PASS"}], "end": "final", "final": True}
 
 
 def test_finalize_grades_both_suites_and_records_each(generated, mbpp_tasks):
@@ -351,15 +352,15 @@ def test_finalize_grades_both_suites_and_records_each(generated, mbpp_tasks):
         info = verify(finished_trace(source), source, tests, limits)
         m = info.metrics
         if source == wrong:  # no visible test passed: the trace lies, and nothing is rewarded
-            assert m["tampered"] == 1.0
-        got = (info.reward, m["base_passed"], m["plus_passed"])
+            assert m.tampered == 1.0
+        got = (info.reward, m.base_passed, m.plus_passed)
         assert got == (reward, base_ok, plus_ok), (suite, info.reason, info.base_outcome, info.plus_outcome)
-        assert m["passed"] == info.reward and info.reward_suite == suite
+        assert m.passed == info.reward and info.reward_suite == suite
     info = verify(finished_trace(hard), hard, TaskTests(task.test_setup_code, visible, visible, lines, "plus"), limits)
     assert info.base_outcome == "PASS" and info.plus_outcome == info.final_outcome == "ASSERTION_FAILURE"
     assert "with the plus tests" in info.reason
     info = verify(finished_trace(hard), hard, TaskTests(task.test_setup_code, visible, visible), limits)
-    assert info.reward == 1.0 and "plus_passed" not in info.metrics and info.plus_outcome is None
+    assert info.reward == 1.0 and info.metrics.plus_passed is None and info.plus_outcome is None
     with pytest.raises(ValueError, match="has none"):
         TaskTests(task.test_setup_code, visible, visible, None, "plus")
     # One grading gives both: a solution that hangs on a plus input passed base before it hung.
@@ -373,7 +374,7 @@ def test_finalize_grades_both_suites_and_records_each(generated, mbpp_tasks):
     broken = ("assert remove_Occ('a', 'a') ==",)
     info = verify(finished_trace(task.code), task.code, TaskTests(task.test_setup_code, visible, visible, broken),
                   limits)
-    assert info.reward == 1.0 and info.metrics["plus_passed"] == 0.0 and info.plus_outcome == "OTHER"
+    assert info.reward == 1.0 and info.metrics.plus_passed == 0.0 and info.plus_outcome == "OTHER"
     from glyph.grading import InvalidTests
     with pytest.raises(InvalidTests):
         verify(finished_trace(task.code), task.code,

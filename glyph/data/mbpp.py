@@ -314,7 +314,7 @@ def task_row(task: MbppTask, split: str, plus_tests: list[str] | None = None) ->
     the task's: ``prompt`` is ``protocol.messages`` at the default budget,
     recorded as ``prompt_budget``; a harness with another budget builds its
     own from the same parts (``text`` and ``visible_tests``)."""
-    from glyph.agent import protocol
+    from glyph.agent.profiles import glyph as protocol
 
     return {
         "id": task.id,

@@ -131,6 +131,12 @@ def _generate_plus(out: Path, source: mbpp.Source, seed: int, which: bool | list
     return summary, {t.task_id: plus.current(folder, t, seed) for t in chosen}
 
 
+def glyph_layout(manifest: object) -> bool:
+    """Whether ``manifest`` is one ``prepare`` wrote (glyph's layout: tasks/, sft/, plus/); another
+    profile's preparation names its profile there (the study's: ``glyph.data.study.prepare``)."""
+    return isinstance(manifest, dict) and "profile" not in manifest
+
+
 def add_plus(out: Path, mbpp_path=None, seed: int | None = None, tasks: list[str] | None = None,
              jobs: int | None = None, progress: bool = True) -> dict:
     """``glyph data plus``: generate (resumably) the plus tests into
@@ -141,7 +147,7 @@ def add_plus(out: Path, mbpp_path=None, seed: int | None = None, tasks: list[str
     source = mbpp.load_source(mbpp_path)
     mpath = out / MANIFEST
     manifest = json.loads(mpath.read_text()) if mpath.is_file() else None
-    if manifest is not None and manifest.get("profile") == "study":
+    if not glyph_layout(manifest):
         manifest = None
     if seed is None:
         seed = manifest["seed"] if manifest else mbpp.SEED

@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from glyph.agent.tools import sha256
+from glyph.agent.trace import sha256
 from glyph.data import conventions
 from glyph.data.conventions import ConventionTask
 from glyph.errors import ConfigError

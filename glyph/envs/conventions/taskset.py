@@ -25,8 +25,8 @@ import verifiers.v1 as vf
 from pydantic import field_validator
 
 from glyph import record
-from glyph.agent import protocol
-from glyph.agent.protocol import SOLUTION_FILE
+from glyph.agent.profiles import glyph as protocol
+from glyph.agent.profiles.glyph import SOLUTION_FILE
 from glyph.data import conventions
 from glyph.envs.local import read_text
 from glyph.errors import DataError
