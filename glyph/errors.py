@@ -7,7 +7,9 @@ Every command of the ``glyph`` CLI turns a ``GlyphError`` into one line,
 else propagates as a bug. So a message names what to change: the file and
 line, the option, the command to run first. A module raises the boundary
 class itself, or a subclass of it where callers must tell that case apart
-(``glyph.report.load.MixedRuns``).
+(``glyph.report.load.MixedRuns``). The one user error not here is the
+sandbox's (``glyph.sandbox.SandboxUnavailable``: the sandbox imports nothing
+from glyph, as it runs copied alone); the CLI names it beside these.
 
 Stdlib only and import-free: the ground floor, shipped with the agent layer.
 """
@@ -32,10 +34,6 @@ class RunError(GlyphError, ValueError):
 class ConfigError(GlyphError, ValueError):
     """A command's options or a config file: a value out of range, two that disagree, a config
     that differs from the one a store was started with."""
-
-
-class SandboxError(GlyphError, RuntimeError):
-    """The sandbox cannot start on this machine (the message says which protection is missing)."""
 
 
 class SetupError(GlyphError, RuntimeError):

@@ -317,11 +317,15 @@ def test_every_user_error_class_is_a_glyph_error_of_one_boundary():
 
     from glyph import errors
 
-    boundaries = (errors.DataError, errors.RunError, errors.ConfigError, errors.SandboxError, errors.SetupError)
+    boundaries = (errors.DataError, errors.RunError, errors.ConfigError, errors.SetupError)
     assert {c for c in vars(errors).values() if isinstance(c, type) and issubclass(c, errors.GlyphError)} \
         == {errors.GlyphError, *boundaries}
-    for module, name, boundary in (("glyph.sandbox.client", "SandboxUnavailable", errors.SandboxError),
-                                   ("glyph.grading", "InvalidTests", errors.DataError),
+    from glyph.cli.common import is_user_error
+    from glyph.sandbox import SandboxUnavailable
+
+    assert not issubclass(SandboxUnavailable, errors.GlyphError)  # the sandbox imports nothing from glyph
+    assert is_user_error(SandboxUnavailable("no user namespaces")) and not is_user_error(ValueError("a bug"))
+    for module, name, boundary in (("glyph.grading", "InvalidTests", errors.DataError),
                                    ("glyph.report.load", "MixedRuns", errors.RunError),
                                    ("glyph.predict.pin", "PatchError", errors.SetupError),
                                    ("glyph.flywheel.options", "OptionsError", errors.ConfigError),

@@ -31,11 +31,19 @@ SOME = ["mbpp_11", "mbpp_19", "mbpp_4", "mbpp_226", "mbpp_120", "mbpp_343", "mbp
 
 
 def children() -> set[int]:
-    """Live child processes of this process (the sandbox servers it started)."""
+    """Live sandbox servers this process started (its children running the sandbox's server: not a
+    process another thread of the session starts, tests/test_pin.py's runs in the pinned stack)."""
     found = set()
     for task in Path(f"/proc/{os.getpid()}/task").iterdir():
         found |= {int(p) for p in (task / "children").read_text().split()}
-    return found
+    return {p for p in found if _is_sandbox_server(p)}
+
+
+def _is_sandbox_server(pid: int) -> bool:
+    try:
+        return b"runtime/server.py" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:  # gone already
+        return False
 
 
 @pytest.fixture(scope="module")

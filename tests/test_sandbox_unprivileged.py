@@ -4,7 +4,7 @@ root without CAP_SYS_ADMIN (``confined``), and nowhere silently ``bare``.
 Each case runs a driver script in a subprocess with a Python installed for
 all users (the repo's ``.venv`` Python may live under a home other uids
 cannot read). The driver imports a copy of the stdlib-only part of glyph
-(``glyph/sandbox``, ``grading.py``, ``outcomes.py``, ``text.py``, ``redteam.py``) from a
+(``glyph/sandbox``, ``grading.py``, ``errors.py``, ``outcomes.py``, ``text.py``, ``redteam.py``) from a
 directory that uid can read, grades every attack of ``glyph.redteam`` and
 checks, from outside, what ``tests/test_redteam.py`` checks under root: not
 rewarded, no process left, no file changed outside the run, no secret in the
@@ -254,7 +254,7 @@ def copy(python):
     try:
         pkg = root / "glyph"
         shutil.copytree(GLYPH / "sandbox", pkg / "sandbox", ignore=shutil.ignore_patterns("__pycache__"))
-        for name in ("grading.py", "outcomes.py", "redteam.py", "text.py"):
+        for name in ("errors.py", "grading.py", "outcomes.py", "redteam.py", "text.py"):
             shutil.copy(GLYPH / name, pkg / name)
         (pkg / "__init__.py").write_text("")
         (root / "driver.py").write_text(DRIVER)

@@ -6,6 +6,7 @@ every command module can import it."""
 from __future__ import annotations
 
 import functools
+import sys
 from pathlib import Path
 from typing import Annotated, NoReturn, Optional
 
@@ -32,15 +33,25 @@ def fail(message: str) -> NoReturn:
     raise typer.Exit(2)
 
 
+def is_user_error(exc: BaseException) -> bool:
+    """A ``glyph.errors.GlyphError`` (input the user can fix from its message), or the sandbox's
+    ``SandboxUnavailable`` (the sandbox imports nothing from glyph; looked up in ``sys.modules``: a
+    module never imported cannot have raised it)."""
+    sandbox = sys.modules.get("glyph.sandbox.client")
+    return isinstance(exc, GlyphError) or (sandbox is not None and isinstance(exc, sandbox.SandboxUnavailable))
+
+
 def named_errors_fail(func):
-    """``func`` with a ``glyph.errors.GlyphError`` (input the user can fix from its message) turned
-    into :func:`fail`; anything else propagates: a bug."""
+    """``func`` with a user error (:func:`is_user_error`) turned into :func:`fail`; anything else
+    propagates: a bug."""
 
     @functools.wraps(func)
     def command(*args, **kwargs):
         try:
             return func(*args, **kwargs)
-        except GlyphError as exc:
+        except Exception as exc:
+            if not is_user_error(exc):
+                raise
             fail(str(exc))
 
     return command

@@ -40,7 +40,6 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from glyph.errors import SandboxError
 from glyph.sandbox.runtime import wire
 
 SERVER = Path(__file__).with_name("runtime") / "server.py"
@@ -89,7 +88,7 @@ class RunStatus:
         return self.wall_timeout or self.cpu_exceeded
 
 
-class SandboxUnavailable(SandboxError):
+class SandboxUnavailable(RuntimeError):
     pass
 
 

@@ -341,10 +341,11 @@ class StudyEpisode:
             errors.append(S.ERR_BUDGET)
         if not errors and self._bad(calls[0]):
             errors.append(self._bad(calls[0]))
-        call = self.call = calls[0]
+        self.call = calls[0] if calls else None
         if errors:  # the candidate is still shadow-tested: its outcome is a prediction target
             self._target(self._test(tester, shadow=True), prediction, decision, context, reply, shadow=True)
             return self._stop(errors)
+        call = calls[0]
         if decision == S.REVISE:
             self._target(self._test(tester, shadow=True), prediction, decision, context, reply, shadow=True)
             result = self._execute(call, tester)
