@@ -34,7 +34,7 @@ from rich.table import Table
 from glyph.envs import bundle
 from glyph.envs.mbpp.harness import BUNDLE, PROGRAM_DIR, SHIPPED
 
-IMPORTS = "import glyph.agent.program, glyph.agent.study_episode, glyph.grading\n"
+IMPORTS = "import glyph.agent.program, glyph.agent.profiles.study, glyph.grading\n"
 FILES = f"import os, sys\nsys.path.insert(0, os.path.abspath({PROGRAM_DIR!r}))\n"
 
 

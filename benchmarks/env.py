@@ -25,7 +25,7 @@ every run pays once, drop out. CPU is user + system, from the kernel:
   event loop: ``time.thread_time()``) and its other threads (the test
   service's HTTP threads, ``asyncio.to_thread`` file I/O and ``rmtree``);
 * ``agent``: warm, measured: the children's CPU the fork server reports
-  (``trace.info["glyph_program"]["cpu_s"]``, from ``wait4``) plus the
+  (the harness record's ``program["cpu_s"]``, from ``wait4``) plus the
   server's own; cold and baseline, by difference: ``tree`` less ``env``
   less warm's ``sandbox`` (the gradings are the same work in every cell);
 * ``sandbox``: warm's ``tree`` less its ``env`` and ``agent``: the sandbox
@@ -67,6 +67,7 @@ from glyph.data import mbpp
 from glyph.demo import read_rollouts, vf_eval_command
 from glyph.policies.policies import Planner
 from glyph.policies.server import PolicyServer
+from glyph.record import HarnessRecord, harness_record
 
 CELLS = ("baseline", "cold", "warm")
 MEASURE = r"""
@@ -121,7 +122,7 @@ def one_run(base_url: str, cell: str, n: int, concurrency: int, data_path: str |
     if proc.returncode != 0:
         raise RuntimeError(f"vf-eval ({cell}, {n}) exited {proc.returncode}: {proc.stderr[-3000:]}")
     own = json.loads(times.read_text())
-    programs = [t["info"].get("glyph_program") or {} for t in traces(out / "eval")]
+    programs = [(harness_record(t["info"]) or HarnessRecord()).program or {} for t in traces(out / "eval")]
     warm = [p for p in programs if p.get("start") == "warm" and p.get("cpu_s") is not None]
     agent = (sum(p["cpu_s"] for p in warm) + max(p["server_cpu_s"] for p in warm)) if warm else None
     return {"cell": cell, "n": n, "tree": tree, "env": own["self"], "main": own["main_thread"],

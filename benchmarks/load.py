@@ -82,7 +82,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from glyph.agent.protocol import Call
+from glyph.agent.profiles.base import Call
 from glyph.data import mbpp
 from glyph.demo import read_rollouts, vf_eval_command
 from glyph.policies.policies import Dialect, Planner, Step, UnknownTask, function_name, profile_of

@@ -30,7 +30,8 @@ import time
 from rich.console import Console
 from rich.table import Table
 
-from glyph.agent import protocol
+from glyph.agent.profiles import glyph as protocol
+from glyph.agent.profiles.base import Call
 from glyph.outcomes import Outcome
 from glyph.predict.annotate import TokenBytes, annotate
 from glyph.record import VerifiedCandidate
@@ -55,25 +56,26 @@ def rollout(tok, rng: random.Random, wrong: int) -> tuple[list[tuple[str, str]],
         (
             "assistant",
             "Let me look at the file.\n"
-            + protocol.Call(str(next(call_id)), "read_file", {"path": "solution.py"}).line(),
+            + protocol.call_line(Call(str(next(call_id)), "read_file", {"path": "solution.py"})),
         )
     )
-    turns.append(("user", protocol.result_message(protocol.Call("1", "read_file", {}), "ok", source, 7)))
+    turns.append(("user", protocol.result_message(Call("1", "read_file", {}), "ok", source, 7)))
     labels = [o.value for o in Outcome]
     wrong_at = set(rng.sample(range(PREDICTIONS), wrong))  # early and late predictions alike
     cands = []
     for k in range(PREDICTIONS):
-        patch = protocol.Call(
+        patch = Call(
             str(next(call_id)),
             "apply_patch",
             {"path": "solution.py", "find": f"value_{k} =", "replace": f"value_{k} = 1 +"},
         )
-        turns.append(("assistant", f"Fix step {k}.\n{patch.line()}"))
+        turns.append(("assistant", f"Fix step {k}.\n{protocol.call_line(patch)}"))
         turns.append(("user", protocol.result_message(patch, "ok", "", 6 - k)))
         sampled = rng.choice(labels)
         verified = rng.choice([x for x in labels if x != sampled]) if k in wrong_at else sampled
-        test = protocol.Call(str(next(call_id)), "python_test", {})
-        turn = f"Checking.\n<PREDICTION>{sampled}</PREDICTION>\n<DECISION>KEEP</DECISION>\n{test.line()}"
+        test = Call(str(next(call_id)), "python_test", {})
+        turn = (f"Checking.\n<PREDICTION>{sampled}</PREDICTION>\n<DECISION>KEEP</DECISION>\n"
+                f"{protocol.call_line(test)}")
         cands.append(
             VerifiedCandidate(
                 index=k,

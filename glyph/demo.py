@@ -21,6 +21,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from glyph import profiles
 from glyph.grading import grade
 from glyph.record import MBPP_ENV_ID
 from glyph.redteam import DEMO_PROMPT, DEMO_SOLUTION, DEMO_TESTS, DEMO_WRONG, REFEREE_TESTS, attack
@@ -32,14 +33,10 @@ SHOWN_ATTACKS = ("always_equal", "str_subclass_equal", "caller_frames", "read_te
                  "double_fork_daemon", "memory_bomb", "cpu_spin", "kill_grader", "always_equal_referee")
 
 
-PROFILES = ("study", "glyph")
-DEFAULT_PROFILE = "study"
-
-
 def profile_args(profile: str) -> list[str]:
-    """The eval CLI's flags that run glyph-mbpp under ``profile`` (taskset and harness alike)."""
-    if profile not in PROFILES:
-        raise ValueError(f"profile {profile!r}: use {' or '.join(PROFILES)}")
+    """The eval CLI's flags that run glyph-mbpp under ``profile`` (taskset and harness alike); an unknown
+    profile is a ValueError naming the known ones (``glyph.profiles``)."""
+    profiles.get(profile)
     return ["--env.taskset.profile", profile, "--env.agent.harness.profile", profile]
 
 
@@ -60,7 +57,7 @@ def read_rollouts(out: Path) -> list[dict]:
     """Each rollout of the eval runs under ``out`` (found and parsed as ``glyph report`` finds and parses
     them; none where no run wrote traces, as after ``--dry-run``) as a plain dict: task, ok, reward (None if
     unscored), reason, metrics, errors."""
-    from glyph.report.load import TRACES, find_runs, iter_episodes, judge
+    from glyph.report.episodes import TRACES, find_runs, iter_episodes, judge
 
     rows = []
     for run in find_runs(out) if out.is_dir() and next(out.rglob(TRACES), None) else []:
@@ -86,7 +83,7 @@ def run_folder(arm: str, profile: str) -> str:
 
 
 def run_env_demo(console: Console, n: int = 6, data_path: str | None = None, out: Path | None = None,
-                 profile: str = DEFAULT_PROFILE) -> int:
+                 profile: str = profiles.DEFAULT) -> int:
     """Both arms against the reference policies under ``profile``; the eval runs are kept under ``out``
     (default: a new folder in the system's temp dir) for ``glyph report``."""
     profile_args(profile)  # an unknown profile fails before anything starts

@@ -61,6 +61,7 @@ import warnings
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from glyph.errors import DataError
 from glyph.outcomes import Outcome, outcome_of_exception
 from glyph.sandbox import Limits, Run, RunStatus, Sandbox, get_sandbox
 from glyph.sandbox.runtime import wire
@@ -126,7 +127,7 @@ class SandboxFault(RuntimeError):
     result says nothing about the solution, so it is raised, not graded."""
 
 
-class InvalidTests(ValueError):
+class InvalidTests(DataError):
     """The tests themselves are unusable (a bug in the task, not the solution)."""
 
 

@@ -19,12 +19,13 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parent
 
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("outcomes", "sandbox", "text"),  # the ground floor: imports nothing from glyph
+    ("outcomes", "sandbox", "text", "errors"),  # the ground floor: imports nothing from glyph
     ("grading",),  # the trusted grader
     ("agent",),  # the agent program, its protocol and tools
     ("layers", "pins", "record", "localhttp", "vfcompat", "render", "render_study", "redteam", "recipe",
      "export"),
     ("data",),  # MBPP, conventions, SFT traces, plus tests, gold check, prepare
+    ("profiles",),  # the protocol profiles' trusted halves (their agent halves: glyph.agent.profiles)
     ("policies", "predict", "report"),
     ("envs",),  # the verifiers v1 environments
     ("credit", "flywheel"),

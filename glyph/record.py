@@ -1,13 +1,24 @@
-"""The typed rollout record: what glyph's environments write to
-``trace.info["glyph"]`` and every reader decodes.
+"""The typed records glyph's environments write into ``trace.info``, and the
+one rule for what a rollout was.
 
-glyph-mbpp's finalize (``glyph.envs.mbpp.finalize``) builds an
-``MbppRecord``; its harness and finalize write a fault record (``reward``
-None, ``fault`` set) where the machinery failed. glyph-conventions writes a
-``ConventionsRecord``. ``encode`` turns a record into the JSON-ready dict
-verifiers stores; ``mbpp_record`` / ``conventions_record`` decode one back
-(fields a record lacks take their defaults, so a record saved by an earlier
-glyph still decodes; a record of the wrong shape raises ``RecordError``).
+Two records, each under one key:
+
+* ``HarnessRecord`` (``trace.info["glyph_harness"]``): what glyph-mbpp's
+  harness recorded around the agent program, trusted: the grading limits,
+  the protocol (arm, budget, profile, switches), the test service's log and
+  its record of the episode's end, the interception's calls at the program's
+  exit, the program's exit. Finalize, the report and credit read it.
+* ``MbppRecord`` (``trace.info["glyph"]``): what finalize
+  (``glyph.envs.mbpp.finalize``) judged: reward, reason, how the episode
+  ended, typed metrics, the verified candidates PREDICT trains on; or the
+  fault that stopped the rollout (``reward`` None, ``fault`` set).
+  glyph-conventions writes a ``ConventionsRecord`` there instead.
+
+Each carries a version. A rollout an earlier glyph wrote still decodes
+(``harness_record``, ``mbpp_record``): its ten ``glyph_*`` keys become a
+version 0 ``HarnessRecord``, and a version 0 ``MbppRecord`` gets its end and
+its timeout from the reason it recorded them in. A record of the wrong shape
+raises ``RecordError``.
 
 ``status`` is the one rule for what a rollout was: ``ok``, or an incident
 (``tampered``, ``timed_out``, ``errored``). PREDICT (``glyph.predict``), the
@@ -20,65 +31,158 @@ from typing import Any
 
 import msgspec
 
-from glyph.outcomes import Outcome
+from glyph.agent.trace import INFRA_ENDS, VerifiedCandidate
+from glyph.errors import RunError
 from glyph.text import encodable_data
 
 INFO_KEY = "glyph"
-"""The key of ``trace.info`` that holds the record."""
+"""The key of ``trace.info`` that holds the rollout record."""
+HARNESS_KEY = "glyph_harness"
+"""The key of ``trace.info`` that holds the harness record."""
 MBPP_ENV_ID = "glyph-mbpp"
 CONVENTIONS_ENV_ID = "glyph-conventions"
 """The environments' ids (verifiers' plugin ids; an episode's ``env.id``)."""
+HARNESS_VERSION = 1
+RECORD_VERSION = 1
 
 OK, ERRORED, TIMED_OUT, TAMPERED = "ok", "errored", "timed_out", "tampered"
 INCIDENTS = (ERRORED, TIMED_OUT, TAMPERED)
-INFRA_ENDS = ("endpoint_error", "tester_error", "program_error")
-"""Program ends that are failures of the machinery (``glyph.agent.program``), not of the model's work."""
 FAULTS = ("endpoint_error", "tester_error", "finalize_error")
 TIMED_OUT_REASON = "the rollout timed out; "
 """What finalize puts before the reason of a rollout a deadline ended."""
 
 
-class RecordError(ValueError):
-    """A ``trace.info["glyph"]`` that is not a record of the expected kind."""
+class RecordError(RunError):
+    """A ``trace.info`` record that is not one of the expected kind."""
 
 
-class VerifiedCandidate(msgspec.Struct, frozen=True, kw_only=True):
-    """A candidate as PREDICT trains on it: Arm B's prediction for it, and its
-    trusted (``verified_label``) outcome."""
-
-    index: int
-    sha256: str
-    verified_label: str
-    sampled_label: str | None = None
-    decision: str | None = None
-    shadow: bool = False
-    context: list[dict[str, Any]] | None = None
-    """The messages before the prediction turn, as the program recorded them."""
-    prediction_turn: str | None = None
-    prediction_call: str | None = None
+# ---------------------------------------------------------------- the harness record
 
 
-PASS = Outcome.PASS.value
+class ProtocolRecord(msgspec.Struct, kw_only=True):
+    """The protocol the program ran under, as the harness configured it."""
+
+    arm: str
+    max_tool_calls: int
+    test_cost: int
+    profile: str = "glyph"
+    """The profile (``glyph.profiles``); a rollout from before the study profile ran glyph's."""
+    project: str | None = None
+    """The task's project folder (where ``solution.py`` is), for a profile that has one."""
+    switches: dict[str, Any] | None = None
 
 
-def study_episode(first_target: str | None, visible: list[str]) -> tuple[bool, bool, bool]:
-    """(first patch correct, had an executed failure, recovered) as the PREDICT study defines
-    them (its ``src/glyph/taskset.py`` metrics): the first prediction target's outcome
-    (``first_target``, None: no target) where there is one, else the first visible test's; a
-    visible test that did not pass; a visible PASS after the first visible failure, whatever
-    the reward. ``visible``: the trusted outcome of each visible python_test, in order. The one
-    place finalize's study metrics and ``glyph report``'s study definitions come from."""
-    first_fail = next((i for i, v in enumerate(visible) if v != PASS), None)
-    first = first_target == PASS if first_target is not None else bool(visible) and visible[0] == PASS
-    return first, first_fail is not None, first_fail is not None and PASS in visible[first_fail + 1:]
+class ServiceEnd(msgspec.Struct, kw_only=True):
+    """The program's report to the test service of how the episode ended."""
+
+    end: str | None
+    turns: int
+
+
+class InterceptionRecord(msgspec.Struct, kw_only=True):
+    """verifiers' interception record as the program left it: what is recorded later is no turn of its."""
+
+    calls: int
+    stop_condition: str | None = None
+
+
+class HarnessRecord(msgspec.Struct, kw_only=True):
+    """What glyph-mbpp's harness recorded around the agent program (trusted: written outside the runtime)."""
+
+    version: int = HARNESS_VERSION
+    """0: decoded from the ``glyph_*`` keys of an earlier glyph."""
+    limits: dict[str, float] | None = None
+    """The grading limits (``{"cpu_s", "wall_s"}``) of every python_test and of finalize."""
+    env_pid: int | None = None
+    """The env process that ran it (one of a serve pool's workers)."""
+    protocol: ProtocolRecord | None = None
+    service_log: list[dict[str, Any]] | None = None
+    """The test service's log of the rollout's gradings; None: no service (a container runtime)."""
+    service_end: ServiceEnd | None = None
+    """The program's report of its end (with a service log; None: it never reported)."""
+    service_faults: list[Any] | None = None
+    interception: InterceptionRecord | None = None
+    program: dict[str, Any] | None = None
+    """How the program ran and exited (``exit_code``, ``stderr``, ``start``, CPU)."""
+    endpoint_fault_confirmed: str | None = None
+    """For a container's endpoint fault: the trusted record that confirmed it."""
+
+
+_OLD_HARNESS_KEYS = {"glyph_limits": "limits", "glyph_env_pid": "env_pid", "glyph_protocol": "protocol",
+                     "glyph_service_log": "service_log", "glyph_service_end": "service_end",
+                     "glyph_service_faults": "service_faults", "glyph_interception": "interception",
+                     "glyph_program": "program", "glyph_endpoint_fault_confirmed": "endpoint_fault_confirmed"}
+"""The ``trace.info`` keys an earlier glyph wrote, one per field."""
+
+
+def harness_record(info: Any) -> HarnessRecord | None:
+    """The harness record in a trace's ``info``: its ``glyph_harness``, else the ``glyph_*`` keys an
+    earlier glyph wrote (version 0); None where the harness wrote neither."""
+    if not isinstance(info, dict):
+        return None
+    raw = info.get(HARNESS_KEY)
+    if raw is None:
+        old = {field: info[key] for key, field in _OLD_HARNESS_KEYS.items() if key in info}
+        if not old:
+            return None
+        raw = {**old, "version": 0}
+    try:
+        return msgspec.convert(raw, HarnessRecord)
+    except msgspec.ValidationError as exc:
+        raise RecordError(f"trace.info[{HARNESS_KEY!r}] is not a HarnessRecord: {exc}") from None
+
+
+def store_harness(info: dict, rec: HarnessRecord) -> None:
+    """Write ``rec`` into a trace's ``info`` (its strings made encodable, as ``store`` does)."""
+    info[HARNESS_KEY] = encodable_data(msgspec.to_builtins(rec))
+
+
+# ---------------------------------------------------------------- the rollout record
+
+
+class Metrics(msgspec.Struct, kw_only=True):
+    """A glyph-mbpp rollout's metrics (verifiers gets them flat: ``flat``). The episode and prediction
+    metrics follow the rollout's profile's definitions (``glyph.profiles``)."""
+
+    passed: float = 0.0
+    first_patch_correct: float = 0.0
+    prediction_accuracy: float = 0.0
+    predictions: float = 0.0
+    bad_patch_rejection_rate: float = 0.0
+    unnecessary_rejection_rate: float = 0.0
+    recovered_after_executed_failure: float = 0.0
+    had_executed_failure: float = 0.0
+    visible_test_calls: float = 0.0
+    visible_tool_calls: float = 0.0
+    tampered: float = 0.0
+    budget_exhausted: float = 0.0
+    revise_count: float = 0.0
+    protocol_error: float = 0.0
+    no_trace: float = 0.0
+    base_passed: float = 0.0
+    grade_disagreements: float = 0.0
+    invalid_predictions: float = 0.0
+    final_grade_reused: float = 0.0
+    plus_passed: float | None = None
+    """None: the task has no plus tests."""
+
+    def flat(self) -> dict[str, float]:
+        """The metrics as verifiers records them: name -> value, ``plus_passed`` only where graded."""
+        return {k: v for k, v in msgspec.structs.asdict(self).items() if v is not None}
 
 
 class MbppRecord(msgspec.Struct, kw_only=True):
     """One glyph-mbpp rollout as finalize judged it (or the fault that stopped it)."""
 
+    version: int = RECORD_VERSION
     reward: float | None = 0.0
     """None: not scored (a fault: ``fault`` says which)."""
     reason: str = ""
+    end: str | None = None
+    """How the episode ended, as its trace says (``glyph.agent.trace``: ``final``, ``protocol_error``, an
+    infrastructure end...); None: it did not, or no trace."""
+    timed_out: bool = False
+    """A deadline ended the rollout."""
     fault: str | None = None
     """``endpoint_error``, ``tester_error`` or ``finalize_error``: the rollout is errored."""
     confirmed_by: str | None = None
@@ -91,10 +195,10 @@ class MbppRecord(msgspec.Struct, kw_only=True):
     plus_outcome: str | None = None
     plus_detail: str | None = None
     reward_suite: str = "base"
-    metrics: dict[str, float] = {}
+    metrics: Metrics = msgspec.field(default_factory=Metrics)
     visible_outcomes: list[str] | None = None
     """The trusted outcome of each visible python_test, in order (None: a record from before it was kept,
-    or a fault's); the study profile's report definitions read it (``glyph.report.load``)."""
+    or a fault's)."""
     program: dict[str, Any] = {}
     visible_gradings: int = 0
     final_grade: str | None = None
@@ -108,7 +212,7 @@ class MbppRecord(msgspec.Struct, kw_only=True):
 
     @property
     def tampered(self) -> bool:
-        return bool(self.metrics.get("tampered") or self.tamper)
+        return bool(self.metrics.tampered or self.tamper)
 
 
 class ConventionsRecord(msgspec.Struct, kw_only=True):
@@ -135,6 +239,8 @@ def store(info: dict, rec: MbppRecord | ConventionsRecord, *, timed_out: bool = 
     against its hash before, and the record holds no source.)"""
     if timed_out:
         rec.reason = TIMED_OUT_REASON + rec.reason
+        if isinstance(rec, MbppRecord):
+            rec.timed_out = True
     info[INFO_KEY] = encodable_data(encode(rec))
 
 
@@ -160,10 +266,20 @@ def _decode(info: Any, kind: type):
     raw = (info or {}).get(INFO_KEY) if isinstance(info, dict) or info is None else None
     if raw is None:
         return None
+    if kind is MbppRecord and isinstance(raw, dict) and "version" not in raw:
+        raw = _from_version_0(raw)
     try:
         return msgspec.convert(raw, kind)
     except msgspec.ValidationError as exc:
         raise RecordError(f"trace.info[{INFO_KEY!r}] is not a {kind.__name__}: {exc}") from None
+
+
+def _from_version_0(raw: dict) -> dict:
+    """A record an earlier glyph wrote, which said how the episode ended and that it timed out only in
+    its reason (``ended by <end>: ...``; ``TIMED_OUT_REASON`` first)."""
+    reason = raw.get("reason") if isinstance(raw.get("reason"), str) else ""
+    end = next((e for e in INFRA_ENDS if f"ended by {e}:" in reason), None)
+    return {**raw, "version": 0, "end": end, "timed_out": reason.startswith(TIMED_OUT_REASON)}
 
 
 def mbpp_record(info: Any) -> MbppRecord | None:
@@ -178,15 +294,16 @@ def conventions_record(info: Any) -> ConventionsRecord | None:
 def status(record: MbppRecord | None, *, ok: bool, reward: float | None, timed_out: bool) -> str:
     """What a glyph-mbpp rollout was: ``tampered`` (finalize found a claim that
     does not hold), ``timed_out`` (a deadline ended it), ``errored`` (not ok, no
-    reward, no record, no trace, or a fault or infrastructure end), else ``ok``.
-    ``ok``: the trace and episode are ok; ``reward``: the recorded score;
-    ``timed_out``: the framework recorded a deadline (``glyph.vfcompat``)."""
+    reward, no record, no trace, a fault, or an episode an infrastructure fault
+    ended), else ``ok``. ``ok``: the trace and episode are ok; ``reward``: the
+    recorded score; ``timed_out``: the framework recorded a deadline
+    (``glyph.vfcompat``)."""
     if record is not None and record.tampered:
         return TAMPERED
-    if timed_out or (record is not None and record.reason.startswith(TIMED_OUT_REASON)):
+    if timed_out or (record is not None and record.timed_out):
         return TIMED_OUT
-    if not ok or reward is None or record is None or record.fault or record.metrics.get("no_trace") \
-            or any(f"ended by {end}:" in record.reason for end in INFRA_ENDS):
+    if not ok or reward is None or record is None or record.fault or record.metrics.no_trace \
+            or record.end in INFRA_ENDS:
         return ERRORED
     return OK
 

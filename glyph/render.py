@@ -1,5 +1,7 @@
-r"""The rendering of a conversation into the tokens the policy sees: one
-renderer per protocol profile, each the ``renderers`` renderer PRIME-RL at
+r"""The rendering of a conversation into the tokens the policy sees: the
+chat formats glyph knows, by name (each protocol profile names the one its
+policy sees: ``glyph.profiles``, ``Profile.renderer``; the ``profile``
+arguments below are such a name), each the ``renderers`` renderer PRIME-RL at
 its pin tokenizes SFT samples (``[renderer]``) and RL rollouts
 (``[orchestrator.renderer]``) with:
 
@@ -42,6 +44,7 @@ from pathlib import Path
 
 OFFLINE = "qwen3-offline"
 PROFILES = ("study", "glyph")
+"""The renderers' names (the ``study`` and ``glyph`` profiles' renderers)."""
 DEFAULT_PROFILE = "study"
 # The study's renderer class, as `import_path` of a `name = "custom"` renderer config names it.
 STUDY_IMPORT_PATH = "glyph.render_study.StudyRenderer"
@@ -68,7 +71,7 @@ RENDERERS = {"glyph": RENDERER, "study": {"name": "custom", "import_path": STUDY
 
 def _profile(profile: str) -> str:
     if profile not in PROFILES:
-        raise ValueError(f"unknown profile {profile!r}; the profiles are {', '.join(PROFILES)}")
+        raise ValueError(f"unknown renderer {profile!r}; the renderers are {', '.join(PROFILES)}")
     return profile
 
 
@@ -94,9 +97,8 @@ def renderer_config(profile: str = DEFAULT_PROFILE):
     for glyph ``Qwen3RendererConfig(enable_thinking=False)``."""
     from renderers.configs import CustomRendererConfig, Qwen3RendererConfig
 
-    if _profile(profile) == "study":
-        return CustomRendererConfig(**RENDERERS["study"])
-    return Qwen3RendererConfig(**RENDERER)
+    spec = RENDERERS[_profile(profile)]
+    return {"custom": CustomRendererConfig, "qwen3": Qwen3RendererConfig}[spec["name"]](**spec)
 
 
 def renderer(tokenizer, profile: str = DEFAULT_PROFILE):

@@ -199,3 +199,27 @@ def pytest_sessionfinish(session):
     runs = _pin_runs(session)
     if runs is not None:
         runs.stop()
+
+
+@pytest.fixture(scope="session")
+def demo_runs(tmp_path_factory, mbpp_path) -> dict:
+    """``glyph demo --tasks 3`` once per profile, both at once (the eval CLI, both arms, the mix
+    policy: revise, hack and oracle on the first three tasks of the profile's test split), shared by
+    the profile x command matrix (``test_profile_matrix.py``) and the eval CLI's tests
+    (``test_eval_profiles.py``). Per profile: ``out`` (the eval runs, ``arm_<a|b>-<profile>``),
+    ``code`` (the command's exit status) and ``text`` (what it printed)."""
+    import subprocess
+    import sys
+    import types
+
+    root = tmp_path_factory.mktemp("demo")
+    env = dict(os.environ, PRIME_RUNS_MODE="disabled", COLUMNS="200")
+    procs = {p: subprocess.Popen([sys.executable, "-m", "glyph.cli.app", "demo", "--tasks", "3", "--out",
+                                  str(root / p), "--profile", p, "--mbpp-path", mbpp_path],
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+             for p in ("study", "glyph")}
+    runs = {}
+    for profile, proc in procs.items():
+        text, _ = proc.communicate(timeout=600)
+        runs[profile] = types.SimpleNamespace(out=root / profile, code=proc.returncode, text=text)
+    return runs

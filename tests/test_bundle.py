@@ -43,7 +43,7 @@ def test_boot_unpacks_every_file_and_imports_the_program_from_its_pycs(tmp_path)
     assert proc.returncode == 0, proc.stderr
     for name, data in bundle.unpack(bundle.build()).items():
         assert (tmp_path / PROGRAM_DIR / name).read_bytes() == data, name
-    for module in ("glyph/agent/program", "glyph/agent/protocol", "glyph/grading", "glyph/sandbox/client"):
+    for module in ("glyph/agent/program", "glyph/agent/profiles/glyph", "glyph/grading", "glyph/sandbox/client"):
         pyc = importlib.util.cache_from_source(str(tmp_path / PROGRAM_DIR / f"{module}.py"))
         assert f"# code object from '{pyc}'" in proc.stderr, f"{module} was not imported from its pyc"
 
@@ -82,7 +82,7 @@ def test_boot_writes_no_pyc_another_python_would_read(tmp_path):
     files = bundle.unpack(bundle.build())
     tag = sys.implementation.cache_tag
     other = {name.replace(f".{tag}.pyc", ".cpython-399.pyc"): data for name, data in files.items()}
-    proc = _unpack_and(tmp_path, "import glyph.agent.protocol\n", other)
+    proc = _unpack_and(tmp_path, "import glyph.agent.profiles.glyph\n", other)
     assert proc.returncode == 0, proc.stderr
     written = {p.relative_to(tmp_path / PROGRAM_DIR).as_posix() for p in (tmp_path / PROGRAM_DIR).rglob("*")
                if p.is_file()}

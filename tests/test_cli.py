@@ -8,6 +8,7 @@ from typer.testing import CliRunner
 
 from glyph.cli.app import app
 from glyph.data import mbpp
+from glyph.errors import DataError
 from glyph.redteam import DEMO_SOLUTION, DEMO_TESTS
 
 runner = CliRunner()
@@ -238,12 +239,12 @@ def test_data_errors_name_the_callers_option(tmp_path, monkeypatch):
     """vf-eval's taskset passes its option; the glyph command keeps --mbpp-path."""
     monkeypatch.delenv(mbpp.ENV_VAR, raising=False)
     absent = str(tmp_path / "absent.jsonl")
-    with pytest.raises(mbpp.DataError, match=r"absent.jsonl: no such file \(from --env.taskset.data-path\)"):
+    with pytest.raises(DataError, match=r"absent.jsonl: no such file \(from --env.taskset.data-path\)"):
         mbpp.load_source(absent, option="--env.taskset.data-path")
-    with pytest.raises(mbpp.DataError, match=r"\(from --mbpp-path\)"):
+    with pytest.raises(DataError, match=r"\(from --mbpp-path\)"):
         mbpp.load_source(absent)
     monkeypatch.setenv(mbpp.ENV_VAR, absent)
-    with pytest.raises(mbpp.DataError, match=r"no such file \(from GLYPH_MBPP_PATH\)"):
+    with pytest.raises(DataError, match=r"no such file \(from GLYPH_MBPP_PATH\)"):
         mbpp.load_source(None, option="--env.taskset.data-path")
 
 
@@ -453,17 +454,36 @@ def test_offline_without_data_demo_and_vf_eval_fail_within_3_s(tmp_path, eval_in
 # ---------------------------------------------------------------- the one error handler (glyph.cli.common)
 
 
-@pytest.mark.parametrize("module,name", __import__("glyph.cli.common", fromlist=["x"]).NAMED_ERRORS)
-def test_every_named_error_is_an_exception_class_of_that_module(module, name):
+def test_every_user_error_class_is_a_glyph_error_of_one_boundary():
+    """The errors a command reports as one line are ``glyph.errors.GlyphError``s, each under one of the
+    boundaries ``glyph.errors`` names; a module's own class is a subclass of one."""
     import importlib
 
-    cls = getattr(importlib.import_module(module), name)
-    assert isinstance(cls, type) and issubclass(cls, Exception) and cls.__module__ == module
+    from glyph import errors
+
+    boundaries = (errors.DataError, errors.RunError, errors.ConfigError, errors.SetupError)
+    assert {c for c in vars(errors).values() if isinstance(c, type) and issubclass(c, errors.GlyphError)} \
+        == {errors.GlyphError, *boundaries}
+    from glyph.cli.common import is_user_error
+    from glyph.sandbox import SandboxUnavailable
+
+    assert not issubclass(SandboxUnavailable, errors.GlyphError)  # the sandbox imports nothing from glyph
+    assert is_user_error(SandboxUnavailable("no user namespaces")) and not is_user_error(ValueError("a bug"))
+    for module, name, boundary in (("glyph.grading", "InvalidTests", errors.DataError),
+                                   ("glyph.report.load", "MixedRuns", errors.RunError),
+                                   ("glyph.predict.pin", "PatchError", errors.SetupError),
+                                   ("glyph.flywheel.options", "OptionsError", errors.ConfigError),
+                                   ("glyph.flywheel.store", "ConfigMismatch", errors.ConfigError),
+                                   ("glyph.flywheel.store", "StoreError", errors.RunError),
+                                   ("glyph.flywheel.loop", "FlywheelError", errors.ConfigError),
+                                   ("glyph.flywheel.agents", "ModelSetupError", errors.SetupError)):
+        cls = getattr(importlib.import_module(module), name)
+        assert issubclass(cls, boundary) and [b for b in boundaries if issubclass(cls, b)] == [boundary], name
 
 
 def test_a_named_error_from_a_command_is_one_line_and_exit_2():
     from glyph.cli.common import App
-    from glyph.data.mbpp import DataError
+    from glyph.errors import DataError
 
     probe = App()
 
@@ -493,14 +513,14 @@ def test_named_errors_of_every_kind_of_command_are_one_line(tmp_path):
 
 def test_the_app_imports_no_command_code():
     """Start-up stays cheap: importing the app imports no command module (each is
-    imported when its command runs, or a help page lists it; the error handler looks
-    the error classes up in ``sys.modules``)."""
+    imported when its command runs, or a help page lists it; the error handler needs
+    only ``glyph.errors``, stdlib and import-free)."""
     import subprocess
     import sys
 
     probe = "import sys, glyph.cli.app; print(' '.join(sorted(m for m in sys.modules if m.startswith('glyph'))))"
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.split()
-    assert out == ["glyph", "glyph.cli", "glyph.cli.app", "glyph.cli.common"]
+    assert out == ["glyph", "glyph.cli", "glyph.cli.app", "glyph.cli.common", "glyph.errors"]
 
 
 HEAVY = ("pydantic", "verifiers", "numpy", "datasets", "huggingface_hub", "transformers", "openai", "msgspec",

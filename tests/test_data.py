@@ -5,8 +5,9 @@ import shutil
 
 import pytest
 
-from glyph.agent import protocol
+from glyph.agent.profiles import glyph as protocol
 from glyph.data import mbpp, prepare, sft
+from glyph.errors import DataError
 from glyph.outcomes import Outcome
 
 
@@ -29,7 +30,7 @@ def test_splits_are_the_studys(mbpp_tasks):
 
 
 def test_missing_ids_are_named():
-    with pytest.raises(mbpp.DataError, match="lacks 1 task ids"):
+    with pytest.raises(DataError, match="lacks 1 task ids"):
         mbpp.make_splits([i for i in range(1, 975) if i != 300])
 
 
@@ -229,8 +230,8 @@ def test_official_parquet_is_hash_checked(tmp_path, monkeypatch):
     p = tmp_path / "test.parquet"
     pq.write_table(pa.Table.from_pylist(rows), p)
     assert mbpp.load_parquet(p, mbpp.sha256_file(p))[0].task_id == 11
-    with pytest.raises(mbpp.DataError, match="does not match the pinned"):
+    with pytest.raises(DataError, match="does not match the pinned"):
         mbpp.load_parquet(p, "0" * 64)
     files = {split: p for split in mbpp.OFFICIAL_FILES}
-    with pytest.raises(mbpp.DataError, match="does not match the pinned"):  # the real pins, a fake file
+    with pytest.raises(DataError, match="does not match the pinned"):  # the real pins, a fake file
         mbpp.load_source(None, official_files=files)

@@ -12,18 +12,24 @@ import time
 import types
 from typing import ClassVar
 
+import msgspec
 import pytest
 
-from glyph.agent import program, protocol
+from glyph.agent import program
+from glyph.agent.profiles import glyph as protocol
+from glyph.agent.profiles.base import Call
+from glyph.agent.trace import Trace
 from glyph.envs.mbpp.finalize import TaskTests, verify
-from glyph.envs.mbpp.harness import LOCAL_SANDBOX, GlyphHarnessConfig, limits_for, limits_record
+from glyph.envs.mbpp.harness import LOCAL_SANDBOX, GlyphHarnessConfig, limits_record
 from glyph.localhttp import JsonHandler, LocalServer
 from glyph.policies.policies import HACKS, Planner
+from glyph.profiles import get as get_profile
+from glyph.record import harness_record
 from glyph.testing.forge import forging_solution
 from glyph.testing.rollout import Rollouts
 
 HARNESS = GlyphHarnessConfig(profile="glyph", tool_timeout=3, model_timeout=10)
-LIMITS = limits_for(3)  # what --env.agent.harness.tool-timeout 3 grades under
+LIMITS = get_profile("glyph").limits(3)  # what --env.agent.harness.tool-timeout 3 grades under
 
 
 @pytest.fixture(scope="module")
@@ -51,8 +57,8 @@ SOME = ["mbpp_11", "mbpp_17", "mbpp_602", "mbpp_367", "mbpp_596", "mbpp_700"]
 def test_oracle_passes(tmp_path, rollouts, mbpp_tasks, arm):
     for tid in SOME:
         trace, info, _ = episode(tmp_path, rollouts, mbpp_tasks[tid], arm, "oracle")
-        assert info.reward == 1.0 and info.metrics["first_patch_correct"] == 1.0, (tid, info.reason)
-        assert trace["end"] == "final" and info.metrics["tampered"] == 0.0
+        assert info.reward == 1.0 and info.metrics.first_patch_correct == 1.0, (tid, info.reason)
+        assert trace["end"] == "final" and info.metrics.tampered == 0.0
 
 
 @pytest.mark.verifiers_free
@@ -60,10 +66,10 @@ def test_oracle_passes(tmp_path, rollouts, mbpp_tasks, arm):
 def test_recover_passes_after_a_visible_failure(tmp_path, rollouts, mbpp_tasks, arm):
     trace, info, _ = episode(tmp_path, rollouts, mbpp_tasks["mbpp_11"], arm, "recover")
     m = info.metrics
-    assert info.reward == 1.0 and m["recovered_after_executed_failure"] == 1.0 and m["had_executed_failure"] == 1.0
-    assert m["first_patch_correct"] == 0.0 and m["visible_test_calls"] == 2.0
+    assert info.reward == 1.0 and m.recovered_after_executed_failure == 1.0 and m.had_executed_failure == 1.0
+    assert m.first_patch_correct == 0.0 and m.visible_test_calls == 2.0
     if arm == "b":  # predicted PASS for the mutant: wrong once, right once
-        assert m["prediction_accuracy"] == 0.5 and m["predictions"] == 2.0
+        assert m.prediction_accuracy == 0.5 and m.predictions == 2.0
 
 
 @pytest.mark.verifiers_free
@@ -71,7 +77,7 @@ def test_revise_records_shadow_targets_that_match_the_grader(tmp_path, rollouts,
     from glyph.grading import grade
     task = mbpp_tasks["mbpp_17"]
     trace, info, _ = episode(tmp_path, rollouts, task, "b", "revise")
-    assert info.reward == 1.0 and info.metrics["revise_count"] == 1.0
+    assert info.reward == 1.0 and info.metrics.revise_count == 1.0
     shadow = [c for c in info.candidates if c.shadow]
     assert len(shadow) == 1 and shadow[0].decision == "REVISE"
     src = next(c["source"] for c in trace["candidates"] if c["sha256"] == shadow[0].sha256)
@@ -79,7 +85,7 @@ def test_revise_records_shadow_targets_that_match_the_grader(tmp_path, rollouts,
     assert shadow[0].sampled_label == shadow[0].verified_label
     ctx = shadow[0].context
     assert ctx[-1]["role"] == "user" and ctx[-1]["content"].startswith("RESULT 2 apply_patch ok")
-    assert info.metrics["bad_patch_rejection_rate"] == 1.0 and info.metrics["visible_test_calls"] == 1.0
+    assert info.metrics.bad_patch_rejection_rate == 1.0 and info.metrics.visible_test_calls == 1.0
 
 
 @pytest.mark.verifiers_free
@@ -122,7 +128,7 @@ def test_faults_end_the_episode_and_are_recorded(tmp_path, rollouts, mbpp_tasks,
     assert trace["end"] == end and why in trace["error"]
     assert info.reward == 0.0 and end in info.reason and info.tamper == []  # the records agree: nothing forged
     # the model's own faults end the program normally; an endpoint fault is the program's fault exit
-    assert program.exit_status(trace) == (program.ENDPOINT_FAILED if end == "endpoint_error" else 0)
+    assert program.exit_status(msgspec.convert(trace, Trace)) == (program.ENDPOINT_FAILED if end == "endpoint_error" else 0)
 
 
 @pytest.mark.verifiers_free
@@ -141,12 +147,12 @@ def test_a_one_megabyte_reply_is_cut_and_recorded(tmp_path, rollouts, mbpp_tasks
 @pytest.mark.verifiers_free
 def test_budget_and_test_cost(tmp_path, rollouts, mbpp_tasks):
     trace, info, _ = episode(tmp_path, rollouts, mbpp_tasks["mbpp_11"], "a", "oracle", test_cost=7)
-    assert trace["end"] == "budget_exhausted" and info.reward == 0.0 and info.metrics["budget_exhausted"] == 1.0
+    assert trace["end"] == "budget_exhausted" and info.reward == 0.0 and info.metrics.budget_exhausted == 1.0
 
 
 @pytest.mark.verifiers_free
 def test_paths_outside_the_project_are_refused(tmp_path, rollouts, mbpp_tasks):
-    from glyph.agent.tools import workspace_path
+    from glyph.agent.profiles.glyph import workspace_path
     with contextlib.chdir(tmp_path):
         assert workspace_path("../etc/passwd") is None and workspace_path(".glyph/trace.json") is None
         assert workspace_path("solution.py") == str(tmp_path.resolve() / "solution.py")
@@ -166,11 +172,11 @@ def test_a_rewritten_trace_is_caught(tmp_path, rollouts, mbpp_tasks):
     forged = json.loads(json.dumps(trace))
     forged["tests"][0]["outcome"] = "PASS"  # claim the mutant passed
     got = verify(forged, (ws / "solution.py").read_bytes().decode(), _task_tests(task), LIMITS)
-    assert got.metrics["tampered"] == 1.0 and got.reward == 0.0 and "re-grade" in got.reason
+    assert got.metrics.tampered == 1.0 and got.reward == 0.0 and "re-grade" in got.reason
     forged = json.loads(json.dumps(trace))
     forged["candidates"][0]["source"] = task.code  # swap the source, keep the hash
     got = verify(forged, task.code, _task_tests(task), LIMITS)
-    assert got.metrics["tampered"] == 1.0 and "does not match its hash" in got.reason
+    assert got.metrics.tampered == 1.0 and "does not match its hash" in got.reason
 
 
 @pytest.mark.verifiers_free
@@ -178,11 +184,11 @@ def test_claims_must_match_the_service_log(tmp_path, rollouts, mbpp_tasks):
     task = mbpp_tasks["mbpp_11"]
     trace, info, ws = episode(tmp_path, rollouts, task, "a", "oracle")
     final = (ws / "solution.py").read_bytes().decode()
-    assert verify(trace, final, _task_tests(task), LIMITS, []).metrics["tampered"] == 1.0
-    assert verify(trace, final + "\n", _task_tests(task), LIMITS).metrics["tampered"] == 1.0
-    assert verify("garbage", final, _task_tests(task), LIMITS).metrics["tampered"] == 1.0
+    assert verify(trace, final, _task_tests(task), LIMITS, []).metrics.tampered == 1.0
+    assert verify(trace, final + "\n", _task_tests(task), LIMITS).metrics.tampered == 1.0
+    assert verify("garbage", final, _task_tests(task), LIMITS).metrics.tampered == 1.0
     none = verify(None, final, _task_tests(task), LIMITS)
-    assert none.reward == 0.0 and none.metrics["no_trace"] == 1.0 and "no trace" in none.reason
+    assert none.reward == 0.0 and none.metrics.no_trace == 1.0 and "no trace" in none.reason
 
 
 @pytest.mark.verifiers_free
@@ -202,7 +208,7 @@ def test_a_trace_rewritten_to_final_on_the_local_runtime_is_caught_by_the_servic
     assert honest.record.reason.startswith("ended by protocol_error: CALL arguments are not valid JSON")
     forged = rollouts.play(task, "a", "fault-unfinished", tmp_path / "forged",
                            forge=lambda t: t.update(end="final", final=True, error=None))
-    assert forged.record.reward == 0.0 and forged.record.metrics["tampered"] == 1.0
+    assert forged.record.reward == 0.0 and forged.record.metrics.tampered == 1.0
     said = "the trace says the episode ended with FINAL; "
     assert forged.record.tamper == [
         said + "the test service's record says the program reported protocol_error after 4 replies",
@@ -243,7 +249,7 @@ if os.fork() == 0:
         time.sleep(0.02)
     rewritten = json.loads((ws / ".glyph" / "trace.json").read_text())
     got = verify(rewritten, (ws / "solution.py").read_bytes().decode(), _task_tests(task), LIMITS)
-    assert got.metrics["tampered"] == 1.0 and got.reward == 0.0
+    assert got.metrics.tampered == 1.0 and got.reward == 0.0
 
 
 def test_solution_code_cannot_reach_the_workspace_or_the_secret(tmp_path):
@@ -344,12 +350,12 @@ def test_vf_eval_records_a_timed_out_rollout(tmp_path, server, mbpp_path):
 def test_the_trace_is_saved_after_every_turn(tmp_path, rollouts, mbpp_tasks):
     saved = []
     task = mbpp_tasks["mbpp_11"]
-    rollouts.play(task, "b", "oracle", tmp_path, save=lambda t: saved.append(json.loads(json.dumps(t))))
+    rollouts.play(task, "b", "oracle", tmp_path, save=lambda t: saved.append(json.loads(json.dumps(t.to_json()))))
     assert [t["turns"] for t in saved] == [1, 2, 3]
     partial = verify(saved[1], protocol.PLACEHOLDER, _task_tests(task), LIMITS)  # killed after the patch
-    assert partial.reward == 0.0 and partial.metrics["tampered"] == 1.0  # solution.py differs from the patch
+    assert partial.reward == 0.0 and partial.metrics.tampered == 1.0  # solution.py differs from the patch
     partial = verify(saved[1], saved[1]["candidates"][-1]["source"], _task_tests(task), LIMITS)
-    assert partial.reward == 0.0 and partial.metrics["tampered"] == 0.0 and "did not finish" in partial.reason
+    assert partial.reward == 0.0 and partial.metrics.tampered == 0.0 and "did not finish" in partial.reason
 
 
 class DirRuntime:
@@ -446,7 +452,7 @@ def container_rollout(tmp_path, task, reply, arm: str = "a"):
     with Interception(trace, reply) as icpt:
         res = asyncio.run(h.launch(types.SimpleNamespace(model="m"), trace, runtime, icpt.base_url,
                                    secrets.token_hex(8), {}, data))
-    assert res.exit_code == 0 and trace.info["glyph_program"]["exit_code"] == 0, trace.info
+    assert res.exit_code == 0 and harness_record(trace.info).program["exit_code"] == 0, trace.info
     return trace, ws, lambda: (asyncio.run(GlyphTask(data).finalize(trace, runtime)), mbpp_record(trace.info))[1]
 
 
@@ -467,25 +473,26 @@ def test_the_container_path_grades_with_the_shipped_grader(tmp_path, server, mbp
     trace, ws, finalize = container_rollout(tmp_path, task, lambda m: server.planner.reply("recover", m))
     cfg = json.loads((ws / ".glyph" / "config.json").read_text())
     assert cfg["tester"]["kind"] == "local" and cfg["tester"]["sandbox"] == LOCAL_SANDBOX == "auto-or-bare"
-    assert cfg["limits"] == trace.info["glyph_limits"] == limits_record(LIMITS)
-    assert trace.info["glyph_protocol"] == {"arm": "a", "max_tool_calls": protocol.DEFAULT_BUDGET, "test_cost": 1,
-                                            "profile": "glyph"}
+    rec = harness_record(trace.info)
+    assert cfg["limits"] == rec.limits == limits_record(LIMITS)
+    assert (rec.protocol.arm, rec.protocol.max_tool_calls, rec.protocol.test_cost, rec.protocol.profile) == (
+        "a", protocol.DEFAULT_BUDGET, 1, "glyph")
     saved = json.loads((ws / ".glyph" / "trace.json").read_text())
     assert [t["outcome"] for t in saved["tests"]] == ["ASSERTION_FAILURE", "PASS"], saved["tests"]
     here = get_sandbox().protections().record()["mode"]  # auto's mode here: no fall back to bare
     assert saved["tester_sandbox"]["mode"] == here != "bare" and "fallback" not in saved["tester_sandbox"]
-    assert trace.info["glyph_interception"] == {"calls": saved["turns"], "stop_condition": None}
+    assert (rec.interception.calls, rec.interception.stop_condition) == (saved["turns"], None)
     got = finalize()
-    assert got.reward == 1.0 and got.metrics["tampered"] == 0.0, got.reason
-    assert "glyph_service_end" not in trace.info  # no test service on a container
+    assert got.reward == 1.0 and got.metrics.tampered == 0.0, got.reason
+    assert harness_record(trace.info).service_log is None  # no test service on a container
 
 
 def test_the_container_path_scores_an_honest_protocol_error_zero_untampered(tmp_path, mbpp_tasks):
     task = mbpp_tasks["mbpp_11"]
-    patch = protocol.Call("1", "apply_patch", {"path": "solution.py", "find": protocol.PLACEHOLDER,
+    patch = Call("1", "apply_patch", {"path": "solution.py", "find": protocol.PLACEHOLDER,
                                                "replace": task.code})
     _, ws, finalize = container_rollout(tmp_path, task, scripted(
-        patch.line(), protocol.Call("2", "python_test").line(), 'CALL {"id": "3", "tool": '))
+        protocol.call_line(patch), protocol.call_line(Call("2", "python_test")), 'CALL {"id": "3", "tool": '))
     got = finalize()
     assert json.loads((ws / ".glyph" / "trace.json").read_text())["end"] == "protocol_error"
     assert got.reward == 0.0 and got.tamper == [] and got.reason.startswith("ended by protocol_error")
@@ -507,11 +514,12 @@ def test_a_daemon_forging_final_after_the_program_exits_is_caught(tmp_path, mbpp
     task = mbpp_tasks["mbpp_11"]
     pidfile, done = tmp_path / "daemon.pid", tmp_path / "daemon.done"
     source = forging_solution(task.code, str(pidfile), str(done))
-    patch = protocol.Call("1", "apply_patch", {"path": "solution.py", "find": protocol.PLACEHOLDER, "replace": source})
+    patch = Call("1", "apply_patch", {"path": "solution.py", "find": protocol.PLACEHOLDER, "replace": source})
     malformed = 'CALL {"id": "4", "tool": "read_file", "args": {"path": solution.py}}'
     try:
         _, ws, finalize = container_rollout(tmp_path, task, scripted(
-            patch.line(), protocol.Call("2", "python_test").line(), protocol.Call("3", "python_test").line(),
+            protocol.call_line(patch), protocol.call_line(Call("2", "python_test")),
+            protocol.call_line(Call("3", "python_test")),
             malformed))
         deadline = time.monotonic() + 60
         while not done.exists():
@@ -525,7 +533,7 @@ def test_a_daemon_forging_final_after_the_program_exits_is_caught(tmp_path, mbpp
         said_final = ModelReplies(("FINAL: done",), "a", protocol.DEFAULT_BUDGET, 1)
         assert verify(forged, final_source, _task_tests(task), LIMITS, replies=said_final).reward == 1.0
         got = finalize()
-        assert got.reward == 0.0 and got.metrics["tampered"] == 1.0 and got.final_outcome == "PASS"
+        assert got.reward == 0.0 and got.metrics.tampered == 1.0 and got.final_outcome == "PASS"
         assert got.tamper == [("the trace says the episode ended with FINAL; the interception's record of the "
                                "model replies ends with protocol error (reply 4): CALL arguments are not valid "
                                "JSON: Expecting value at column 51")], got.tamper
@@ -583,4 +591,4 @@ def test_the_harness_prompt_names_its_own_budget(mbpp_tasks, budget):
         assert (cfg["messages"] == row["prompt"][arm]) == (budget == row["prompt_budget"])
         shipped = bundle.unpack(runtime.written[BUNDLE])  # the one file a container gets besides its two
         assert {t: shipped[t] for t in SHIPPED} == {t: src.read_bytes() for t, src in SHIPPED.items()}
-        assert set(runtime.written) == {BUNDLE, program.CONFIG, program.workspace("glyph", None)[0]}
+        assert set(runtime.written) == {BUNDLE, program.CONFIG, protocol.SOLUTION_FILE}

@@ -16,7 +16,7 @@ import time
 
 from glyph.policies.policies import Planner
 from glyph.policies.server import PolicyServer
-from glyph.record import mbpp_record
+from glyph.record import harness_record, mbpp_record
 
 N = 4  # concurrent rollouts: the broker sends each to the least busy worker, so both get some
 
@@ -125,8 +125,8 @@ def test_rollouts_spread_over_a_two_worker_env_server_pool(tmp_path, mbpp_tasks,
         policy = planner.resolve("mix", mbpp_tasks[task.data.name])
         assert rec is not None and rec.reward == (0.0 if policy == "hack" else 1.0), (task.data.name, policy, rec)
         if policy != "hack":
-            assert rec.final_grade == "reused" and rec.metrics["final_grade_reused"] == 1.0, rec
-        pids.add(trace.info["glyph_env_pid"])
+            assert rec.final_grade == "reused" and rec.metrics.final_grade_reused == 1.0, rec
+        pids.add(harness_record(trace.info).env_pid)
     assert len(pids) == 2 and pids <= pool, (pids, pool)  # two worker processes, both the broker's
     assert broker.returncode == 0, broker.stderr.read()[-3000:]
     assert not _alive(pool, 30), _alive(pool, 0)  # the pool's teardown leaves nothing running

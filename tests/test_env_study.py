@@ -11,10 +11,12 @@ import types
 import pytest
 from test_env import FakeRuntime
 
+from glyph import record
 from glyph.agent import program
 from glyph.agent import study as S
+from glyph.agent.profiles.study import prompt
 from glyph.data import study
-from glyph.envs.mbpp.finalize import ModelReplies, replies_account
+from glyph.envs.mbpp.finalize.end import ModelReplies, replies_account
 from glyph.envs.mbpp.harness import GlyphHarness, GlyphHarnessConfig
 from glyph.testing.rollout import Rollouts, Scripted
 
@@ -58,7 +60,7 @@ def test_a_direct_sft_trace_passes(rollouts, tmp_path, mbpp_tasks, arm):
     st = study.from_mbpp(task)
     row = study.sft_row(st, arm, None, None)
     played = play(rollouts, tmp_path, task, arm, turns(row["messages"]))
-    assert played.trace["messages"][:2] == study.prompt(st, arm) == row["messages"][:2]
+    assert played.trace["messages"][:2] == prompt(arm, st.text, st.test_code, st.project) == row["messages"][:2]
     assert view(played.trace["messages"]) == view(row["messages"])  # every observation is the trace's own
     assert played.trace["end"] == "final" and played.trace["protocol_errors"] == []
     rec = played.record
@@ -66,7 +68,7 @@ def test_a_direct_sft_trace_passes(rollouts, tmp_path, mbpp_tasks, arm):
     assert (played.workspace / st.solution_path).read_text() == st.code
     if arm == "b":
         [target] = played.trace["prediction_targets"]
-        assert (target["actual"], target["shadow"]) == ("PASS", False)
+        assert (target["verified_label"], target["shadow"]) == ("PASS", False)
         assert [(c.sampled_label, c.verified_label) for c in rec.candidates] == [("PASS", "PASS")]
 
 
@@ -84,9 +86,9 @@ def test_a_recovery_sft_trace_passes(rollouts, tmp_path, mbpp_tasks, arm, mode):
     if mode == "shadow":
         [shadow] = [c for c in rec.candidates if c.shadow]
         assert shadow.verified_label == shadow.sampled_label == recovery.first_outcome
-        assert rec.metrics["visible_test_calls"] == 1.0
+        assert rec.metrics.visible_test_calls == 1.0
     else:
-        assert rec.metrics["had_executed_failure"] == 1.0 and rec.metrics["recovered_after_executed_failure"] == 1.0
+        assert rec.metrics.had_executed_failure == 1.0 and rec.metrics.recovered_after_executed_failure == 1.0
 
 
 @pytest.mark.verifiers_free
@@ -99,7 +101,7 @@ def test_a_trace_ending_in_a_protocol_error_scores_zero(rollouts, tmp_path, mbpp
     assert played.trace["end"] == "protocol_error" and played.trace["protocol_errors"] == [S.ERR_ONE_CALL_OR_FINAL]
     rec = played.record
     assert rec.reward == 0.0 and rec.tamper == [] and rec.final_outcome == "PASS"
-    assert rec.reason.startswith("ended by protocol_error") and rec.metrics["protocol_error"] == 1.0
+    assert rec.reason.startswith("ended by protocol_error") and rec.metrics.protocol_error == 1.0
 
 
 @pytest.mark.verifiers_free
@@ -122,7 +124,7 @@ def test_a_budget_exhausted_end_scores_zero(rollouts, tmp_path, mbpp_tasks):
     assert played.trace["end"] == "budget_exhausted" and played.trace["protocol_errors"] == [S.ERR_BUDGET]
     rec = played.record
     assert rec.reward == 0.0 and rec.tamper == [] and rec.final_outcome == "PASS"
-    assert rec.metrics["budget_exhausted"] == 1.0
+    assert rec.metrics.budget_exhausted == 1.0
 
 
 @pytest.mark.verifiers_free
@@ -135,7 +137,7 @@ def test_a_trace_forged_to_final_is_caught(rollouts, tmp_path, mbpp_tasks):
         trace.update(end="final", final=True, error=None, protocol_errors=[])
 
     rec = play(rollouts, tmp_path, task, "a", replies, forge=forge).record
-    assert rec.reward == 0.0 and rec.metrics["tampered"] == 1.0
+    assert rec.reward == 0.0 and rec.metrics.tampered == 1.0
     assert any("the test service's record" in t for t in rec.tamper), rec.tamper
     assert any("the interception's record of the model replies ends with protocol error" in t
                for t in rec.tamper), rec.tamper
@@ -147,7 +149,7 @@ def test_a_forged_prediction_target_is_caught(rollouts, tmp_path, mbpp_tasks):
     replies = turns(study.sft_row(study.from_mbpp(task), "b", None, None)["messages"])
 
     def forge(trace):
-        trace["prediction_targets"][0]["actual"] = "TIMEOUT"
+        trace["prediction_targets"][0]["verified_label"] = "TIMEOUT"
 
     rec = play(rollouts, tmp_path, task, "b", replies, forge=forge).record
     assert rec.reward == 0.0 and rec.tamper == ["prediction target 0: recorded TIMEOUT, re-grade PASS"]
@@ -181,7 +183,9 @@ def test_the_harness_writes_the_study_workspace_and_config(mbpp_tasks, mbpp_path
     cfg = json.loads(runtime.written[program.CONFIG])
     assert cfg["profile"] == "study" and cfg["project"] == st.project and cfg["messages"] == row["prompt"]
     assert runtime.written[st.solution_path] == S.PLACEHOLDER.encode()
-    assert trace.info["glyph_protocol"]["profile"] == "study" and trace.info["glyph_limits"]["wall_s"] == 30.0
+    harness = record.harness_record(trace.info)
+    assert harness.protocol.profile == "study" and harness.protocol.project == st.project
+    assert harness.limits["wall_s"] == 30.0 and list(trace.info) == [record.HARNESS_KEY]
     with pytest.raises(ValueError, match="profile"):
         asyncio.run(GlyphHarness(GlyphHarnessConfig(id="glyph-mbpp", profile="glyph")).launch(
             types.SimpleNamespace(model="m"), types.SimpleNamespace(info={}), FakeRuntime(),
@@ -190,25 +194,29 @@ def test_the_harness_writes_the_study_workspace_and_config(mbpp_tasks, mbpp_path
 
 @pytest.mark.verifiers_free
 def test_the_study_metrics_are_the_studys_definitions():
-    """``finalize.study_metrics``: the first target's outcome (else the first visible test's), every
-    target counted with an invalid label wrong, recovery a visible PASS after the first failure."""
-    from glyph.envs.mbpp.finalize import PredictionTarget, study_metrics
+    """The study profile's metrics (``glyph.profiles.study``): the first target's outcome (else the first
+    visible test's), every target counted with an invalid label wrong, recovery a visible PASS after the
+    first failure."""
+    from glyph.agent.trace import PredictionTarget, StudyTrace
+    from glyph.profiles import get
+
+    def metrics(targets, visible):
+        return get("study").prediction_metrics(StudyTrace(prediction_targets=targets), [], visible, passed=False)
 
     def target(actual, sampled, decision):
-        return PredictionTarget(candidate_sha256="x", actual=actual, sampled_prediction=sampled, decision=decision)
+        return PredictionTarget(candidate_sha256="x", verified_label=actual, sampled_label=sampled, decision=decision)
 
-    m = study_metrics([target("ASSERTION_FAILURE", "Pass", "REVISE"), target("PASS", "PASS", "KEEP")],
-                      ["PASS"])
+    m = metrics([target("ASSERTION_FAILURE", "Pass", "REVISE"), target("PASS", "PASS", "KEEP")], ["PASS"])
     assert (m["first_patch_correct"], m["predictions"], m["prediction_accuracy"], m["invalid_predictions"]) == (
         0.0, 2.0, 0.5, 1.0)
     assert (m["bad_patch_rejection_rate"], m["unnecessary_rejection_rate"], m["revise_count"]) == (1.0, 0.0, 1.0)
     assert m["recovered_after_executed_failure"] == 0.0  # no visible failure: a shadow one does not count
-    arm_a = study_metrics([], ["ASSERTION_FAILURE", "RUNTIME_ERROR", "PASS"])
+    arm_a = metrics([], ["ASSERTION_FAILURE", "RUNTIME_ERROR", "PASS"])
     assert (arm_a["first_patch_correct"], arm_a["recovered_after_executed_failure"]) == (0.0, 1.0)
-    assert study_metrics([], ["PASS", "ASSERTION_FAILURE"])["first_patch_correct"] == 1.0
-    assert study_metrics([], ["PASS", "ASSERTION_FAILURE"])["recovered_after_executed_failure"] == 0.0
-    assert study_metrics([], [])["first_patch_correct"] == 0.0
-    assert study_metrics([target("PASS", None, None)], [])["invalid_predictions"] == 1.0
+    assert metrics([], ["PASS", "ASSERTION_FAILURE"])["first_patch_correct"] == 1.0
+    assert metrics([], ["PASS", "ASSERTION_FAILURE"])["recovered_after_executed_failure"] == 0.0
+    assert metrics([], [])["first_patch_correct"] == 0.0
+    assert metrics([target("PASS", None, None)], [])["invalid_predictions"] == 1.0
 
 
 @pytest.mark.verifiers_free
@@ -221,7 +229,7 @@ def test_the_container_branch_plays_the_study_profile(rollouts, tmp_path, mbpp_t
     played = play(rollouts, tmp_path, task, arm, turns(row["messages"]), tester="local")
     assert view(played.trace["messages"]) == view(row["messages"])
     assert played.record.reward == 1.0 and played.record.reason == "passed", played.record.reason
-    assert played.record.metrics["first_patch_correct"] == 1.0
+    assert played.record.metrics.first_patch_correct == 1.0
 
 
 @pytest.mark.verifiers_free

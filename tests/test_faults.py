@@ -23,19 +23,22 @@ import types
 import urllib.error
 import urllib.request
 
+import msgspec
 import pytest
 
-from glyph.agent import program, protocol
-from glyph.agent.protocol import Call
+from glyph.agent import program
+from glyph.agent.profiles import glyph as protocol
+from glyph.agent.profiles.base import Call
+from glyph.agent.trace import Trace
 from glyph.envs.mbpp import test_service as service_module
 from glyph.envs.mbpp.finalize import TaskTests, verify
-from glyph.envs.mbpp.harness import (GlyphHarness, GlyphHarnessConfig, limits_for, limits_from_record,
+from glyph.envs.mbpp.harness import (GlyphHarness, GlyphHarnessConfig, limits_from_record,
     limits_record, program_config)
 from glyph.envs.mbpp.taskset import GlyphData
 from glyph.localhttp import JsonHandler, LocalServer
-from glyph.policies.policies import Step
 from glyph.policies.server import PolicyServer
-from glyph.record import encode, fault_record
+from glyph.profiles import get as get_profile
+from glyph.record import encode, fault_record, harness_record
 from glyph.sandbox import Limits
 from glyph.testing.rollout import Rollouts
 
@@ -70,7 +73,7 @@ def test_one_limits_source():
     assert (cfg.limits().cpu_s, cfg.limits().wall_s) == (3.0, 6.0)
     assert limits_from_record(limits_record(cfg.limits())) == cfg.limits()
     assert limits_from_record(None) == GlyphHarnessConfig(id="glyph-mbpp").limits() == Limits(cpu_s=30, wall_s=30)
-    with pytest.raises(ValueError, match="glyph_limits"):
+    with pytest.raises(ValueError, match="limits"):
         limits_from_record({"cpu_s": 1})
 
 
@@ -181,8 +184,8 @@ class ScriptedEndpoint:
 
         def default(task) -> list[str]:
             patch = {"path": protocol.SOLUTION_FILE, "find": protocol.PLACEHOLDER, "replace": make_source(task)}
-            return [Step(Call("1", "apply_patch", patch)).text(), Step(Call("2", "python_test", {})).text(),
-                    Step(None).text()]
+            return [protocol.GLYPH.turn_text(Call("1", "apply_patch", patch)),
+                    protocol.GLYPH.turn_text(Call("2", "python_test", {})), protocol.GLYPH.turn_text(None)]
 
         class Handler(JsonHandler):
             def do_POST(self) -> None:  # noqa: N802
@@ -232,8 +235,8 @@ def test_vf_eval_tool_timeout_1_grades_a_slow_solution_honestly(tmp_path, mbpp_t
     assert rows[0]["reward"] == 0.0 and rows[0]["metrics"]["tampered"] == 0.0, rows[0]["reason"]
     assert rows[0]["reason"] == "no visible test passed", rows[0]["reason"]
     [t] = _traces(tmp_path)
-    assert t["info"]["glyph_limits"] == {"cpu_s": 1.0, "wall_s": 2.0}
-    assert [e["outcome"] for e in t["info"]["glyph_service_log"]] == ["TIMEOUT"]
+    assert harness_record(t["info"]).limits == {"cpu_s": 1.0, "wall_s": 2.0}
+    assert [e["outcome"] for e in harness_record(t["info"]).service_log] == ["TIMEOUT"]
     g = t["info"]["glyph"]
     assert g["final_outcome"] == "TIMEOUT" and g["visible_gradings"] == 0  # the test's outcome came from the log
 
@@ -245,7 +248,7 @@ def test_vf_eval_tool_timeout_1_grades_a_slow_solution_honestly(tmp_path, mbpp_t
 def test_a_retried_post_is_graded_once(service, mbpp_tasks):
     task = mbpp_tasks["mbpp_11"]
     secret = secrets.token_hex(8)
-    service.register(secret, task.test_setup_code, list(task.test_list), limits_for(3))
+    service.register(secret, task.test_setup_code, list(task.test_list), get_profile("glyph").limits(3))
     source = SPIN.format(s=0.3) + task.code  # slow enough that the retries arrive while it is graded
     body = {"secret": secret, "request": "1:visible:x", "source": source, "shadow": False}
     answers = []
@@ -289,15 +292,15 @@ def test_the_program_retries_a_dropped_answer_and_it_is_graded_once(tmp_path, ro
     trace, info, record = played.trace, played.record, played.service
     assert trace["end"] == "final" and len(seen) == 2 and seen[0] == seen[1]
     assert record["gradings"] == 1 and len(record["log"]) == 1
-    assert info.reward == 1.0 and info.metrics["tampered"] == 0.0, info.reason
+    assert info.reward == 1.0 and info.metrics.tampered == 0.0, info.reason
     # a log that repeats an entry under one request id (a retry) is not tampering; a second request is
     final, limits = (tmp_path / "solution.py").read_bytes().decode(), rollouts.harness.limits()
     tests = TaskTests(task.test_setup_code, tuple(task.test_list), tuple(task.test_list))
     ended = {"service_end": record["end"], "replies": played.replies}
     doubled = verify(trace, final, tests, limits, record["log"] * 2, **ended)
-    assert doubled.reward == 1.0 and doubled.metrics["tampered"] == 0.0
+    assert doubled.reward == 1.0 and doubled.metrics.tampered == 0.0
     other = dict(record["log"][0], request="2:visible:x")
-    assert verify(trace, final, tests, limits, record["log"] + [other], **ended).metrics["tampered"] == 1.0
+    assert verify(trace, final, tests, limits, record["log"] + [other], **ended).metrics.tampered == 1.0
 
 
 @pytest.mark.verifiers_free
@@ -316,7 +319,7 @@ def test_a_service_fault_is_a_500_with_a_body_and_stays_in_its_rollout(service, 
     monkeypatch.setattr(service_module, "grade", grade)
     bad, good = secrets.token_hex(8), secrets.token_hex(8)
     for s in (bad, good):
-        service.register(s, task.test_setup_code, list(task.test_list), limits_for(3))
+        service.register(s, task.test_setup_code, list(task.test_list), get_profile("glyph").limits(3))
     answers = {}
     jobs = {bad: {"secret": bad, "request": "1:visible:b", "source": "# BOOM\n" + task.code, "shadow": False},
             good: {"secret": good, "request": "1:visible:g", "source": task.code, "shadow": False}}
@@ -351,7 +354,7 @@ def test_a_service_fault_ends_the_program_with_its_fault_exit(tmp_path, rollouts
     assert trace["end"] == "tester_error"
     assert trace["error"] == ("the test service answered HTTP 500: "
                               "the test service failed to grade: OSError: no space left")
-    assert program.exit_status(trace) == program.TESTER_FAILED
+    assert program.exit_status(msgspec.convert(trace, Trace)) == program.TESTER_FAILED
     assert len(record["faults"]) == program.RETRIES and record["log"] == []
 
 
@@ -361,7 +364,7 @@ def test_the_service_keeps_one_end_per_rollout(service):
     POST is answered again), a different one refused; what release returns."""
     secret, silent = secrets.token_hex(8), secrets.token_hex(8)
     for s in (secret, silent):
-        service.register(s, "", ["assert True"], limits_for(3))
+        service.register(s, "", ["assert True"], get_profile("glyph").limits(3))
     end = {"secret": secret, "end": "final", "turns": 3}
     assert _post(service.end_url, end) == (200, {"end": "final"})
     assert _post(service.end_url, end) == (200, {"end": "final"})  # a retried POST
@@ -399,7 +402,8 @@ def test_the_program_reports_its_end_before_it_saves_it(tmp_path, policy_server,
     fake = LocalServer(Service)
     fake.start("fake-service")
     url = f"http://127.0.0.1:{fake.port}"
-    cfg = program_config(GlyphHarnessConfig(profile="glyph", tool_timeout=3), "a", task.text, task.test_list,
+    cfg = program_config(GlyphHarnessConfig(profile="glyph", tool_timeout=3), "a", task.text, task.test_setup_code,
+                         task.test_list, task.task_id,
                          {"kind": "service", "url": url + "/test", "end_url": url + "/end"},
                          {"base_url": policy_server.base_url, "model": "oracle"})
     (ws / program.CONFIG).write_text(json.dumps(cfg))
@@ -415,7 +419,7 @@ def test_the_program_reports_its_end_before_it_saves_it(tmp_path, policy_server,
     body, on_disk = reports[0]
     assert body == {"secret": "s3", "end": "final", "turns": 4} and on_disk is None  # saved mid-episode only
     if answer == 200:
-        assert proc.returncode == 0 and len(reports) == 1 and "report_error" not in trace, proc.stderr
+        assert proc.returncode == 0 and len(reports) == 1 and trace["report_error"] is None, proc.stderr
     else:
         assert proc.returncode == program.TESTER_FAILED and len(reports) == program.RETRIES
         assert proc.stderr.strip().splitlines()[-1] == ("tester_error: could not report the end (final): the test "
@@ -457,7 +461,7 @@ def _launch(monkeypatch, local: bool, code: int, line: str, calls=(), stop=None)
     h = GlyphHarness(GlyphHarnessConfig(id="glyph-mbpp", profile="glyph", tool_timeout=2))
     res = asyncio.run(h.launch(types.SimpleNamespace(model="m"), trace, FakeRuntime(code, f"noise\n{line}\n"),
                                "http://x/v1", "s", {}, GlyphData(name="t", profile="glyph")))
-    assert trace.info["glyph_limits"] == {"cpu_s": 2.0, "wall_s": 4.0}
+    assert harness_record(trace.info).limits == {"cpu_s": 2.0, "wall_s": 4.0}
     return res, trace
 
 
@@ -489,7 +493,7 @@ def test_a_container_endpoint_fault_is_errored_only_when_the_interception_record
         monkeypatch, calls, stop, errored):
     line = "endpoint_error: model call failed: HTTP 500"
     res, trace = _launch(monkeypatch, False, program.ENDPOINT_FAILED, line, _calls(*calls), stop)
-    confirmed = trace.info["glyph_endpoint_fault_confirmed"]
+    confirmed = harness_record(trace.info).endpoint_fault_confirmed
     if errored:
         last = calls[-1]
         assert confirmed.startswith(f"the interception server recorded: {last['type']}")
@@ -596,8 +600,8 @@ def test_vf_eval_a_container_endpoint_fault_is_errored_when_the_interception_con
     assert proc.returncode == 0, proc.stderr[-3000:]
     [r] = read_rollouts(tmp_path)
     [t] = _traces(tmp_path)
-    assert t["info"]["glyph_program"]["exit_code"] == program.ENDPOINT_FAILED
-    confirmed = t["info"]["glyph_endpoint_fault_confirmed"]  # written by the container branch only
+    assert harness_record(t["info"]).program["exit_code"] == program.ENDPOINT_FAILED
+    confirmed = harness_record(t["info"]).endpoint_fault_confirmed  # written by the container branch only
     if errored:
         assert not r["ok"] and r["reward"] is None
         # the reason, with what verifiers recorded of the upstream's answer (glyph.report.load)
@@ -633,8 +637,9 @@ def test_vf_eval_on_a_container_final_is_read_from_the_interceptions_record(
         source = forging_solution(task.code, str(pidfile), str(done)) if forge else task.code
         patch = Call("1", "apply_patch", {"path": protocol.SOLUTION_FILE, "find": protocol.PLACEHOLDER,
                                           "replace": source})
-        tests = [Step(Call(str(i), "python_test", {})).text() for i in (2, 3)]
-        return [Step(patch).text(), *tests, malformed] if forge else [Step(patch).text(), tests[0], "FINAL: done"]
+        tests = [protocol.GLYPH.turn_text(Call(str(i), "python_test", {})) for i in (2, 3)]
+        first = protocol.GLYPH.turn_text(patch)
+        return [first, *tests, malformed] if forge else [first, tests[0], "FINAL: done"]
 
     endpoint = ScriptedEndpoint(mbpp_tasks, turns=turns)
     cmd = vf_eval_command(endpoint.base_url, "scripted", "a", 1, tmp_path / "out", mbpp_path, in_process_args(),
@@ -642,6 +647,7 @@ def test_vf_eval_on_a_container_final_is_read_from_the_interceptions_record(
     assert cmd[1] == "-c"
     cmd[2] = f"""import asyncio, os, time
 import glyph.envs.mbpp.harness as h, glyph.envs.mbpp.taskset as ts
+from glyph.record import harness_record
 h._subprocess_runtime = lambda: type(None)
 h.LOCAL_SANDBOX = "bare"
 _finalize = ts.GlyphTask.finalize
@@ -665,7 +671,7 @@ ts.GlyphTask.finalize = _after_the_daemon
     [t] = _traces(tmp_path / "out")
     g = t["info"]["glyph"]
     assert r["ok"] and g["final_outcome"] == "PASS", r
-    assert t["info"]["glyph_interception"] == {"calls": 4 if forge else 3, "stop_condition": None}
+    assert harness_record(t["info"]).interception.calls == (4 if forge else 3)
     if not forge:
         assert r["reward"] == 1.0 and g["tamper"] == [], g["reason"]
         return
@@ -682,7 +688,7 @@ ts.GlyphTask.finalize = _after_the_daemon
 def _scripted_grades(monkeypatch, outcomes: list[str]) -> list[str]:
     """finalize's visible gradings answer ``outcomes`` in turn (what a
     non-deterministic solution, or one near its limit, does)."""
-    from glyph.envs.mbpp import finalize as verify_module
+    from glyph.envs.mbpp.finalize import regrade as verify_module
     from glyph.outcomes import Outcome
     left = list(outcomes)
     monkeypatch.setattr(verify_module, "grade",
@@ -696,7 +702,7 @@ def _claims(outcome: str) -> dict:
     return {"candidates": [{"index": 0, "call": "1", "source": src, "sha256": sha, "verified_label": outcome,
                             "shadow": False}],
             "tests": [{"call": "2", "sha256": sha, "outcome": outcome}],
-            "calls": [{"id": "1", "tool": "apply_patch", "status": "ok"}, {"id": "2", "tool": "python_test"}],
+            "calls": [{"id": "1", "tool": "apply_patch", "status": "ok"}, {"id": "2", "tool": "python_test", "status": "PASS"}],
             "end": "final", "final": True}
 
 
@@ -704,11 +710,11 @@ def _claims(outcome: str) -> dict:
 def test_a_claim_an_honest_regrade_reproduces_is_a_disagreement_not_a_tamper(monkeypatch):
     tests = TaskTests("", ("assert f() == 1",), ("assert f() == 1",))
     left = _scripted_grades(monkeypatch, ["TIMEOUT", "PASS"])
-    info = verify(_claims("PASS"), None, tests, limits_for(1))
-    assert info.metrics["tampered"] == 0.0 and info.metrics["grade_disagreements"] == 1.0 and left == []
+    info = verify(_claims("PASS"), None, tests, get_profile("glyph").limits(1))
+    assert info.metrics.tampered == 0.0 and info.metrics.grade_disagreements == 1.0 and left == []
     _scripted_grades(monkeypatch, ["ASSERTION_FAILURE"] * 3)  # a forged PASS no grading gives
-    info = verify(_claims("PASS"), None, tests, limits_for(1))
-    assert info.metrics["tampered"] == 1.0
+    info = verify(_claims("PASS"), None, tests, get_profile("glyph").limits(1))
+    assert info.metrics.tampered == 1.0
     assert "recorded PASS, re-grade ASSERTION_FAILURE" in info.tamper[0]
     # the service logged two outcomes for one source: trusted as logged, counted, never graded again
     _scripted_grades(monkeypatch, [])
@@ -717,6 +723,6 @@ def test_a_claim_an_honest_regrade_reproduces_is_a_disagreement_not_a_tamper(mon
     log = [{"request": f"{i}:visible:x", "sha256": t["sha256"], "outcome": t["outcome"], "shadow": False}
            for i, t in enumerate(trace["tests"])]
     trace["candidates"][0]["verified_label"] = "TIMEOUT"
-    info = verify(trace, None, tests, limits_for(1), log, service_end={"end": "final", "turns": 3})
-    assert info.metrics["tampered"] == 0.0 and info.metrics["grade_disagreements"] == 1.0
+    info = verify(trace, None, tests, get_profile("glyph").limits(1), log, service_end={"end": "final", "turns": 3})
+    assert info.metrics.tampered == 0.0 and info.metrics.grade_disagreements == 1.0
     assert info.visible_gradings == 0

@@ -10,7 +10,7 @@ import copy
 import pytest
 from test_verify import FAIL, GOOD, LIMITS, PASS, WRONG, episode, records
 
-import glyph.envs.mbpp.finalize as fin
+import glyph.envs.mbpp.finalize.regrade as fin
 from glyph.envs.mbpp.finalize import Regrader, TaskTests, verify
 from glyph.envs.mbpp.test_service import SandboxTestService
 from glyph.grading import grading_key
@@ -24,7 +24,7 @@ WITH_PLUS = TaskTests("", VISIBLE, VISIBLE, ("assert f(3) == 4",))
 
 @pytest.fixture
 def gradings(monkeypatch) -> list[str]:
-    """The test text of each grading finalize runs."""
+    """The test text of each grading finalize runs (its gradings are ``finalize.regrade``'s)."""
     ran, real = [], fin.grade
 
     def counted(source, setup, tests, **kw):
@@ -72,12 +72,12 @@ def test_an_honest_final_solution_the_service_graded_is_not_graded_again(grading
     log, _ = served(want)
     info = run(raw, log, GOOD)
     assert info.reward == 1.0 and info.reason == "passed" and info.tamper == []
-    assert (info.final_grade, info.final_gradings, info.metrics["final_grade_reused"]) == ("reused", 0, 1.0)
+    assert (info.final_grade, info.final_gradings, info.metrics.final_grade_reused) == ("reused", 0, 1.0)
     assert gradings == [] and info.visible_gradings == 0
     # A log that recorded no key (an older one) is graded again, to the same record.
     keyless = [{k: v for k, v in e.items() if k not in ("key", "detail")} for e in log]
     again = run(raw, keyless, GOOD)
-    assert (again.final_grade, again.final_gradings, again.metrics["final_grade_reused"]) == ("graded", 1, 0.0)
+    assert (again.final_grade, again.final_gradings, again.metrics.final_grade_reused) == ("graded", 1, 0.0)
     assert gradings == ["\n".join(VISIBLE)]
     assert (again.reward, again.final_outcome, again.final_detail) == (1.0, info.final_outcome, info.final_detail)
 
@@ -100,7 +100,7 @@ def test_a_solution_changed_after_the_last_test_is_graded_and_tampered(gradings)
     changed = "def f(x): return x + 1  # after the test\n"
     info = run(raw, log, changed)
     assert info.tamper == ["solution.py changed after the last recorded patch"] and info.reward == 0.0
-    assert (info.final_grade, info.final_gradings, info.metrics["final_grade_reused"]) == ("graded", 1, 0.0)
+    assert (info.final_grade, info.final_gradings, info.metrics.final_grade_reused) == ("graded", 1, 0.0)
     assert gradings == ["\n".join(VISIBLE)] and info.final_outcome == PASS
     # A test the service never graded: tampered; finalize grades its source once, for both uses.
     info = run(raw, [e for e in log if e["sha256"] != fin.sha256(GOOD)], GOOD)
@@ -124,7 +124,7 @@ def test_a_hidden_suite_other_than_what_the_service_graded_is_graded(gradings, t
     raw, want = episode((WRONG, FAIL), (GOOD, PASS))
     log, _ = served(want, tests)
     info = run(raw, log, GOOD, tests)
-    assert info.final_grade == "graded" and info.metrics["final_grade_reused"] == 0.0
+    assert info.final_grade == "graded" and info.metrics.final_grade_reused == 0.0
     suite = "\n".join(tests.hidden) + ("" if tests.plus is None else "\n" + "\n".join(tests.plus))
     assert gradings == [suite] and info.final_gradings == 1 and info.final_outcome == PASS and info.reward == 1.0
 
@@ -154,4 +154,4 @@ def test_a_missing_solution_has_no_final_grade(gradings):
     log, _ = served(want)
     info = run(raw, log, None)
     assert info.final_grade is None and info.final_gradings == 0 and gradings == []
-    assert info.metrics["final_grade_reused"] == 0.0
+    assert info.metrics.final_grade_reused == 0.0

@@ -13,7 +13,9 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from glyph.agent import program, protocol
+from glyph.agent import program
+from glyph.agent.profiles import glyph as protocol
+from glyph.agent.profiles.base import Call
 from glyph.credit import rates
 from glyph.credit import replay as credit
 from glyph.credit.trajectory import load_trajectory, resolve_task
@@ -47,7 +49,7 @@ def junk_body(source: str) -> tuple[str, str]:
 
 
 def call(cid: int, tool: str, **args: str) -> str:
-    return protocol.Call(str(cid), tool, args).line()
+    return protocol.call_line(Call(str(cid), tool, args))
 
 
 def keep(text: str, arm: str) -> str:
@@ -68,8 +70,8 @@ def run_program(tmp_path, monkeypatch, task, replies: list[str], arm: str = "a",
     ws = tmp_path / "ws"
     ws.mkdir(parents=True)
     (ws / "solution.py").write_text(protocol.PLACEHOLDER)
-    cfg = program_config(GlyphHarnessConfig(profile="glyph", max_tool_calls=budget), arm, task.text, task.test_list,
-                         {"kind": "local"}, {})
+    cfg = program_config(GlyphHarnessConfig(profile="glyph", max_tool_calls=budget), arm, task.text,
+                         task.test_setup_code, task.test_list, task.task_id, {"kind": "local"}, {})
     with contextlib.chdir(ws):
         program.save_trace(program.run(cfg, ""))
     return ws / ".glyph" / "trace.json"
@@ -104,7 +106,7 @@ def test_a_step_that_destroys_the_body_is_the_earliest_unreachable(tmp_path, mon
                                               "python_test", "FINAL"]
     assert [r.continuation.reachable for r in report.steps] == [True, True, True, True, False, False, False]
     assert report.earliest_unreachable == 4
-    assert report.steps[3].status == "ASSERTION_FAILURE (recorded)"
+    assert report.steps[3].status == "ASSERTION_FAILURE"  # graded by the trusted grader, as recorded
     assert report.steps[4].continuation.outcome == "BUDGET_EXHAUSTED"
     assert report.steps[3].continuation.used == 3 and report.steps[3].continuation.hidden == "PASS"
     assert report.steps[4].continuation.needed >= 5 > report.steps[4].budget_left
@@ -151,7 +153,7 @@ def test_failed_patch_and_malformed_call_are_replayed_faithfully(tmp_path, monke
                call(5, "python_test")]
     path = run_program(tmp_path, monkeypatch, task, replies)
     assert json.loads(path.read_text())["end"] == "protocol_error"
-    rp = credit.replay(load_trajectory(path))
+    rp = credit.replay(load_trajectory(path), task, credit.Grader(task))
     assert rp.divergences == []
     s = rp.steps
     assert s[1].status.startswith("error: find text occurs 0 times") and not s[1].changed and s[1].budget_left == 6
@@ -169,12 +171,13 @@ def test_a_replay_that_differs_from_the_record_is_reported(tmp_path, monkeypatch
     trace = json.loads(path.read_text())
     trace["messages"][3]["content"] = trace["messages"][3]["content"].replace("# TODO", "# EDITED")
     path.write_text(json.dumps(trace))
-    rp = credit.replay(load_trajectory(path))
+    rp = credit.replay(load_trajectory(path), task, credit.Grader(task))
     assert len(rp.divergences) == 1 and rp.divergences[0].startswith("step 1: recorded 'RESULT 1 read_file ok'")
     trace["messages"] = trace["messages"][:3]  # cut off after the read, as a killed program leaves it
     path.write_text(json.dumps(trace))
-    rp = credit.replay(load_trajectory(path))
-    assert rp.divergences == [] and rp.notes == ["step 1 has no recorded RESULT (the trajectory was cut off after it)"]
+    rp = credit.replay(load_trajectory(path), task, credit.Grader(task))
+    assert rp.divergences == [] and rp.notes == ["step 1 has no recorded observation (the trajectory was cut off "
+                                                 "after it)"]
     assert [s.budget_left for s in rp.steps] == [7]
 
 
@@ -419,7 +422,7 @@ def test_forks_of_the_slipping_repair_draw_apart_reproducibly(tmp_path, monkeypa
     assert [r.outcomes for r in again.steps] == [r.outcomes for r in report.steps]  # reproducible
     assert [r.passes for r in other.steps] != [r.passes for r in report.steps]  # another seed, other draws
     grid = credit.Repair(slip=slip, seed=7)
-    snaps = credit.replay(traj).snapshots
+    snaps = credit.replay(traj, task, grader).snapshots
     detours = []
     for r, snap in zip(report.steps, snaps):
         assert r.forks == forks and sum(r.outcomes.values()) == forks

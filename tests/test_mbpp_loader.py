@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from glyph.data import mbpp
+from glyph.errors import DataError
 
 ROW = {"task_id": 11, "text": "t", "code": "def f(): pass", "test_setup_code": "",
        "test_list": ["assert f() is None"], "challenge_test_list": []}
@@ -33,9 +34,9 @@ def test_loads_rows_by_id(tmp_path):
 
 
 def test_bad_json_names_file_and_line(tmp_path):
-    with pytest.raises(mbpp.DataError, match=r"m\.jsonl:2: not a JSON object"):
+    with pytest.raises(DataError, match=r"m\.jsonl:2: not a JSON object"):
         mbpp.load(write(tmp_path, [ROW, "{not json"]))
-    with pytest.raises(mbpp.DataError, match=r"m\.jsonl:2: not a JSON object"):
+    with pytest.raises(DataError, match=r"m\.jsonl:2: not a JSON object"):
         mbpp.load(write(tmp_path, [ROW, "[1, 2]"]))
 
 
@@ -63,16 +64,16 @@ def test_both_loaders_reject_a_bad_row_naming_where_and_the_field(tmp_path, fmt,
         p, where, load = write(tmp_path, rows), f"m\\.jsonl:{bad + 1}", mbpp.load_jsonl
     else:
         p, where, load = write_parquet(tmp_path, rows), f"m\\.parquet: row {bad}", mbpp.load_parquet
-    with pytest.raises(mbpp.DataError, match=rf"{where}: {message.format(ext=fmt)}") as exc:
+    with pytest.raises(DataError, match=rf"{where}: {message.format(ext=fmt)}") as exc:
         load(p)
     assert str(p) in str(exc.value)
 
 
 def test_repeat_names_the_first_place(tmp_path):
     rows = [ROW, dict(ROW, task_id=12), dict(ROW, code="x")]
-    with pytest.raises(mbpp.DataError, match=re.escape(f"repeats {tmp_path / 'm.jsonl'}:1")):
+    with pytest.raises(DataError, match=re.escape(f"repeats {tmp_path / 'm.jsonl'}:1")):
         mbpp.load_jsonl(write(tmp_path, rows))
-    with pytest.raises(mbpp.DataError, match=re.escape(f"repeats {tmp_path / 'm.parquet'}: row 0")):
+    with pytest.raises(DataError, match=re.escape(f"repeats {tmp_path / 'm.parquet'}: row 0")):
         mbpp.load_parquet(write_parquet(tmp_path, rows))
 
 
@@ -80,20 +81,20 @@ def test_a_file_without_rows_is_refused(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    with pytest.raises(mbpp.DataError, match=r"m\.jsonl: no rows"):
+    with pytest.raises(DataError, match=r"m\.jsonl: no rows"):
         mbpp.load_jsonl(write(tmp_path, [""]))
     p = tmp_path / "m.parquet"
     pq.write_table(pa.Table.from_pylist([ROW]).slice(0, 0), p)
     # datasets 5.2 cannot read a parquet file of no rows (ArrowInvalid: BatchSize must be
     # greater than 0): refused either way, naming the file
-    with pytest.raises(mbpp.DataError, match=r"m\.parquet: (no rows|not a readable parquet file)"):
+    with pytest.raises(DataError, match=r"m\.parquet: (no rows|not a readable parquet file)"):
         mbpp.load_parquet(p)
 
 
 def test_a_file_that_is_not_parquet_is_a_data_error(tmp_path):
     p = tmp_path / "m.parquet"
     p.write_bytes(b"PAR1 not really")
-    with pytest.raises(mbpp.DataError, match=r"m\.parquet: not a readable parquet file \(Arrow"):
+    with pytest.raises(DataError, match=r"m\.parquet: not a readable parquet file \(Arrow"):
         mbpp.load_parquet(p)
 
 
@@ -145,9 +146,9 @@ def test_official_load_checks_every_pin_before_reading(tmp_path, monkeypatch):
     assert source.kind == "official" and [t.task_id for t in source.tasks] == [11, 511, 601]
     assert source.files["full/train-00000-of-00001.parquet"]["sha256"] == mbpp.sha256_file(files["train"])
     files["train"].write_bytes(b"not the pinned bytes")
-    with pytest.raises(mbpp.DataError, match=r"train\.parquet: SHA-256 \w+ does not match the pinned"):
+    with pytest.raises(DataError, match=r"train\.parquet: SHA-256 \w+ does not match the pinned"):
         mbpp.load_source(None, official_files=files)
-    with pytest.raises(mbpp.DataError, match="does not match the pinned"):
+    with pytest.raises(DataError, match="does not match the pinned"):
         mbpp.load_parquet(files["test"], "0" * 64)
 
 
@@ -155,7 +156,7 @@ def test_official_load_refuses_an_id_in_two_files(tmp_path, monkeypatch):
     files = _official(tmp_path, monkeypatch, {"test": [ROW], "validation": [dict(ROW, task_id=511)],
                                               "train": [dict(ROW, task_id=601), dict(ROW, task_id=511)]})
     where = re.escape(f"{files['train']}: row 1: task_id 511 repeats {files['validation']}: row 0")
-    with pytest.raises(mbpp.DataError, match=where):
+    with pytest.raises(DataError, match=where):
         mbpp.load_source(None, official_files=files)
 
 
@@ -209,14 +210,14 @@ def test_official_files_load_with_their_pinned_sha256(monkeypatch):
 
 def test_missing_data_says_how_to_provide_it(monkeypatch, tmp_path):
     monkeypatch.delenv("GLYPH_MBPP_PATH", raising=False)
-    with pytest.raises(mbpp.DataError, match="set GLYPH_MBPP_PATH"):
+    with pytest.raises(DataError, match="set GLYPH_MBPP_PATH"):
         mbpp.load()
-    with pytest.raises(mbpp.DataError, match="no such file"):
+    with pytest.raises(DataError, match="no such file"):
         mbpp.load(tmp_path / "absent.jsonl")
 
 
 def test_unknown_task_says_how_to_list_ids(tmp_path):
-    with pytest.raises(mbpp.DataError, match="glyph data list"):
+    with pytest.raises(DataError, match="glyph data list"):
         mbpp.get_task("mbpp_99999", write(tmp_path, [ROW]))
 
 

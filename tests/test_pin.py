@@ -11,6 +11,7 @@ Two runs in the pinned stack, each a pytest of its own:
   Qwen3, the recipe configs against the pin's config classes) and the
   environments' own tests and the recipe's smoke eval (``tests/test_env.py``,
   ``tests/test_env_study.py``, ``tests/test_eval_profiles.py``,
+  ``tests/test_profile_matrix.py``,
   ``tests/test_conventions_env.py``, ``tests/test_faults.py``,
   ``tests/test_recipe_smoke.py``), with the pin's verifiers and ``eval`` CLI;
   tests marked ``verifiers_free`` (no verifiers code on their path) run once,
@@ -44,6 +45,7 @@ GLYPH_PIN_TESTS = (
     "tests/test_env.py",
     "tests/test_env_study.py",
     "tests/test_eval_profiles.py",
+    "tests/test_profile_matrix.py",
     "tests/test_conventions_env.py",
     "tests/test_faults.py",
     "tests/test_recipe_smoke.py",

@@ -17,11 +17,12 @@ from pathlib import Path
 import pytest
 
 from glyph.data import plus, prepare
-from glyph.data.mbpp import DataError, MbppTask
+from glyph.data.mbpp import MbppTask
 from glyph.data.plus.generate import generate
 from glyph.data.plus.mutate import Mutator, candidates, profile, says_sorted
 from glyph.data.plus.seeds import seeds_of
 from glyph.data.plus.selection import MAX_KEPT
+from glyph.errors import DataError
 from glyph.grading import compile_tests, grade, solution_bindings
 from glyph.outcomes import Outcome
 from glyph.testing import plus_suites
@@ -30,11 +31,19 @@ SOME = ["mbpp_11", "mbpp_19", "mbpp_4", "mbpp_226", "mbpp_120", "mbpp_343", "mbp
 
 
 def children() -> set[int]:
-    """Live child processes of this process (the sandbox servers it started)."""
+    """Live sandbox servers this process started (its children running the sandbox's server: not a
+    process another thread of the session starts, tests/test_pin.py's runs in the pinned stack)."""
     found = set()
     for task in Path(f"/proc/{os.getpid()}/task").iterdir():
         found |= {int(p) for p in (task / "children").read_text().split()}
-    return found
+    return {p for p in found if _is_sandbox_server(p)}
+
+
+def _is_sandbox_server(pid: int) -> bool:
+    try:
+        return b"runtime/server.py" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:  # gone already
+        return False
 
 
 @pytest.fixture(scope="module")
@@ -322,7 +331,8 @@ def finished_trace(source: str) -> dict:
     digest = hashlib.sha256(source.encode()).hexdigest()
     return {"candidates": [{"index": 0, "source": source, "sha256": digest}],
             "tests": [{"call": "3", "sha256": digest, "outcome": "PASS"}],
-            "calls": [{"id": "1"}, {"id": "2"}, {"id": "3"}], "end": "final", "final": True}
+            "calls": [{"id": "1", "tool": "read_file", "status": "ok"}, {"id": "2", "tool": "apply_patch", "status": "ok"},
+                      {"id": "3", "tool": "python_test", "status": "PASS"}], "end": "final", "final": True}
 
 
 def test_finalize_grades_both_suites_and_records_each(generated, mbpp_tasks):
@@ -350,15 +360,15 @@ def test_finalize_grades_both_suites_and_records_each(generated, mbpp_tasks):
         info = verify(finished_trace(source), source, tests, limits)
         m = info.metrics
         if source == wrong:  # no visible test passed: the trace lies, and nothing is rewarded
-            assert m["tampered"] == 1.0
-        got = (info.reward, m["base_passed"], m["plus_passed"])
+            assert m.tampered == 1.0
+        got = (info.reward, m.base_passed, m.plus_passed)
         assert got == (reward, base_ok, plus_ok), (suite, info.reason, info.base_outcome, info.plus_outcome)
-        assert m["passed"] == info.reward and info.reward_suite == suite
+        assert m.passed == info.reward and info.reward_suite == suite
     info = verify(finished_trace(hard), hard, TaskTests(task.test_setup_code, visible, visible, lines, "plus"), limits)
     assert info.base_outcome == "PASS" and info.plus_outcome == info.final_outcome == "ASSERTION_FAILURE"
     assert "with the plus tests" in info.reason
     info = verify(finished_trace(hard), hard, TaskTests(task.test_setup_code, visible, visible), limits)
-    assert info.reward == 1.0 and "plus_passed" not in info.metrics and info.plus_outcome is None
+    assert info.reward == 1.0 and info.metrics.plus_passed is None and info.plus_outcome is None
     with pytest.raises(ValueError, match="has none"):
         TaskTests(task.test_setup_code, visible, visible, None, "plus")
     # One grading gives both: a solution that hangs on a plus input passed base before it hung.
@@ -372,7 +382,7 @@ def test_finalize_grades_both_suites_and_records_each(generated, mbpp_tasks):
     broken = ("assert remove_Occ('a', 'a') ==",)
     info = verify(finished_trace(task.code), task.code, TaskTests(task.test_setup_code, visible, visible, broken),
                   limits)
-    assert info.reward == 1.0 and info.metrics["plus_passed"] == 0.0 and info.plus_outcome == "OTHER"
+    assert info.reward == 1.0 and info.metrics.plus_passed == 0.0 and info.plus_outcome == "OTHER"
     from glyph.grading import InvalidTests
     with pytest.raises(InvalidTests):
         verify(finished_trace(task.code), task.code,

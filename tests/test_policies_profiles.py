@@ -9,11 +9,12 @@ import urllib.request
 
 import pytest
 
-from glyph.agent import protocol
 from glyph.agent import study as S
+from glyph.agent.profiles import glyph as protocol
+from glyph.agent.profiles.study import prompt
 from glyph.data import study
 from glyph.envs.mbpp.harness import GlyphHarnessConfig
-from glyph.policies.policies import FAULTS, HACKS, POLICIES, Planner, profile_of
+from glyph.policies.policies import FAULTS, HACKS, POLICIES, Planner, UnknownTask, profile_of
 from glyph.testing.rollout import Rollouts
 
 STUDY = GlyphHarnessConfig(profile="study", tool_timeout=5, model_timeout=30)
@@ -38,9 +39,12 @@ def test_the_profile_is_read_from_the_system_prompt(mbpp_tasks):
     task = mbpp_tasks["mbpp_11"]
     st = study.from_mbpp(task)
     for arm in ("a", "b"):
-        assert profile_of(study.prompt(st, arm)) == ("study", arm)
-        assert profile_of(protocol.messages(arm, task.text, task.test_list)) == ("glyph", arm)
-    assert profile_of([{"role": "user", "content": "hi"}]) == ("glyph", "a")
+        p, got = profile_of(prompt(arm, st.text, st.test_code, st.project))
+        assert (p.name, got) == ("study", arm)
+        p, got = profile_of(protocol.messages(arm, task.text, task.test_list, budget=5))
+        assert (p.name, got) == ("glyph", arm)
+    with pytest.raises(UnknownTask, match="no profile's system prompt"):
+        profile_of([{"role": "user", "content": "hi"}])
 
 
 @pytest.mark.verifiers_free
@@ -73,9 +77,9 @@ def test_oracle_recover_and_revise_pass_under_the_study_profile(rollouts, tmp_pa
             if policy == "revise" and arm == "b":
                 [shadow] = [c for c in rec.candidates if c.shadow]
                 assert shadow.sampled_label == shadow.verified_label == mutant.outcome.value
-                assert rec.metrics["visible_test_calls"] == 1.0
+                assert rec.metrics.visible_test_calls == 1.0
             else:
-                assert rec.metrics["had_executed_failure"] == 1.0
+                assert rec.metrics.had_executed_failure == 1.0
                 assert [t["outcome"] for t in trace["tests"]] == [mutant.outcome.value, "PASS"]
 
 
@@ -127,9 +131,9 @@ def _post(url: str, body: dict) -> tuple[int, dict]:
 def test_one_server_answers_each_profile_in_its_grammar(rollouts, mbpp_tasks):
     task = mbpp_tasks["mbpp_17"]
     url = rollouts.policies.base_url
-    status, body = _post(url, {"model": "oracle", "messages": study.prompt(study.from_mbpp(task), "b")})
-    assert status == 200
     st = study.from_mbpp(task)
+    status, body = _post(url, {"model": "oracle", "messages": prompt("b", st.text, st.test_code, st.project)})
+    assert status == 200
     assert body["choices"][0]["message"]["content"] == (
         S.CALL_PREFIX + S.READ_FILE + " " + json.dumps({S.ID_KEY: "c1", "file_path": st.solution_path},
                                                        separators=S.JSON_SEPARATORS))

@@ -4,6 +4,7 @@ same code runs on real eval traces inside PRIME-RL in tests/pin/."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 
@@ -195,9 +196,9 @@ def test_predictions_that_cannot_be_located_are_counted_and_the_rest_trained(tok
     turns = conversation("PASS")
     nodes = layout(tok, turns)
     good = candidate(turns, "PASS", "PASS")
-    wrong_context = msgspec.structs.replace(good, context=good.context[:-1])
-    wrong_label = msgspec.structs.replace(good, sampled_label="TIMEOUT")
-    no_verified = msgspec.structs.replace(good, verified_label=None)
+    wrong_context = dataclasses.replace(good, context=good.context[:-1])
+    wrong_label = dataclasses.replace(good, sampled_label="TIMEOUT")
+    no_verified = dataclasses.replace(good, verified_label=None)
     out = annotate(nodes, [wrong_context, wrong_label, no_verified, good], tb, enc(tok), alpha=ALPHA)
     assert (out.labels, out.unlocated, out.in_place) == (4, 3, 1)
     assert "context" in out.errors[0] and "TIMEOUT" in out.errors[1] and "verified" in out.errors[2]
@@ -384,7 +385,7 @@ def test_a_prediction_recorded_twice_is_a_named_error_and_trains_once(tok, tb, s
     turns = conversation(sampled)
     nodes = layout(tok, turns)
     cand = candidate(turns, sampled, verified)
-    twice = msgspec.structs.replace(cand, index=1)
+    twice = dataclasses.replace(cand, index=1)
     out = annotate(nodes, [cand, twice], tb, enc(tok), alpha=ALPHA)
     assert (out.labels, out.duplicates, out.labels_trained, out.unlocated) == (2, 1, 1, 0)
     assert len(nodes) == 9 + (sampled != verified)  # one graft at most

@@ -1,7 +1,12 @@
+import random
+import re
+
 import pytest
 
-from glyph.agent.protocol import (DEFAULT_BUDGET, Call, ProtocolError, apply_patch, messages,
-    parse_result_status, parse_turn, result_message, system_prompt, user_prompt)
+from glyph.agent.profiles.base import Call, ProtocolError
+from glyph.agent.profiles.base import LABEL, tagged, tagged_line
+from glyph.agent.profiles.glyph import (DEFAULT_BUDGET, apply_patch, budget_left, messages, parse_turn,
+    result_message, system_prompt, user_prompt)
 
 READ = 'CALL {"id": "1", "tool": "read_file", "args": {"path": "solution.py"}}'
 TEST = 'CALL {"id": "2", "tool": "python_test", "args": {}}'
@@ -65,10 +70,10 @@ def test_apply_patch_needs_exactly_one_occurrence():
             apply_patch(content, "a", "c")
 
 
-def test_result_messages_round_trip_the_status():
+def test_a_result_message_says_the_status_and_the_budget_left():
     msg = result_message(Call("7", "python_test"), "ASSERTION_FAILURE", budget_left=3)
     assert msg == "RESULT 7 python_test ASSERTION_FAILURE\nbudget: 3 tool calls left"
-    assert parse_result_status(msg) == "ASSERTION_FAILURE"
+    assert budget_left(msg) == 3
 
 
 def test_prompts_differ_by_arm_only_in_the_prediction_part():
@@ -84,3 +89,30 @@ def test_messages_name_the_budget_they_are_given():
         assert user == {"role": "user", "content": user_prompt("Write f.", ["assert f() == 1"])}
     assert messages("a", "Write f.", ["assert f() == 1"]) == messages("a", "Write f.", ["assert f() == 1"],
                                                                      DEFAULT_BUDGET)
+
+
+# ---------------------------------------------------------------- the one label scanner
+
+
+_OLD_PREDICTION = re.compile(r"<PREDICTION>\s*([A-Z_]+)\s*</PREDICTION>")
+_OLD_DECISION = re.compile(r"<DECISION>\s*([A-Z]+)\s*</DECISION>")
+_PIECES = ["<PREDICTION>", "</PREDICTION>", "<prediction>", "</Prediction>", "<DECISION>", "</DECISION>", "PASS",
+           "REVISE", "KEEP", "RUNTIME_ERROR", "pass", "X Y", " ", "\n", "\t", "<", ">", "<think>", "</think>",
+           "CALL ", "{}", "é", "\udcff"]
+
+
+def test_the_scanner_reads_labels_as_the_grammars_regexes_did():
+    """``tagged`` (the one scanner, ``glyph.agent.profiles.base``) gives the labels the grammars' own
+    regexes gave before it replaced them (glyph's parse_turn, the study's episode: a tag, whitespace, the
+    label, whitespace, the closing tag; a whole line for the study's shape rule), on 20,000 strings
+    drawn from the pieces a turn is made of (seeded)."""
+    rng = random.Random(0)
+    for _ in range(20_000):
+        text = "".join(rng.choice(_PIECES) for _ in range(rng.randint(0, 12)))
+        assert tagged(text, "PREDICTION") == _OLD_PREDICTION.findall(text), text
+        assert tagged(text, "DECISION", re.compile("[A-Z]+")) == _OLD_DECISION.findall(text), text
+        assert tagged(text, "DECISION") == re.findall(r"<DECISION>\s*([A-Z_]+)\s*</DECISION>", text), text
+        line = text.strip()
+        old = _OLD_PREDICTION.fullmatch(line)
+        assert tagged_line(line, "PREDICTION") == (old.group(1) if old else None), line
+    assert LABEL.pattern == "[A-Z_]+"

@@ -12,7 +12,8 @@ import render_checks
 from render_checks import assistant_turns, starts_with_a_line_break
 
 from glyph import render as R
-from glyph.agent import protocol
+from glyph.agent.profiles import glyph as protocol
+from glyph.agent.profiles.base import Call
 from glyph.outcomes import Outcome
 from glyph.render import OFFLINE, QWEN3_ADDED_TOKENS, RENDERER, load_tokenizer, qwen3_ranks_path
 
@@ -71,12 +72,12 @@ def protocol_conversation(rng: random.Random) -> list[dict]:
     for n in range(1, rng.randint(0, budget) + 1):
         tool = rng.choice(protocol.TOOLS)
         args = {name: protocol_text(rng) for name in protocol.TOOL_ARGS[tool]}
-        call = protocol.Call(str(n), tool, args)
+        call = Call(str(n), tool, args)
         head = [protocol_text(rng)] if rng.random() < 0.6 else []
         if arm == "b" and rng.random() < 0.5:
             head += [f"<PREDICTION>{rng.choice(list(Outcome)).value}</PREDICTION>",
                      f"<DECISION>{rng.choice(protocol.DECISIONS)}</DECISION>"]
-        content = "" if rng.random() < 0.05 else "\n".join(head + [call.line()])
+        content = "" if rng.random() < 0.05 else "\n".join(head + [protocol.call_line(call)])
         status = rng.choice(["ok", "error: no such file", *(o.value for o in Outcome)])
         result = "" if rng.random() < 0.05 else protocol.result_message(call, status, protocol_text(rng),
                                                                         budget - n)

@@ -104,7 +104,7 @@ def test_the_study_renderer_loads_by_import_path_as_prime_rl_configures_it(tok):
     assert type(renderer(tok, "glyph")).__name__ == "Qwen3Renderer"
     with pytest.raises(Exception, match="extra|not permitted|Extra"):  # the study's format takes no settings
         TypeAdapter(RendererConfig).validate_python({**R.RENDERERS["study"], "enable_thinking": False})
-    with pytest.raises(ValueError, match="unknown profile"):
+    with pytest.raises(ValueError, match="unknown renderer"):
         R.renderer_config("qwen3")
 
 

@@ -18,7 +18,8 @@ import pytest
 from typer.testing import CliRunner
 
 from glyph.cli.app import app
-from glyph.report import MixedRuns, Options, ReportError, report, tables, write
+from glyph.errors import RunError
+from glyph.report import MixedRuns, Options, report, tables, write
 from glyph.report.stats import wilson
 
 HARNESS = {
@@ -567,7 +568,7 @@ def test_bad_input_is_one_line_naming_the_file_and_line(tmp_path, study):
     bad = write_run(tmp_path / "bad", [episode("t1", "a", True)] * 2)
     with (bad / "traces.jsonl").open("a") as f:
         f.write('{"id": "x", "traces": [\n')
-    with pytest.raises(ReportError, match=re.escape(f"{bad / 'traces.jsonl'}:3: not valid JSON")):
+    with pytest.raises(RunError, match=re.escape(f"{bad / 'traces.jsonl'}:3: not valid JSON")):
         report([bad])
     runner = CliRunner()
     r = runner.invoke(app, ["report", str(bad)])
@@ -589,10 +590,10 @@ def test_bad_input_is_one_line_naming_the_file_and_line(tmp_path, study):
 
 
 def test_a_run_given_twice_is_refused_and_an_effective_file_is_not_taken_for_all(tmp_path, study):
-    with pytest.raises(ReportError, match="is given twice"):
+    with pytest.raises(RunError, match="is given twice"):
         report([study[0], study[0]])
     root = write_run(tmp_path / "prl", [episode("t1", "b", True, [(P, P, "KEEP")])], "prime-rl")
-    with pytest.raises(ReportError, match="eval/effective is the non-errored subset"):
+    with pytest.raises(RunError, match="eval/effective is the non-errored subset"):
         report([root / "rollouts" / "step_100" / "eval" / "effective"])
     assert report([root / "rollouts" / "step_100" / "eval" / "all"])["runs"][0]["source"] == "prime-rl"
 

@@ -58,7 +58,7 @@ def _forge_first_test(trace: dict) -> None:
 
 def _play(rollouts, ws, task, arm, policy) -> dict:
     info = rollouts.play(task, arm, policy, ws, forge=_forge_first_test if task.id == FORGED else None).record
-    return episode(task.id, arm, info.reward == 1.0, model="mix", seed=None, glyph=encode(info), metrics=info.metrics)
+    return episode(task.id, arm, info.reward == 1.0, model="mix", seed=None, glyph=encode(info), metrics=info.metrics.flat())
 
 
 def _expected(mbpp_tasks, arm: str):

@@ -1,9 +1,11 @@
 """``glyph report`` on hand-built study-profile runs: each rollout is read by
-its recorded profile's definitions (``trace.info["glyph_protocol"]``), the
-study's (PREDICT ``src/glyph/taskset.py`` and ``passk.py``: first patch from
-the first prediction target, else the first visible test; recovered is a
-visible PASS after the first visible failure, and passed; an invalid label
-is the class INVALID) or glyph's, and the output names which."""
+its recorded profile's definitions (its harness record; here the ``glyph_*``
+keys an earlier glyph wrote), the study's (PREDICT ``src/glyph/taskset.py``
+and ``passk.py``: first patch from the first prediction target, else the
+first visible test; recovered is a visible PASS after the first visible
+failure, and passed; an invalid label is the class INVALID) or glyph's, and
+the output names which. The episode metrics are the ones finalize recorded
+by the profile's definitions (``glyph.profiles``: derived once, there)."""
 
 from __future__ import annotations
 
@@ -11,7 +13,10 @@ import pytest
 from test_report_known import AF, P, cell, episode, prop, write_run
 from typer.testing import CliRunner
 
+from glyph.agent.trace import StudyTrace, TestCall, VerifiedCandidate
 from glyph.cli.app import app
+from glyph.profiles import get as profile_named
+from glyph.profiles.study import study_episode
 from glyph.report import MixedRuns, Options, report, write
 
 RE = "RUNTIME_ERROR"
@@ -19,7 +24,12 @@ RE = "RUNTIME_ERROR"
 
 def rollout(task, arm, passed, targets=(), visible=(), profile="study", metrics=None, **kw):
     """``targets``: (sampled, verified, decision) per prediction target (Arm B); ``visible``: the
-    trusted outcome of each visible python_test, in order."""
+    trusted outcome of each visible python_test, in order. A study rollout's episode metrics are the
+    study's, as finalize records them (``study_episode``); a glyph one's are ``metrics``."""
+    if profile == "study":
+        first, failed, recovered = study_episode(targets[0][1] if targets else None, list(visible))
+        metrics = {"first_patch_correct": float(first), "had_executed_failure": float(failed),
+                   "recovered_after_executed_failure": float(recovered)}
     ep = episode(task, arm, passed, calls=len(visible) + 2, tests=len(visible), metrics=metrics, **kw)
     [trace] = ep["traces"]
     g = trace["info"]["glyph"]
@@ -90,16 +100,21 @@ def test_glyph_rollouts_keep_glyphs_definitions(tmp_path):
     assert "INVALID" not in conf["predicted_labels"] and conf["n"] == 8 and prop(conf["accuracy"]) == (5, 8)
 
 
-def test_the_definitions_differ_where_the_first_visible_test_is_not_the_first_target(tmp_path):
-    """t3 shadow-tested a failing patch first: the study counts its first patch failing; a glyph
-    record that says its first candidate passed (first_patch_correct 1) is taken at its word."""
-    study = rollout("t3", "b", True, [(AF, AF, "REVISE"), (P, P, "KEEP")], [P], "study",
-                    {"first_patch_correct": 1.0})
-    glyph = rollout("t3", "b", True, [(AF, AF, "REVISE"), (P, P, "KEEP")], [P], "glyph",
-                    {"first_patch_correct": 1.0})
-    s = cell(report([write_run(tmp_path / "s", [study], arm="b")]), "b", "7", "ckptX")["episode"]
-    g = cell(report([write_run(tmp_path / "g", [glyph], arm="b")]), "b", "7", "ckptX")["episode"]
-    assert prop(s["first_patch_correct"]) == (0, 1) and prop(g["first_patch_correct"]) == (1, 1)
+def test_the_definitions_differ_where_the_first_visible_test_is_not_the_first_patch():
+    """Arm A patched twice before its first test, which passed: the study's first patch is the first
+    visible test's (passing), glyph's the first candidate's (failing). Recovered: glyph's needs a pass
+    of the rollout, the study's a visible PASS after the first visible failure."""
+    cands = [VerifiedCandidate(index=0, sha256="a", verified_label=AF), VerifiedCandidate(index=1, sha256="b",
+                                                                                         verified_label=P)]
+    trace = StudyTrace(tests=[TestCall(call="3", sha256="b", outcome=P)])
+    study = profile_named("study").prediction_metrics(trace, cands, [P], passed=True)
+    glyph = profile_named("glyph").prediction_metrics(trace, cands, [P], passed=True)
+    assert (study["first_patch_correct"], glyph["first_patch_correct"]) == (1.0, 0.0)
+    failed_then_passed = [AF, P]
+    assert profile_named("study").prediction_metrics(trace, cands, failed_then_passed, passed=False)[
+        "recovered_after_executed_failure"] == 1.0  # whatever the reward
+    assert profile_named("glyph").prediction_metrics(trace, cands, failed_then_passed, passed=False)[
+        "recovered_after_executed_failure"] == 0.0
 
 
 def test_a_cell_mixing_profiles_is_refused_unless_labelled(tmp_path):

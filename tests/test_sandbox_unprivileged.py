@@ -4,7 +4,7 @@ root without CAP_SYS_ADMIN (``confined``), and nowhere silently ``bare``.
 Each case runs a driver script in a subprocess with a Python installed for
 all users (the repo's ``.venv`` Python may live under a home other uids
 cannot read). The driver imports a copy of the stdlib-only part of glyph
-(``glyph/sandbox``, ``glyph/redteam``, ``grading.py``, ``outcomes.py``, ``text.py``) from a
+(``glyph/sandbox``, ``glyph/redteam``, ``errors.py``, ``grading.py``, ``outcomes.py``, ``text.py``) from a
 directory that uid can read, grades every attack of ``glyph.redteam`` and
 checks, from outside, what ``tests/test_redteam.py`` checks under root: not
 rewarded, no process left, no file changed outside the run, no secret in the
@@ -275,7 +275,7 @@ def copy(python):
         pkg = root / "glyph"
         for name in ("sandbox", "redteam"):
             shutil.copytree(GLYPH / name, pkg / name, ignore=shutil.ignore_patterns("__pycache__"))
-        for name in ("grading.py", "outcomes.py", "text.py"):
+        for name in ("errors.py", "grading.py", "outcomes.py", "text.py"):
             shutil.copy(GLYPH / name, pkg / name)
         (pkg / "__init__.py").write_text("")
         (root / "driver.py").write_text(DRIVER)

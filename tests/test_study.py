@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 from glyph.agent import study as S
 from glyph.cli.app import app
 from glyph.data import study, study_check
+from glyph.errors import DataError
 
 runner = CliRunner()
 REPO = Path(__file__).resolve().parent.parent
@@ -131,14 +132,13 @@ def test_study_is_the_default_profile_and_switches_are_the_study_profiles(tmp_pa
     """--profile defaults to study; --plus belongs to the glyph profile, --split-key and
     --recovery to the study profile, each refused on the other in one line, before any work."""
     import glyph.data.prepare as glyph_prepare
-    from glyph.data import mbpp
 
     calls = []
 
     def stop(name):
         def prepare(*args, **kwargs):
             calls.append((name, kwargs))
-            raise mbpp.DataError(f"{name} prepare called")
+            raise DataError(f"{name} prepare called")
         return prepare
 
     monkeypatch.setattr(glyph_prepare, "prepare", stop("glyph"))

@@ -15,9 +15,10 @@ import pytest
 from typer.testing import CliRunner
 
 from glyph.agent import study as S
-from glyph.agent.study_episode import StudyEpisode
+from glyph.agent.profiles.study import StudyEpisode
 from glyph.cli.app import app
-from glyph.data import study_replay
+from glyph.data import replay as study_replay
+from glyph.profiles import get as profile
 
 runner = CliRunner()
 PROJECT = S.PROJECT_PATH.format(task_id=7)
@@ -56,7 +57,7 @@ def test_replay_names_the_first_differing_message(prepared, tmp_path):
 def test_arm_b_traces_do_not_replay_as_arm_a(prepared):
     """A prediction turn is three lines: under Arm A's grammar it is a protocol error."""
     row = study_replay.read_rows(prepared / "sft" / "arm_b" / "train.jsonl")[0]
-    r = study_replay.replay_row(0, row, "a")
+    r = profile("study").replay_sft(0, row, "a")
     assert not r.ok and r.replayed["end"] == "protocol_error"
     assert r.replayed["error"] == S.ERR_EXTRA_TEXT
 
@@ -104,7 +105,7 @@ def workspace(tmp_path):
 
 
 def episode(workspace, arm="a", budget=S.MAX_TOOL_CALLS):
-    return StudyEpisode(arm, budget, {}, root=str(workspace), project=PROJECT)
+    return StudyEpisode(arm, budget, None, root=str(workspace), project=PROJECT)
 
 
 def patch(ep, tester, call_id, replace, context=None):
@@ -157,10 +158,10 @@ def test_python_test_answers_with_the_study_strings(workspace):
     patch(ep, t, "c1", "def f():\n    return 2\n")
     assert ep.turn(call(S.PYTHON_TEST, "c2", project_path=PROJECT), t)[1:] == (
         "ASSERTION_FAILURE", "RESULT c2:\nstatus: failed\nstderr:\ntests failed")
-    timeouts = StudyEpisode("a", 8, {}, root=str(workspace), project=PROJECT, timeout_s=30)
+    timeouts = StudyEpisode("a", 8, None, root=str(workspace), project=PROJECT, timeout_s=30)
     step = timeouts.turn(call(S.PYTHON_TEST, "c1", project_path=PROJECT), lambda s, shadow: "TIMEOUT")
     assert step[2] == "RESULT c1:\nstatus: failed\ntimed_out: true\nstderr:\ntests timed out after 30s"
-    sft = StudyEpisode("a", 8, {}, root=str(workspace), project=PROJECT, timeout_text="sft")
+    sft = StudyEpisode("a", 8, None, root=str(workspace), project=PROJECT, timeout_text="sft")
     assert sft.turn(call(S.PYTHON_TEST, "c1"), lambda s, shadow: "TIMEOUT")[2] == (
         "RESULT c1:\nstatus: failed\nstderr:\ntests timed out")
 
@@ -188,8 +189,8 @@ def test_arm_b_revise_then_read_file_is_a_protocol_error_that_still_shadow_tests
     reply = predict("ASSERTION_FAILURE", S.REVISE, call(S.READ_FILE, "c2", file_path=SOLUTION))
     assert ep.turn(reply, t, [{"role": "system", "content": "ctx"}]) is None
     assert ep.error == S.ERR_DECISION_TOOL.format(decision=S.REVISE, expected=S.APPLY_PATCH, tool=S.READ_FILE)
-    [target] = ep.trace["prediction_targets"]
-    assert (target["candidate_call_id"], target["sampled_prediction"], target["actual"], target["shadow"]) == (
+    [target] = ep.trace.prediction_targets
+    assert (target.candidate_call, target.sampled_label, target.verified_label, target.shadow) == (
         "c1", "ASSERTION_FAILURE", "ASSERTION_FAILURE", True)
     assert t.calls == [True]
 
@@ -202,7 +203,7 @@ def test_arm_b_revise_shadow_tests_then_patches_and_keep_tests_visibly(workspace
     assert step[2] == "RESULT c2:\nstatus: success\nstdout:\npatch applied" and ep.pending == "c2"
     step = ep.turn(predict("PASS", S.KEEP, call(S.PYTHON_TEST, "c3", project_path=PROJECT)), t)
     assert step[2] == "RESULT c3:\nstatus: success\nstdout:\ntests passed" and ep.pending is None
-    assert [(x["actual"], x["shadow"]) for x in ep.trace["prediction_targets"]] == [
+    assert [(x.verified_label, x.shadow) for x in ep.trace.prediction_targets] == [
         ("ASSERTION_FAILURE", True), ("PASS", False)]
     assert t.calls == [True, False]
     assert ep.turn(S.FINAL_TURN, t) is None and ep.end == "final"
@@ -215,8 +216,8 @@ def test_a_prediction_turn_at_budget_exhaustion_still_records_a_target(workspace
     assert ep.budget == 0 and ep.expect_prediction
     assert ep.turn(predict("PASS", S.KEEP, call(S.PYTHON_TEST, "c3", project_path=PROJECT)), t) is None
     assert (ep.end, ep.error) == ("budget_exhausted", S.ERR_BUDGET)
-    [target] = ep.trace["prediction_targets"]
-    assert (target["candidate_call_id"], target["sampled_prediction"], target["actual"], target["shadow"]) == (
+    [target] = ep.trace.prediction_targets
+    assert (target.candidate_call, target.sampled_label, target.verified_label, target.shadow) == (
         "c2", "PASS", "PASS", True)
 
 
@@ -225,17 +226,20 @@ def test_a_malformed_prediction_turn_still_records_a_target(workspace):
     patch(ep, t, "c1", "def f():\n    return 2\n")
     assert ep.turn(predict("MAYBE", S.KEEP, call(S.PYTHON_TEST, "c2")), t) is None
     assert ep.error == S.ERR_UNKNOWN_PREDICTION.format(prediction="MAYBE")
-    assert [(x["sampled_prediction"], x["actual"]) for x in ep.trace["prediction_targets"]] == [
+    assert [(x.sampled_label, x.verified_label) for x in ep.trace.prediction_targets] == [
         ("MAYBE", "ASSERTION_FAILURE")]
 
 
 def test_the_program_config_profile_picks_the_episode():
-    from glyph.agent import program
+    from glyph.agent import profiles
+    from glyph.agent.profiles.glyph import GlyphEpisode
+    from glyph.agent.trace import StudyTrace, Trace
 
-    cfg = {"arm": "b", "max_tool_calls": 8, "test_cost": 1, "revise_feedback": "none",
+    cfg = {"arm": "b", "max_tool_calls": 8, "test_cost": 1, "revise_feedback": "none", "project": PROJECT,
            "limits": {"cpu_s": 30, "wall_s": 30}}
-    assert type(program.make_episode(cfg, {})) is program.Episode  # no profile: glyph's default
-    ep = program.make_episode({**cfg, "profile": "study"}, {})
-    assert isinstance(ep, StudyEpisode) and ep.timeout_s == 30 and ep.budget == 8
+    assert type(profiles.get("glyph").episode(cfg, Trace())) is GlyphEpisode
+    study = profiles.get("study")
+    ep = study.episode(cfg, study.trace_type())
+    assert isinstance(ep, StudyEpisode) and isinstance(ep.trace, StudyTrace) and ep.timeout_s == 30 and ep.budget == 8
     with pytest.raises(ValueError, match="profile"):
-        program.make_episode({**cfg, "profile": "other"}, {})
+        profiles.get("other")

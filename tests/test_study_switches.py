@@ -8,9 +8,10 @@ import pytest
 from pydantic import ValidationError
 from test_study_replay import PROJECT, SOLUTION, FakeTester, call, patch, predict
 
-from glyph.agent import program, protocol
+from glyph.agent import profiles
 from glyph.agent import study as S
-from glyph.agent.study_episode import Switches, StudyEpisode, system_messages
+from glyph.agent.profiles import glyph as protocol
+from glyph.agent.profiles.study import StudyEpisode, Switches, prompt, system_messages
 from glyph.data import mbpp, study
 from glyph.envs.mbpp.finalize import ModelReplies, replies_account
 from glyph.envs.mbpp.harness import GlyphHarnessConfig, program_config
@@ -25,7 +26,7 @@ def workspace(tmp_path):
 
 
 def episode(workspace, arm="a", **switches):
-    return StudyEpisode(arm, S.MAX_TOOL_CALLS, {}, root=str(workspace), project=PROJECT, switches=Switches(**switches))
+    return StudyEpisode(arm, S.MAX_TOOL_CALLS, None, root=str(workspace), project=PROJECT, switches=Switches(**switches))
 
 
 def test_every_switch_is_off_by_default_and_unknown_ones_are_refused():
@@ -38,7 +39,7 @@ def test_every_switch_is_off_by_default_and_unknown_ones_are_refused():
 
 
 def test_budget_line_tells_the_budget_in_the_system_prompt_and_after_each_result(workspace):
-    opening = study.prompt(study.StudyTask(7, "text", "def f(): pass", "", ("assert f() == 1",)), "a")
+    opening = prompt("a", "text", "assert f() == 1\n", S.PROJECT_PATH.format(task_id=7))
     assert system_messages(opening, Switches(), 8) == opening  # the study: never told
     told = system_messages(opening, Switches(budget_line=True), 6)
     assert told[0]["content"].endswith(protocol.BUDGET_SENTENCE.format(budget=6)) and told[1:] == opening[1:]
@@ -73,8 +74,8 @@ def test_free_text_arm_b_prediction_turn_with_prose(workspace):
     reply = "I think this fails.\n" + predict("ASSERTION_FAILURE", S.KEEP, call(S.PYTHON_TEST, "c2")) + "\nok"
     step = ep.turn(reply, t)
     assert step is not None and step[1] == "ASSERTION_FAILURE"
-    [target] = ep.trace["prediction_targets"]
-    assert (target["sampled_prediction"], target["actual"]) == ("ASSERTION_FAILURE", "ASSERTION_FAILURE")
+    [target] = ep.trace.prediction_targets
+    assert (target.sampled_label, target.verified_label) == ("ASSERTION_FAILURE", "ASSERTION_FAILURE")
     strict, t2 = episode(workspace, "b"), FakeTester()
     (workspace / SOLUTION).write_text(S.PLACEHOLDER, encoding="utf-8")
     patch(strict, t2, "c1", "def f():\n    return 2\n")
@@ -98,19 +99,19 @@ def test_bad_call_ends_the_episode_where_the_study_charges_one_call(workspace, b
     ends = episode(workspace, bad_call="ends")
     assert ends.turn(bad, FakeTester()) is None and ends.end == "protocol_error"
     assert ends.error in (S.UNKNOWN_TOOL.format(tool="run_tests"), S.PATCH_NEEDS_ARGS)
-    assert ends.trace["protocol_errors"] == [ends.error]
+    assert ends.trace.protocol_errors == [ends.error]
 
 
 def test_the_harness_carries_the_switches_into_the_program_and_the_replay(mbpp_tasks):
     cfg = GlyphHarnessConfig(free_text=True, budget_line=True)
-    assert cfg.profile == "study" and cfg.switches() == Switches(free_text=True, budget_line=True)
+    assert cfg.profile == "study" and cfg.switches() == Switches(free_text=True, budget_line=True).as_dict()
     task = mbpp_tasks["mbpp_11"]
     st = study.from_mbpp(task)
-    pc = program_config(cfg, "a", task.text, task.test_list, {"kind": "service", "url": "u"},
-                        {"base_url": "b", "model": "m"}, st)
-    assert pc["switches"] == cfg.switches().as_dict()
+    pc = program_config(cfg, "a", st.text, st.setup, list(st.tests), task.task_id, {"kind": "service", "url": "u"},
+                        {"base_url": "b", "model": "m"})
+    assert pc["switches"] == cfg.switches() and pc["project"] == st.project
     assert pc["messages"][0]["content"].endswith(protocol.BUDGET_SENTENCE.format(budget=8))
-    assert program.make_episode(pc, {}).switches == cfg.switches()
+    assert profiles.get(pc["profile"]).episode(pc, None).switches == Switches(free_text=True, budget_line=True)
     replies = ("let me look\n" + call(S.READ_FILE, "c1", file_path=f"{st.project}/{S.SOLUTION_FILE}"),
                "done\n" + S.FINAL_TURN)
     base = dict(replies=replies, arm="a", budget=8, test_cost=1, profile="study", project=st.project)

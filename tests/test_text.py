@@ -6,7 +6,7 @@ import types
 
 import pytest
 
-from glyph.agent.tools import sha256
+from glyph.agent.trace import sha256
 from glyph.grading import grade
 from glyph.redteam import DEMO_TESTS, REFEREE_TESTS
 from glyph.text import encodable, encodable_data, printable, source_bytes
@@ -145,7 +145,7 @@ def test_a_glyph_mbpp_record_of_surrogate_text_saves_as_a_verifiers_trace(tmp_pa
     verifiers saves shows them escaped. The candidate's source is hashed as
     it was recorded (it matches: not tampered) and is not in the record."""
     from glyph.agent import program
-    from glyph.agent.protocol import SOLUTION_FILE
+    from glyph.agent.profiles.glyph import SOLUTION_FILE
     from glyph.envs.mbpp.taskset import GlyphData, GlyphTask
     from glyph.record import mbpp_record
 
@@ -161,7 +161,8 @@ def test_a_glyph_mbpp_record_of_surrogate_text_saves_as_a_verifiers_trace(tmp_pa
     data = GlyphData(name="t", arm="b", visible_tests=DEMO_TESTS.splitlines()[:1],
                      hidden_tests=DEMO_TESTS.splitlines())
     trace = _vf_trace(data)
-    trace.info["glyph_limits"] = {"cpu_s": 2.0, "wall_s": 4.0}
+    from glyph.record import HarnessRecord, store_harness
+    store_harness(trace.info, HarnessRecord(limits={"cpu_s": 2.0, "wall_s": 4.0}))
     asyncio.run(GlyphTask(data).finalize(trace, runtime))
 
     rec = mbpp_record(_saved(tmp_path, trace))
@@ -177,7 +178,7 @@ def test_a_glyph_conventions_record_of_surrogate_text_saves_as_a_verifiers_trace
     """The agent protocol: the harness reads the agent's (untrusted) end from its
     trace into ``info``, and finalize records the grade of a solution that raises."""
     from glyph.agent import program
-    from glyph.agent.protocol import SOLUTION_FILE
+    from glyph.agent.profiles.glyph import SOLUTION_FILE
     from glyph.envs.conventions.harness import ConventionsHarness, ConventionsHarnessConfig
     from glyph.envs.conventions.taskset import ConventionsData, ConventionsTask
     from glyph.record import conventions_record
@@ -213,7 +214,7 @@ def test_the_record_is_stored_encodable_whatever_put_it_there():
 
 
 def _call(reply_json: str):
-    from glyph.agent.protocol import parse_turn
+    from glyph.agent.profiles.glyph import parse_turn
     return parse_turn(f"CALL {reply_json}").call
 
 
@@ -222,23 +223,23 @@ def test_what_the_tools_answer_is_encodable_and_an_unwritable_patch_is_refused(t
     surrogateescape writes (a byte 0xff) is written, and read back escaped in
     the RESULT the program sends; one no file can hold is refused (the
     program used to crash on it: a program_error, an unscored rollout)."""
-    from glyph.agent.protocol import PLACEHOLDER, SOLUTION_FILE, result_message
-    from glyph.agent.tools import execute
+    from glyph.agent.profiles.glyph import PLACEHOLDER, SOLUTION_FILE, execute, result_message
+    from glyph.agent.trace import Trace
     (tmp_path / SOLUTION_FILE).write_text(PLACEHOLDER)
-    trace = {"tests": [], "candidates": []}
+    trace = Trace()
     find = json.dumps(PLACEHOLDER.splitlines()[0])
 
     def run(tool_args: tuple[str, str]):
         tool, args = tool_args
-        call = _call(f'{{"id": "{len(trace["candidates"]) + 9}", "tool": "{tool}", "args": {args}}}')
+        call = _call(f'{{"id": "{len(trace.candidates) + 9}", "tool": "{tool}", "args": {args}}}')
         status, body = execute(call, None, trace, str(tmp_path))
         return status, body, result_message(call, status, body, 5)
 
     status, _, _ = run(("apply_patch", f'{{"path": "{SOLUTION_FILE}", "find": {find}, "replace": "# \\udcff"}}'))
-    assert status == "ok" and b"# \xff" in (tmp_path / SOLUTION_FILE).read_bytes() and len(trace["candidates"]) == 1
+    assert status == "ok" and b"# \xff" in (tmp_path / SOLUTION_FILE).read_bytes() and len(trace.candidates) == 1
     before = (tmp_path / SOLUTION_FILE).read_bytes()
     status, _, msg = run(("apply_patch", f'{{"path": "{SOLUTION_FILE}", "find": "# ", "replace": "\\ud800"}}'))
     assert status.startswith("error: ") and "lone surrogate" in msg
-    assert (tmp_path / SOLUTION_FILE).read_bytes() == before and len(trace["candidates"]) == 1
+    assert (tmp_path / SOLUTION_FILE).read_bytes() == before and len(trace.candidates) == 1
     status, body, msg = run(("read_file", f'{{"path": "{SOLUTION_FILE}"}}'))
     assert "\udcff" in body and "# \\udcff" in msg and encodable(msg) is msg

@@ -3,6 +3,7 @@ the untrusted trace, then each check, the hidden grading, the metrics and
 the reason, on a tiny task graded by glyph's real sandbox."""
 
 import copy
+import dataclasses
 import functools
 import json
 
@@ -10,16 +11,22 @@ import msgspec
 import pytest
 
 from glyph.agent.program import REPLY_CAP
-from glyph.agent.protocol import PLACEHOLDER, Call
-from glyph.agent.tools import sha256
-from glyph.envs.mbpp.finalize import (REGRADES, Account, Logged, MalformedTrace, ModelReplies, Regrader, TaskTests,
-    Trace, check_end, check_final_source, check_log, compute_metrics, grade_hidden, known_sources, logged_entries,
-    parse_trace, reason, replies_account, service_account, verify, verify_candidates, verify_tests)
+from glyph.profiles import get as profile
+from glyph.agent.profiles.base import Call
+from glyph.agent.profiles.glyph import PLACEHOLDER, call_line
+from glyph.agent.trace import Trace, VerifiedCandidate, sha256
+from glyph.envs.mbpp.finalize import verify
+from glyph.envs.mbpp.finalize.end import Account, ModelReplies, check_end, replies_account, service_account
+from glyph.envs.mbpp.finalize.metrics import compute_metrics, reason
+from glyph.envs.mbpp.finalize.regrade import REGRADES, Regrader, TaskTests, grade_hidden
+from glyph.envs.mbpp.finalize.tamper import (Logged, MalformedTrace, check_final_source, check_log, known_sources,
+                                             logged_entries, parse_trace, verify_candidates, verify_tests)
 from glyph.outcomes import Outcome
-from glyph.record import VerifiedCandidate, encode
+from glyph.record import encode
 from glyph.sandbox import Limits
 
 LIMITS = Limits(cpu_s=5, wall_s=10)
+GLYPH = profile("glyph")
 TESTS = TaskTests("", ("assert f(1) == 2",), ("assert f(2) == 3",))
 PLUS = TaskTests("", ("assert f(1) == 2",), ("assert f(2) == 3",), ("assert f(3) == 4",))
 GOOD = "def f(x): return x + 1\n"
@@ -45,8 +52,8 @@ def episode(*steps: tuple, end: str | None = "final") -> tuple[dict, list[dict]]
         cand = {"index": len(trace["candidates"]), "call": str(n), "source": source, "sha256": sha256(source)}
         trace["candidates"].append(cand)
         trace["calls"].append({"id": str(n), "tool": "apply_patch", "status": "ok"})
-        replies.append(pending + Call(str(n), "apply_patch",
-                                      {"path": "solution.py", "find": current, "replace": source}).line())
+        replies.append(pending + call_line(Call(str(n), "apply_patch",
+                                      {"path": "solution.py", "find": current, "replace": source})))
         current, pending = source, ""
         sampled, decision = pred[0] if pred else (outcome, "KEEP")
         if arm == "b":
@@ -64,7 +71,7 @@ def episode(*steps: tuple, end: str | None = "final") -> tuple[dict, list[dict]]
         cand.setdefault("verified_label", outcome)
         cand.setdefault("shadow", False)
         trace["calls"].append({"id": str(n), "tool": "python_test", "status": outcome})
-        replies.append(pending + Call(str(n), "python_test").line())
+        replies.append(pending + call_line(Call(str(n), "python_test")))
         pending = ""
         log.append({"request": f"{n}:visible:{sha256(source)}", "sha256": sha256(source),
                     "outcome": outcome, "shadow": False})
@@ -99,15 +106,13 @@ def test_a_well_formed_trace_round_trips():
         assert kept == raw[key]
     assert parse_trace(back) == t
     assert t.candidates[1].shadow and t.candidates[1].verified_label == FAIL
-    with pytest.raises(AttributeError):
-        t.candidates[0].source = GOOD  # frozen
 
 
 def test_absent_lists_and_labels_take_their_defaults():
     t = parse_trace({})
-    assert (t.candidates, t.tests, t.calls, t.end, t.final) == ((), (), (), None, False)
+    assert (t.candidates, t.tests, t.calls, t.end, t.final) == ([], [], [], None, False)
     c = parse_trace({"candidates": [{"index": 0, "source": GOOD, "sha256": sha256(GOOD)}]}).candidates[0]
-    assert c.verified_label is msgspec.UNSET and c.shadow is False and c.sampled_label is None
+    assert c.verified_label is None and c.shadow is False and c.sampled_label is None
 
 
 def _break(path: str, value: object = "<drop>") -> dict:
@@ -130,7 +135,7 @@ MALFORMED = [  # (what is broken, the value, what the reason must name)
     ("candidates.0.source", "<drop>", "missing required field `source`"),
     ("candidates.0.sha256", 7, "$.candidates[0].sha256"),
     ("candidates.0.index", True, "$.candidates[0].index"),
-    ("candidates.0.verified_label", None, "$.candidates[0].verified_label"),
+    ("candidates.0.verified_label", 5, "$.candidates[0].verified_label"),
     ("candidates.0.shadow", "yes", "$.candidates[0].shadow"),
     ("candidates.0.context", "the messages", "$.candidates[0].context"),
     ("candidates.0.context", [{"role": "user", "content": 5}], "$.candidates[0].context[0]"),
@@ -150,9 +155,9 @@ def test_a_malformed_trace_is_a_tamper_reason_never_an_exception(path, value, na
         parse_trace(raw)
     assert named in str(exc.value)
     info = verify(raw, GOOD, TESTS, LIMITS)
-    assert info.reward == 0.0 and info.metrics["tampered"] == 1.0 and info.metrics["no_trace"] == 0.0
+    assert info.reward == 0.0 and info.metrics.tampered == 1.0 and info.metrics.no_trace == 0.0
     assert info.tamper == [str(exc.value)] and info.reason == "tampered: " + str(exc.value)
-    assert info.candidates == [] and info.metrics["visible_test_calls"] == 0.0  # no claim of it is read
+    assert info.candidates == [] and info.metrics.visible_test_calls == 0.0  # no claim of it is read
     assert info.final_outcome == PASS  # the final solution is still graded
 
 
@@ -161,16 +166,16 @@ def test_a_shadow_candidate_must_record_its_shadow_outcome():
     del raw["candidates"][0]["verified_label"]
     with pytest.raises(MalformedTrace, match="candidate 0 is a shadow candidate with no verified_label"):
         parse_trace(raw)
-    assert verify(raw, GOOD, TESTS, LIMITS, log).metrics["tampered"] == 1.0
+    assert verify(raw, GOOD, TESTS, LIMITS, log).metrics.tampered == 1.0
 
 
 def test_what_is_not_a_trace():
     none = verify(None, GOOD, TESTS, LIMITS)
-    assert none.metrics["no_trace"] == 1.0 and none.metrics["tampered"] == 0.0
+    assert none.metrics.no_trace == 1.0 and none.metrics.tampered == 0.0
     assert none.reason == "the program left no trace" and none.final_outcome is None
     for junk in ("unparseable", [1, 2], 3):
         info = verify(junk, GOOD, TESTS, LIMITS)
-        assert info.metrics["no_trace"] == 1.0 and info.metrics["tampered"] == 1.0
+        assert info.metrics.no_trace == 1.0 and info.metrics.tampered == 1.0
         assert info.tamper == ["malformed trace"] and info.reward == 0.0
 
 
@@ -255,15 +260,15 @@ def test_verify_tests():
     raw, _ = episode((WRONG, FAIL), (GOOD, PASS))
     raw["tests"].insert(0, {"call": "0", "sha256": sha256(PLACEHOLDER), "outcome": "RUNTIME_ERROR"})
     t = parse_trace(raw)
-    assert set(known_sources(t)) == {sha256(PLACEHOLDER), sha256(WRONG), sha256(GOOD)}
+    assert set(known_sources(t, PLACEHOLDER)) == {sha256(PLACEHOLDER), sha256(WRONG), sha256(GOOD)}
     rg = Regrader(TESTS, LIMITS)
     placeholder = rg.visible(PLACEHOLDER)
     raw["tests"][0]["outcome"] = placeholder
-    visible, tamper = verify_tests(parse_trace(raw), rg)
+    visible, tamper = verify_tests(parse_trace(raw), rg, PLACEHOLDER)
     assert tamper == [] and visible == [placeholder, FAIL, PASS]
     raw["tests"][1]["outcome"] = PASS  # the failing test claimed as a pass
     raw["tests"].append({"call": "9", "sha256": sha256(VISIBLE_ONLY), "outcome": PASS})  # never a candidate
-    visible, tamper = verify_tests(parse_trace(raw), rg)
+    visible, tamper = verify_tests(parse_trace(raw), rg, PLACEHOLDER)
     assert visible == [placeholder, FAIL, PASS]  # the trusted outcomes; the unknown source has none
     assert tamper == [f"test 2: recorded {PASS}, re-grade {FAIL}",
                       "test 9: tested source is no recorded candidate"]
@@ -273,17 +278,17 @@ def test_a_swapped_candidate_is_no_known_source():
     raw, _ = episode((WRONG, FAIL))
     raw["candidates"][0]["source"] = GOOD  # the hash stays WRONG's
     t = parse_trace(raw)
-    assert sha256(WRONG) not in known_sources(t) and sha256(GOOD) not in known_sources(t)
-    _, tamper = verify_tests(t, Regrader(TESTS, LIMITS))
+    assert sha256(WRONG) not in known_sources(t, PLACEHOLDER) and sha256(GOOD) not in known_sources(t, PLACEHOLDER)
+    _, tamper = verify_tests(t, Regrader(TESTS, LIMITS), PLACEHOLDER)
     assert tamper == ["test 2: tested source is no recorded candidate"]
 
 
 def test_check_final_source():
     t = parse_trace(episode((WRONG, FAIL), (GOOD, PASS))[0])
-    assert check_final_source(t, GOOD) == [] and check_final_source(t, None) == []
-    assert check_final_source(t, WRONG) == ["solution.py changed after the last recorded patch"]
-    assert check_final_source(Trace(), PLACEHOLDER) == []
-    assert check_final_source(Trace(), GOOD) == ["solution.py changed after the last recorded patch"]
+    assert check_final_source(t, GOOD, PLACEHOLDER) == [] and check_final_source(t, None, PLACEHOLDER) == []
+    assert check_final_source(t, WRONG, PLACEHOLDER) == ["solution.py changed after the last recorded patch"]
+    assert check_final_source(Trace(), PLACEHOLDER, PLACEHOLDER) == []
+    assert check_final_source(Trace(), GOOD, PLACEHOLDER) == ["solution.py changed after the last recorded patch"]
 
 
 # ---------------------------------------------------------------- how the episode ended
@@ -293,8 +298,8 @@ def _replies(*replies: str | None, arm: str = "a", budget: int = 8, **kw) -> Mod
     return ModelReplies(tuple(replies), arm, budget, 1, **kw)
 
 
-PATCH = Call("1", "apply_patch", {"path": "solution.py", "find": PLACEHOLDER, "replace": GOOD}).line()
-TEST = Call("2", "python_test").line()
+PATCH = call_line(Call("1", "apply_patch", {"path": "solution.py", "find": PLACEHOLDER, "replace": GOOD}))
+TEST = call_line(Call("2", "python_test"))
 KEEP = f"<PREDICTION>{PASS}</PREDICTION>\n<DECISION>KEEP</DECISION>\n{TEST}"
 
 
@@ -306,7 +311,7 @@ def test_the_interception_record_is_replayed_with_the_protocol_state():
     got = replies_account(_replies(PATCH, "FINAL: done", arm="b"))
     assert not got.final and got.says == ("ends with protocol error (reply 2): after a successful apply_patch "
                                           "the turn must predict, decide and CALL")
-    failed = Call("1", "apply_patch", {"path": "solution.py", "find": "nowhere", "replace": GOOD}).line()
+    failed = call_line(Call("1", "apply_patch", {"path": "solution.py", "find": "nowhere", "replace": GOOD}))
     assert replies_account(_replies(failed, "FINAL: done", arm="b")).final
     assert replies_account(_replies(PATCH, "FINAL: done", arm="a")).final
     # the protocol state is replayed: a call id used twice, the budget
@@ -351,12 +356,12 @@ def test_check_end():
     assert check_end(final, [reported, replies_account(_replies(PATCH, TEST, "CALL {"))]) == (False, [
         ("the trace says the episode ended with FINAL; the interception's record of the model replies ends with "
          "protocol error (reply 3): a CALL line must be `CALL {json}` on one line")])
-    budget = msgspec.structs.replace(final, end="budget_exhausted", final=False)
+    budget = dataclasses.replace(final, end="budget_exhausted", final=False)
     assert check_end(budget, [error]) == (False, [
         ("the trace says the episode ended by budget_exhausted; the test service's record says the program "
          "reported protocol_error after 3 replies")])
     assert check_end(budget, [replayed]) == (False, [])  # the replay names no end but FINAL to compare
-    killed = msgspec.structs.replace(final, end=None, final=False)  # reported, then killed before the save
+    killed = dataclasses.replace(final, end=None, final=False)  # reported, then killed before the save
     assert check_end(killed, [reported]) == (False, [])
     assert check_end(final, [service_account(None)])[1] == [
         ("the trace says the episode ended with FINAL; the test service's record has no report from the program "
@@ -373,7 +378,7 @@ def test_verify_takes_final_from_the_trusted_records_only():
     # the program reported a protocol error, or never reported: the trace's FINAL is a forgery
     for service_end in ({"end": "protocol_error", "turns": 4}, None):
         got = verify(raw, GOOD, TESTS, LIMITS, log, service_end=service_end, replies=honest["replies"])
-        assert got.reward == 0.0 and got.metrics["tampered"] == 1.0
+        assert got.reward == 0.0 and got.metrics.tampered == 1.0
         assert got.reason.startswith("tampered: the trace says the episode ended with FINAL; the test service's "
                                      "record "), got.reason
     # the model's last recorded reply is a protocol error
@@ -413,27 +418,27 @@ def test_compute_metrics():
     t = parse_trace(episode((WRONG, FAIL), (GOOD, PASS))[0])
     cands = [_v(FAIL, PASS, "KEEP"), _v(FAIL, FAIL, "REVISE"), _v(PASS, PASS, "REVISE"), _v(PASS)]
     passed = {"base": (PASS, ""), "plus": None}
-    m = compute_metrics(t, cands, [FAIL, PASS], [], passed, TESTS, disagreements=2, final=True)
-    assert set(m) == set(verify(None, None, TESTS, LIMITS).metrics)  # no plus_passed without plus tests
-    assert m["passed"] == m["base_passed"] == m["recovered_after_executed_failure"] == 1.0
-    assert (m["predictions"], m["prediction_accuracy"], m["revise_count"]) == (3.0, 2 / 3, 2.0)
-    assert (m["bad_patch_rejection_rate"], m["unnecessary_rejection_rate"]) == (0.5, 1.0)
-    assert (m["first_patch_correct"], m["had_executed_failure"], m["grade_disagreements"]) == (0.0, 1.0, 2.0)
-    assert (m["visible_test_calls"], m["visible_tool_calls"], m["tampered"]) == (2.0, 4.0, 0.0)
+    m = compute_metrics(GLYPH, t, cands, [FAIL, PASS], [], passed, TESTS, disagreements=2, final=True)
+    assert m.plus_passed is None  # no plus_passed without plus tests
+    assert m.passed == m.base_passed == m.recovered_after_executed_failure == 1.0
+    assert (m.predictions, m.prediction_accuracy, m.revise_count) == (3.0, 2 / 3, 2.0)
+    assert (m.bad_patch_rejection_rate, m.unnecessary_rejection_rate) == (0.5, 1.0)
+    assert (m.first_patch_correct, m.had_executed_failure, m.grade_disagreements) == (0.0, 1.0, 2.0)
+    assert (m.visible_test_calls, m.visible_tool_calls, m.tampered) == (2.0, 4.0, 0.0)
     # each condition of the reward on its own
-    assert compute_metrics(t, cands, [FAIL, PASS], ["forged"], passed, TESTS, 0, final=True)["passed"] == 0.0
-    assert compute_metrics(t, cands, [FAIL], [], passed, TESTS, 0, final=True)["passed"] == 0.0
-    unfinished = msgspec.structs.replace(t, end="budget_exhausted", final=False)
-    m = compute_metrics(unfinished, cands, [PASS], [], passed, TESTS, 0, final=False)
-    assert m["passed"] == 0.0 and m["budget_exhausted"] == 1.0
+    assert compute_metrics(GLYPH, t, cands, [FAIL, PASS], ["forged"], passed, TESTS, 0, final=True).passed == 0.0
+    assert compute_metrics(GLYPH, t, cands, [FAIL], [], passed, TESTS, 0, final=True).passed == 0.0
+    unfinished = dataclasses.replace(t, end="budget_exhausted", final=False)
+    m = compute_metrics(GLYPH, unfinished, cands, [PASS], [], passed, TESTS, 0, final=False)
+    assert m.passed == 0.0 and m.budget_exhausted == 1.0
     # FINAL is check_end's decision, never the trace's own claim
-    assert compute_metrics(t, cands, [PASS], [], passed, TESTS, 0, final=False)["passed"] == 0.0
+    assert compute_metrics(GLYPH, t, cands, [PASS], [], passed, TESTS, 0, final=False).passed == 0.0
     plus_failed = {"base": (PASS, ""), "plus": (FAIL, "")}
-    m = compute_metrics(t, cands, [PASS], [], plus_failed, PLUS, 0, final=True)
-    assert (m["passed"], m["base_passed"], m["plus_passed"]) == (1.0, 1.0, 0.0)
+    m = compute_metrics(GLYPH, t, cands, [PASS], [], plus_failed, PLUS, 0, final=True)
+    assert (m.passed, m.base_passed, m.plus_passed) == (1.0, 1.0, 0.0)
     as_reward = TaskTests(PLUS.setup, PLUS.visible, PLUS.hidden, PLUS.plus, "plus")
-    m = compute_metrics(t, cands, [PASS], [], plus_failed, as_reward, 0, final=True)
-    assert (m["passed"], m["base_passed"], m["plus_passed"]) == (0.0, 1.0, 0.0)
+    m = compute_metrics(GLYPH, t, cands, [PASS], [], plus_failed, as_reward, 0, final=True)
+    assert (m.passed, m.base_passed, m.plus_passed) == (0.0, 1.0, 0.0)
 
 
 def test_reason():
@@ -445,7 +450,7 @@ def test_reason():
     assert why(t, GOOD, [PASS], ["a", "b", "c", "d"], ok, TESTS) == "tampered: a; b; c"
     unfinished = "the program did not finish (killed, or the rollout timed out)"
     assert reason(Trace(), GOOD, [], [], ok, TESTS, final=False) == unfinished
-    ended = msgspec.structs.replace(t, end="protocol_error", error="not valid JSON", final=False)
+    ended = dataclasses.replace(t, end="protocol_error", error="not valid JSON", final=False)
     assert reason(ended, GOOD, [PASS], [], ok, TESTS, final=False) == "ended by protocol_error: not valid JSON"
     assert why(t, GOOD, [FAIL], [], ok, TESTS) == "no visible test passed"
     hidden = f"the final solution gets {FAIL} on the hidden tests"
@@ -468,7 +473,7 @@ def test_verify_an_honest_recovery_with_and_without_the_log():
         assert info.visible_gradings == gradings and info.program == {"exit": 0}
         assert (info.final_outcome, info.base_outcome, info.plus_outcome) == (PASS, PASS, None)
         m = info.metrics
-        assert m["recovered_after_executed_failure"] == 1.0 and m["prediction_accuracy"] == 0.5
+        assert m.recovered_after_executed_failure == 1.0 and m.prediction_accuracy == 0.5
         assert msgspec.to_builtins(info.candidates[0]) == {
             "index": 0, "sha256": sha256(WRONG), "verified_label": FAIL, "sampled_label": PASS,
             "decision": "KEEP",
@@ -481,7 +486,7 @@ def test_verify_a_plus_task_and_a_visible_only_solution():
     raw, log = episode((BASE_ONLY, PASS))
     info = verify(raw, BASE_ONLY, PLUS, LIMITS, log, **records(raw))
     assert info.reward == 1.0 and (info.base_outcome, info.plus_outcome) == (PASS, FAIL)
-    assert info.metrics["plus_passed"] == 0.0 and info.plus_detail is not None
+    assert info.metrics.plus_passed == 0.0 and info.plus_detail is not None
     raw, log = episode((VISIBLE_ONLY, PASS))
     info = verify(raw, VISIBLE_ONLY, TESTS, LIMITS, log, **records(raw))
     assert info.reward == 0.0 and info.reason == f"the final solution gets {FAIL} on the hidden tests"
@@ -494,4 +499,4 @@ def test_verify_reports_every_forgery_in_one_trace():
     assert info.tamper == ["the trace's tests differ from what the test service graded",
                               f"test 2: recorded {PASS}, re-grade {FAIL}",
                               "solution.py changed after the last recorded patch"]
-    assert info.reward == 0.0 and info.metrics["tampered"] == 1.0
+    assert info.reward == 0.0 and info.metrics.tampered == 1.0

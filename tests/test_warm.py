@@ -19,7 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from glyph.agent import program, protocol
+from glyph.agent import program
+from glyph.agent.profiles import glyph as protocol
+from glyph.agent.profiles.base import Call
 from glyph.envs import bundle, start
 from glyph.envs.mbpp.harness import BUNDLE, COLD, SHIPPED, GlyphHarnessConfig, program_config
 from glyph.localhttp import JsonHandler, LocalServer
@@ -28,7 +30,7 @@ WAIT_S = 60.0  # a bound on waiting for a process to appear or go, never an asse
 
 
 def call(cid: str, tool: str, **args) -> str:
-    return protocol.Call(cid, tool, args).line()
+    return protocol.call_line(Call(cid, tool, args))
 
 
 SCRIPT = [call("c1", "read_file", path="solution.py"),
@@ -92,7 +94,7 @@ def workspace(root: Path, base_url: str) -> types.SimpleNamespace:
     """A rollout's workspace as the harness leaves it (placeholder, config) and a runtime view of it."""
     root.mkdir(parents=True)
     (root / protocol.SOLUTION_FILE).write_text(protocol.PLACEHOLDER)
-    cfg = program_config(GlyphHarnessConfig(profile="glyph"), "a", "add one", ["assert f(1) == 2"],
+    cfg = program_config(GlyphHarnessConfig(profile="glyph"), "a", "add one", "", ["assert f(1) == 2"], 1,
                          {"kind": "local", "sandbox": "bare", "setup": "", "tests": ["assert f(1) == 2"]},
                          {"base_url": base_url, "model": "m"})
     (root / program.CONFIG).parent.mkdir(parents=True, exist_ok=True)

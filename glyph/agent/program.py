@@ -11,8 +11,8 @@ local runtime (``tester.kind = "service"``; each POST names its test call, so
 a retry is graded once), or glyph's grader in this process where the
 container is the isolation (``"local"``, in the sandbox mode the harness
 chose). Both grade under the harness's ``limits``. Every candidate and Arm
-B's predictions are recorded in ``TRACE``, which is untrusted: finalize
-checks every claim in it.
+B's predictions are recorded in ``TRACE`` (``glyph.agent.trace.Trace``), which
+is untrusted: finalize checks every claim in it.
 
 How the episode ended is also told to the trusted side where there is one:
 with the service tester, ``run`` posts ``{"secret", "end", "turns"}`` to the
@@ -42,9 +42,9 @@ import traceback
 if not __package__:  # run as the shipped script: the root that holds glyph/ is two folders up
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from glyph.agent import protocol  # noqa: E402
+from glyph.agent import profiles  # noqa: E402
 from glyph.agent.httppost import HTTPStatusError, post  # noqa: E402
-from glyph.agent.tools import execute, sha256  # noqa: E402
+from glyph.agent.trace import ENDPOINT_ERROR, FINAL, PROGRAM_ERROR, TESTER_ERROR, ToolCall, Trace, sha256  # noqa: E402
 from glyph.outcomes import Outcome  # noqa: E402
 
 TRACE = ".glyph/trace.json"  # the program's record of the episode (untrusted on the trusted side)
@@ -271,23 +271,23 @@ def read_secret() -> str:
     return ""
 
 
-def run(cfg: dict, secret: str, save=None) -> dict:
+def run(cfg: dict, secret: str, save=None) -> Trace:
     """One episode; never raises: an unexpected failure ends it as
     ``program_error`` with the traceback, keeping what was recorded.
     ``save(trace)`` is called after every turn, so a program killed at the
     rollout's timeout still leaves what it did."""
-    trace = {"arm": cfg.get("arm"), "candidates": [], "tests": [], "calls": [], "end": None, "error": None,
-             "final": False, "budget": cfg.get("max_tool_calls"), "test_cost": cfg.get("test_cost"),
-             "budget_left": None, "turns": 0, "messages": []}
+    profile = profiles.get(cfg["profile"])
+    trace = profile.trace_type(arm=cfg.get("arm"), budget=cfg.get("max_tool_calls"),
+                               test_cost=cfg.get("test_cost"))
     try:
         _loop(cfg, secret, trace, save or (lambda t: None))
     except Exception:  # deliberate: the trace must still be written, with the fault
-        trace["end"], trace["error"] = "program_error", traceback.format_exc()[-4000:]
+        trace.end, trace.error = PROGRAM_ERROR, traceback.format_exc()[-4000:]
     report_end(cfg, secret, trace)
     return trace
 
 
-def report_end(cfg: dict, secret: str, trace: dict) -> None:
+def report_end(cfg: dict, secret: str, trace: Trace) -> None:
     """Tell the test service how the episode ended (the service tester only:
     elsewhere there is no trusted side to tell). Never raises: a report that
     did not arrive is recorded as ``report_error`` (the program then exits
@@ -296,161 +296,68 @@ def report_end(cfg: dict, secret: str, trace: dict) -> None:
     if spec.get("kind") != "service":
         return
     try:
-        body = json.dumps({"secret": secret, "end": trace["end"], "turns": trace["turns"]}).encode()
+        body = json.dumps({"secret": secret, "end": trace.end, "turns": trace.turns}).encode()
         _post(spec["end_url"], body, {"Content-Type": "application/json"}, 30, 1 << 16)
     except HTTPStatusError as exc:
-        trace["report_error"] = f"the test service answered HTTP {exc.code}: {_error_body(exc)}"
+        trace.report_error = f"the test service answered HTTP {exc.code}: {_error_body(exc)}"
     except Exception as exc:  # deliberate: any failure is recorded, and the exit says so
-        trace["report_error"] = f"the test service did not take the report: {type(exc).__name__}: {exc}"[:2000]
+        trace.report_error = f"the test service did not take the report: {type(exc).__name__}: {exc}"[:2000]
 
 
-class Episode:
-    """One episode's protocol state (the budget, the call ids used, whether
-    Arm B's next turn must predict) and ``turn``, which applies one assistant
-    reply exactly as the agent loop does. The loop below and the credit
-    replay (``glyph.credit.replay``) both run turns through it, so the turn
-    semantics exist once."""
-
-    def __init__(self, arm: str, budget: int, test_cost: int, trace: dict, root: str = ".",
-                 revise_feedback: str = "none") -> None:
-        self.arm, self.budget, self.test_cost, self.trace, self.root = arm, budget, test_cost, trace, root
-        self.revise_feedback = revise_feedback
-        self.seen: set[str] = set()
-        self.expect_prediction = False
-        self.call: protocol.Call | None = None  # the last turn's call (also one the budget refused)
-        self.end: str | None = None  # final / protocol_error / budget_exhausted once the episode ended
-        self.error: str | None = None
-        self._feedback: str | None = None
-
-    def turn(self, reply: str, tester, context: list[dict] | None = None) -> tuple[protocol.Call, str, str] | None:
-        """Apply ``reply``; return (call, status, body), or None when it ended
-        the episode (``end`` and ``error`` say how). ``tester`` errors
-        (RuntimeError) propagate: a shadow test's before the budget is spent,
-        the call's own after."""
-        self.call = None
-        try:
-            turn = protocol.parse_turn(reply, expect_prediction=self.expect_prediction, seen_ids=frozenset(self.seen))
-        except protocol.ProtocolError as exc:
-            self.end, self.error = "protocol_error", str(exc)
-            return None
-        if turn.final:
-            self.end = "final"
-            return None
-        call = self.call = turn.call
-        cost = self.test_cost if call.tool == "python_test" else 1
-        if cost > self.budget:
-            self.end, self.error = "budget_exhausted", f"{call.tool} costs {cost}, {self.budget} left"
-            return None
-        self.seen.add(call.id)
-        if turn.prediction is not None:
-            cand = self.trace["candidates"][-1]
-            cand.update(sampled_label=turn.prediction, decision=turn.decision, context=context,
-                        prediction_turn=reply, prediction_call=call.id)
-            if turn.decision == "REVISE":
-                cand["verified_label"] = tester(cand["source"], shadow=True)
-                cand["shadow"] = True
-                if self.revise_feedback == "outcome":
-                    self._feedback = f"(shadow test of the revised candidate: {cand['verified_label']})"
-        self.budget -= cost
-        status, body = execute(call, tester, self.trace, self.root)
-        if self._feedback:
-            body = (body + "\n" if body else "") + self._feedback
-            self._feedback = None
-        new_candidate = bool(self.trace["candidates"]) and self.trace["candidates"][-1]["call"] == call.id
-        self.expect_prediction = self.arm == "b" and new_candidate
-        return call, status, body
-
-    def observation(self, step: tuple[protocol.Call, str, str]) -> dict:
-        """The message that answers a step: a user message with the RESULT and the budget left."""
-        call, status, body = step
-        return {"role": "user", "content": protocol.result_message(call, status, body, self.budget)}
-
-
-def _loop(cfg: dict, secret: str, trace: dict, save) -> None:
+def _loop(cfg: dict, secret: str, trace: Trace, save) -> None:
     tester = Tester(cfg["tester"], secret, limits_of(cfg))
     try:
         _episode(cfg, secret, trace, save, tester)
     finally:
         if getattr(tester, "sandbox", None):
-            trace["tester_sandbox"] = tester.sandbox
+            trace.tester_sandbox = tester.sandbox
         if hasattr(tester, "close"):
             tester.close()
 
 
-PROFILES = ("glyph", "study")
-"""The turn semantics a config's ``profile`` picks: ``glyph`` (``Episode``,
-the default where the config names none) or ``study`` (the PREDICT study's,
-``glyph.agent.study_episode.StudyEpisode``)."""
-
-
-def workspace(profile: str, project: str | None) -> tuple[str, str]:
-    """(the path of ``solution.py`` relative to the workspace root, the placeholder it starts as)
-    under ``profile``: glyph's at the root, the study's in the task's ``project`` folder."""
-    if profile == "study":
-        from glyph.agent import study as S
-        return f"{project}/{S.SOLUTION_FILE}", S.PLACEHOLDER
-    if profile != "glyph":
-        raise ValueError(f"the profile is {profile!r}, not one of {', '.join(PROFILES)}")
-    return protocol.SOLUTION_FILE, protocol.PLACEHOLDER
-
-
-def make_episode(cfg: dict, trace: dict, root: str = "."):
-    """The episode ``cfg`` asks for, with its budget and rules, its paths resolved against ``root``."""
-    profile = cfg.get("profile", "glyph")
-    if profile == "study":
-        from glyph.agent.study_episode import StudyEpisode, Switches
-        return StudyEpisode(cfg["arm"], int(cfg["max_tool_calls"]), trace, root=root, project=cfg.get("project", "."),
-                            timeout_s=int(float(limits_of(cfg)["wall_s"])),
-                            switches=Switches.from_dict(cfg.get("switches")))
-    if profile != "glyph":
-        raise ValueError(f"the program config's profile is {profile!r}, not one of {', '.join(PROFILES)}")
-    return Episode(cfg["arm"], int(cfg["max_tool_calls"]), int(cfg["test_cost"]), trace, root,
-                   revise_feedback=cfg["revise_feedback"])
-
-
-def _episode(cfg: dict, secret: str, trace: dict, save, tester) -> None:
+def _episode(cfg: dict, secret: str, trace: Trace, save, tester) -> None:
     # Every key is the harness's (``harness.program_config``): no default of its own here.
-    episode = make_episode(cfg, trace)
-    messages = trace["messages"] = [dict(m) for m in cfg["messages"]]
+    episode = profiles.get(cfg["profile"]).episode(cfg, trace)
+    messages = trace.messages = [dict(m) for m in cfg["messages"]]
     t0 = time.monotonic()
     while True:
         try:
             reply = chat(cfg["endpoint"], messages, float(cfg["model_timeout"]), secret)
         except EndpointError as exc:
-            trace["end"], trace["error"] = "endpoint_error", str(exc)
+            trace.end, trace.error = ENDPOINT_ERROR, str(exc)
             break
         if len(reply) > REPLY_CAP:
-            trace["reply_truncated"] = len(reply)
+            trace.reply_truncated = len(reply)
             reply = reply[:REPLY_CAP]
         context = [dict(m) for m in messages]
         messages.append({"role": "assistant", "content": reply})
-        trace["turns"] += 1
+        trace.turns += 1
         try:
             step = episode.turn(reply, tester, context)
         except RuntimeError as exc:
-            trace["end"], trace["error"] = "tester_error", str(exc)
+            trace.end, trace.error = TESTER_ERROR, str(exc)
             break
         if step is None:
-            trace["end"] = episode.end
-            if episode.end == "final":
-                trace["final"] = True
+            trace.end = episode.end
+            if episode.end == FINAL:
+                trace.final = True
             else:
-                trace["error"] = episode.error
+                trace.error = episode.error
             break
         call, status, _ = step
-        trace["calls"].append({"id": call.id, "tool": call.tool, "status": status})
+        trace.calls.append(ToolCall(id=call.id, tool=call.tool, status=status))
         messages.append(episode.observation(step))
-        trace["budget_left"] = episode.budget
+        trace.budget_left = episode.budget
         save(trace)
-    trace["budget_left"] = episode.budget
-    trace["seconds"] = time.monotonic() - t0
+    trace.budget_left = episode.budget
+    trace.seconds = time.monotonic() - t0
 
 
-def save_trace(trace: dict) -> None:
+def save_trace(trace: Trace) -> None:
     os.makedirs(".glyph", exist_ok=True)
     tmp = TRACE + ".tmp"
     with open(tmp, "w") as f:
-        json.dump(trace, f)
+        json.dump(trace.to_json(), f)
     os.replace(tmp, TRACE)
 
 
@@ -463,18 +370,17 @@ def main() -> int:
     return exit_status(trace)
 
 
-def exit_status(trace: dict) -> int:
+def exit_status(trace: Trace) -> int:
     """0, or the fault exit for a trace that ended on an endpoint or tester
     fault, or whose end the test service did not take (with its one-line
     reason on stderr)."""
-    code = {"endpoint_error": ENDPOINT_FAILED, "tester_error": TESTER_FAILED}.get(trace.get("end"))
-    if code is None and trace.get("report_error"):
-        print(f"tester_error: could not report the end ({trace.get('end')}): {trace['report_error']}",
-              file=sys.stderr)
+    code = {ENDPOINT_ERROR: ENDPOINT_FAILED, TESTER_ERROR: TESTER_FAILED}.get(trace.end)
+    if code is None and trace.report_error:
+        print(f"{TESTER_ERROR}: could not report the end ({trace.end}): {trace.report_error}", file=sys.stderr)
         return TESTER_FAILED
     if code is None:
         return 0
-    print(f"{trace['end']}: {trace.get('error')}", file=sys.stderr)
+    print(f"{trace.end}: {trace.error}", file=sys.stderr)
     return code
 
 

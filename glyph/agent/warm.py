@@ -61,8 +61,6 @@ if not __package__:  # run as the shipped script: the root that holds glyph/ is 
 
 from glyph.agent import program  # noqa: E402
 
-PRELOAD = ("glyph.agent.study_episode", "glyph.agent.study")
-"""What ``program`` imports only when an episode asks for it (``program.make_episode``): imported here once."""
 MAX_MSG = 1 << 20
 PR_SET_PDEATHSIG = 1
 
@@ -243,8 +241,6 @@ class Server:
 def main() -> None:
     global _libc
     ctl = socket.socket(fileno=int(sys.argv[1]))
-    for name in PRELOAD:
-        __import__(name)
     import ctypes
     _libc = ctypes.CDLL(None, use_errno=True)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the env process's Ctrl-C is its to handle

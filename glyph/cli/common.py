@@ -1,6 +1,7 @@
 """What the command modules share: the consoles, the option types, ``fail``,
-and :class:`App`, a Typer whose commands report glyph's named errors as one
-line. Imports nothing from glyph, so every command module can import it."""
+and :class:`App`, a Typer whose commands report a ``glyph.errors.GlyphError``
+as one line. Imports nothing from glyph but ``glyph.errors`` (stdlib only), so
+every command module can import it."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ import typer.core
 from rich.console import Console
 from rich.markup import escape
 
+from glyph.errors import GlyphError
+
 console = Console()
 err = Console(stderr=True)
 rich.reconfigure(stderr=True)
@@ -24,50 +27,30 @@ data preparation) never mixes into what a command prints on stdout."""
 
 MbppPath = Annotated[Optional[Path], typer.Option("--mbpp-path", help="MBPP JSONL (default: $GLYPH_MBPP_PATH)")]
 
-NAMED_ERRORS: tuple[tuple[str, str], ...] = (
-    ("glyph.data.mbpp", "DataError"),
-    ("glyph.data.conventions", "ConventionsDataError"),
-    ("glyph.sandbox.client", "SandboxUnavailable"),
-    ("glyph.grading", "InvalidTests"),
-    ("glyph.report.load", "ReportError"),
-    ("glyph.predict.pin", "PatchError"),
-    ("glyph.credit.trajectory", "CreditError"),
-    ("glyph.flywheel.options", "OptionsError"),
-    ("glyph.flywheel.store", "ConfigMismatch"),
-    ("glyph.flywheel.store", "StoreError"),
-    ("glyph.flywheel.loop", "FlywheelError"),
-    ("glyph.flywheel.agents", "ModelSetupError"),
-)
-"""(module, class) of the errors a user can fix from the message alone: a
-command that raises one (or a subclass) prints ``error: <message>`` and exits 2."""
-
-
 def fail(message: str) -> NoReturn:
     """``error: <message>`` on stderr, exit 2."""
     err.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(2)
 
 
-def is_named(exc: BaseException) -> bool:
-    """Whether ``exc`` is one of :data:`NAMED_ERRORS`. Looks the classes up in
-    ``sys.modules`` (an error of a module never imported cannot have been raised),
-    so it imports nothing."""
-    for module, name in NAMED_ERRORS:
-        cls = getattr(sys.modules.get(module), name, None)
-        if cls is not None and isinstance(exc, cls):
-            return True
-    return False
+def is_user_error(exc: BaseException) -> bool:
+    """A ``glyph.errors.GlyphError`` (input the user can fix from its message), or the sandbox's
+    ``SandboxUnavailable`` (the sandbox imports nothing from glyph; looked up in ``sys.modules``: a
+    module never imported cannot have raised it)."""
+    sandbox = sys.modules.get("glyph.sandbox.client")
+    return isinstance(exc, GlyphError) or (sandbox is not None and isinstance(exc, sandbox.SandboxUnavailable))
 
 
 def named_errors_fail(func):
-    """``func`` with a named error turned into :func:`fail`; anything else propagates."""
+    """``func`` with a user error (:func:`is_user_error`) turned into :func:`fail`; anything else
+    propagates: a bug."""
 
     @functools.wraps(func)
     def command(*args, **kwargs):
         try:
             return func(*args, **kwargs)
         except Exception as exc:
-            if not is_named(exc):
+            if not is_user_error(exc):
                 raise
             fail(str(exc))
 

@@ -135,7 +135,8 @@ def _prepare_study(out: Path, seed: int, mbpp_path, split_key: str, recovery: st
     from glyph.data import study
 
     m = study.prepare(out, mbpp_path, seed, split_key=split_key, recovery=recovery)
-    switched = ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in m["switches"].items() if v != "study")
+    switched = ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in m["switches"].items()
+                         if v != Key.study.value)  # each switch set away from its default
     title = f"glyph data prepare --profile study{' (' + switched + ')' if switched else ''} → {out}"
     table = _split_table(f"{title} ({m['seconds']} s)", m["counts"])
     for kind, n in m["sft"]["composition"].items():
@@ -199,13 +200,15 @@ def data_validate(out: Out = Path("artifacts"), mbpp_path: MbppPath = None) -> N
 
 
 def _refuse_study_folder(out: Path, command: str) -> None:
-    """A folder written by ``glyph data prepare`` under the study profile has the study's layout,
-    which ``glyph data {command}`` does not read: one line saying what does."""
+    """A folder written by ``glyph data prepare`` under another profile than glyph's has that
+    profile's layout, which ``glyph data {command}`` does not read: one line saying what does."""
+    from glyph.data.prepare import glyph_layout
+
     try:
         manifest = json.loads((out / "manifest.json").read_text())
     except (OSError, ValueError):
         return
-    if isinstance(manifest, dict) and manifest.get("profile") == "study":
-        fail(f"{out} holds the study profile's data (`glyph data prepare`'s default); `glyph data {command}` "
-             f"reads the glyph profile's: check it with `glyph study check {out}` and "
+    if isinstance(manifest, dict) and not glyph_layout(manifest):
+        fail(f"{out} holds the {manifest['profile']} profile's data (`glyph data prepare`'s default); "
+             f"`glyph data {command}` reads the glyph profile's: check it with `glyph study check {out}` and "
              f"`glyph study replay {out}/sft/arm_a/train.jsonl`, or prepare with --profile glyph")

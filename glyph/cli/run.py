@@ -20,10 +20,11 @@ def demo(
     mbpp_path: MbppPath = None,
 ) -> None:
     """Run vf-eval glyph-mbpp against the reference policies, both arms, and summarize."""
-    from glyph.demo import PROFILES, run_attack_demo, run_env_demo
+    from glyph import profiles
+    from glyph.demo import run_attack_demo, run_env_demo
 
-    if profile not in PROFILES:
-        fail(f"--profile {profile}: expected {' or '.join(PROFILES)}")
+    if profile not in profiles.PROFILES:
+        fail(f"--profile {profile}: expected {' or '.join(profiles.names())}")
     code = run_attack_demo(console) if attacks else 0
     code |= run_env_demo(console, tasks, str(mbpp_path) if mbpp_path else None, out, profile)
     raise typer.Exit(code)

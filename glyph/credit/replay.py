@@ -4,20 +4,18 @@ A failed episode says *that* the agent failed, not *which step* did it. This
 module answers: from which step on was success no longer reachable?
 
 1. **Snapshots.** The trajectory's assistant turns are replayed in order in a
-   scratch workspace that starts as the runtime's does (``solution.py`` =
-   ``protocol.PLACEHOLDER``, the full tool budget), through the same code the
-   agent program runs: ``protocol.parse_turn`` (the one grammar),
-   ``glyph.agent.program.execute`` (the runtime's ``read_file`` /
-   ``apply_patch`` / ``python_test``; ``apply_patch`` is ``protocol.apply_patch``)
-   and the program's budget rule (a call that costs more than is left ends
-   the episode unexecuted). A recorded ``python_test`` answers with its
-   recorded outcome (a test changes no state); every ``read_file`` and
-   ``apply_patch`` is compared with its recorded RESULT, and any difference is
-   reported as a divergence, never hidden. Snapshot ``k`` is the workspace
-   (``solution.py``), the budget left, and the protocol state (Arm B's pending
-   prediction, the call ids used) after step ``k``; snapshot 0 is the start.
+   scratch workspace that starts as the runtime's does (the placeholder
+   ``solution.py`` where its profile puts it, the full tool budget), through
+   the episode its profile's program runs (``glyph.agent.profiles``: the
+   grammar, the tools, the budget rule, Arm B's rules). Every ``python_test``
+   (and a REVISE's shadow test) is graded by glyph's trusted grader on the
+   visible tests, and every observation is compared with the recorded one;
+   any difference is reported as a divergence, never hidden. Snapshot ``k``
+   is the state after step ``k``: the workspace (``solution.py``), the budget
+   left, and the turns that led there (a continuation replays them to reach
+   it); snapshot 0 is the start.
 2. **Replay.** From every snapshot a fixed continuation (:class:`Continuation`)
-   plays on with the budget left there, through the same turn semantics, its
+   plays on with the budget left there, through the same episode, its
    ``python_test`` graded by glyph's trusted grader on the visible tests. It
    succeeds by the study's reward rule (``glyph.envs.mbpp.finalize``): it ends with
    ``FINAL:``, a visible test it ran passed, and the final ``solution.py``
@@ -33,14 +31,16 @@ The built-in continuation, :class:`Repair`, is a yardstick whose cost grows
 with how far a state is from a correct one: one ``python_test`` to see the
 state (PASS: ``FINAL``), else one ``apply_patch`` per difflib hunk between
 ``solution.py`` and the task's reference solution, then ``python_test`` and
-``FINAL``. It knows the snapshot's ``solution.py`` without reading it (a
-reference policy's privilege, like the oracle knowing the reference). See
-``docs/credit.md``.
+``FINAL``; written in the trajectory's own grammar (where that grammar tests
+only right after a patch, the study's Arm B, the first test is left out). It
+knows the snapshot's ``solution.py`` without reading it (a reference policy's
+privilege, like the oracle knowing the reference). See ``docs/credit.md``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import difflib
 import itertools
 import os
@@ -50,15 +50,16 @@ from collections.abc import Callable, Generator
 from dataclasses import asdict, dataclass, field
 from typing import Protocol
 
-from glyph.agent import program, protocol
-from glyph.agent.tools import sha256
+from glyph import profiles
+from glyph.agent import program
+from glyph.agent.profiles.base import AgentProfile, Call, Episode
+from glyph.agent.profiles.glyph import apply_patch
+from glyph.agent.trace import FINAL, PROTOCOL_ERROR, sha256
 from glyph.credit import rates
-from glyph.credit.trajectory import CreditError, Trajectory
+from glyph.credit.trajectory import Trajectory
 from glyph.data.mbpp import MbppTask
+from glyph.errors import RunError
 from glyph.outcomes import Outcome
-
-NOT_RECORDED = "NOT_RECORDED"  # a python_test whose RESULT the trajectory does not hold (the program was killed)
-
 
 # ---------------------------------------------------------------- the turn semantics
 
@@ -70,36 +71,35 @@ class Snapshot:
     step: int
     solution: str
     budget: int
-    expect_prediction: bool  # Arm B: the next turn must predict and decide
-    seen_ids: frozenset[str]
+    replies: tuple[str, ...]  # the assistant turns that lead here from the start
     messages: tuple[dict, ...]  # the conversation a continuation from here sees
+    seen_ids: frozenset[str] = frozenset()  # call ids the episode used
+    may_test: bool = True  # the grammar allows a python_test as the next turn
 
 
 @dataclass
 class TurnResult:
-    tool: str  # read_file / apply_patch / python_test, FINAL, or "-" for a turn that broke the protocol
-    call: protocol.Call | None
+    tool: str  # the call's tool, FINAL, or "-" for a turn that broke the protocol
+    call: Call | None
     status: str
-    message: str | None  # the RESULT the runtime answers with; None when the turn ended the episode
+    message: dict | None  # the observation that answers it; None when the turn ended the episode
     end: str | None  # final / protocol_error / budget_exhausted: the episode ended at this turn
-    head: str = ""  # that RESULT without its budget line
 
 
 class Workspace:
-    """A scratch runtime workspace and the agent program's own episode state
-    (``glyph.agent.program.Episode``): ``turn`` is one iteration of the
-    program's loop, through the same code."""
+    """A scratch runtime workspace and the trajectory's episode (its profile's, as the
+    program runs it): ``turn`` is one iteration of the program's loop."""
 
-    def __init__(self, root: str, solution: str, budget: int, test_cost: int, arm: str,
-                 expect_prediction: bool = False, seen_ids: frozenset[str] = frozenset()) -> None:
-        self.root = root
-        # Resuming where Arm B must predict: the snapshot's solution is the candidate predicted on.
-        candidates = [{"index": 0, "call": "", "source": solution, "sha256": sha256(solution)}] \
-            if expect_prediction else []
-        self.episode = program.Episode(arm, budget, test_cost, {"candidates": candidates, "tests": []}, root)
-        self.episode.expect_prediction, self.episode.seen = expect_prediction, set(seen_ids)
-        with open(self.path, "w", encoding="utf-8", errors="surrogateescape", newline="") as f:
-            f.write(solution)
+    def __init__(self, root: str, traj: Trajectory, task: MbppTask, tester) -> None:
+        agent = profiles.get(traj.profile).agent
+        self.agent, self.tester = agent, tester
+        project = agent.project(task.task_id)
+        self.path = agent.lay_out(root, project)
+        cfg = {"arm": traj.arm, "max_tool_calls": traj.budget, "test_cost": traj.test_cost,
+               "revise_feedback": "none", "project": project, "switches": traj.switches,
+               "limits": {"cpu_s": 1.0, "wall_s": 1.0}}  # the tester grades under its own limits
+        self.episode: Episode = agent.episode(cfg, agent.trace_type(), root)
+        self.seen: set[str] = set()
 
     @property
     def budget(self) -> int:
@@ -109,32 +109,27 @@ class Workspace:
     def end(self) -> str | None:
         return self.episode.end
 
-    @property
-    def path(self) -> str:
-        return os.path.join(self.root, protocol.SOLUTION_FILE)
-
     def solution(self) -> str:
         with open(self.path, encoding="utf-8", errors="surrogateescape", newline="") as f:
             return f.read()
 
-    def turn(self, reply: str, tester: Callable[[str, bool], str]) -> TurnResult:
-        """One turn. ``tester`` answers python_test (and a REVISE's shadow
-        test, which changes neither the workspace nor the reward)."""
+    def turn(self, reply: str) -> TurnResult:
+        """One turn; python_test and a REVISE's shadow test are answered by the tester."""
         ep = self.episode
-        step = ep.turn(reply[:program.REPLY_CAP], tester)
+        step = ep.turn(reply[:program.REPLY_CAP], self.tester)
         if step is None:
-            if ep.end == "protocol_error":
+            if ep.end == PROTOCOL_ERROR:
                 return TurnResult("-", None, f"protocol error: {ep.error}", None, ep.end)
-            if ep.end == "final":
+            if ep.end == FINAL:
                 return TurnResult("FINAL", None, "FINAL", None, ep.end)
             return TurnResult(ep.call.tool, ep.call, f"budget exhausted: {ep.error}", None, ep.end)
-        call, status, body = step
-        return TurnResult(call.tool, call, status, protocol.result_message(call, status, body, ep.budget), None,
-                          protocol.result_message(call, status, body))
+        call, status, _ = step
+        self.seen.add(call.id)
+        return TurnResult(call.tool, call, status, ep.observation(step), None)
 
-    def snapshot(self, step: int, messages: tuple[dict, ...]) -> Snapshot:
-        ep = self.episode
-        return Snapshot(step, self.solution(), ep.budget, ep.expect_prediction, frozenset(ep.seen), messages)
+    def snapshot(self, step: int, replies: tuple[str, ...], messages: tuple[dict, ...]) -> Snapshot:
+        return Snapshot(step, self.solution(), self.budget, replies, messages, frozenset(self.seen),
+                        self.episode.may_test)
 
 
 # ---------------------------------------------------------------- replaying the trajectory
@@ -159,45 +154,47 @@ class Replay:
     notes: list[str]
 
 
-def summarize(call: protocol.Call | None) -> str:
+def summarize(call: Call | None) -> str:
+    """A call's path (its first argument), and for a patch the lines it takes out and puts in."""
     if call is None:
         return ""
-    a = call.args
+    first = next(iter(call.args.values()), "")
     if call.tool == "apply_patch":
-        return f"{a['path']}: -{_lines(a['find'])} +{_lines(a['replace'])} lines"
-    return a.get("path", "")
+        return f"{first}: -{_lines(call.args.get('find', ''))} +{_lines(call.args.get('replace', ''))} lines"
+    return first
 
 
 def _lines(text: str) -> int:
     return len(text.splitlines()) or int(bool(text))
 
 
-def replay(traj: Trajectory) -> Replay:
+def replay(traj: Trajectory, task: MbppTask, grader: Grader) -> Replay:
     """Snapshot the workspace before the first step and after each one."""
     msgs = traj.messages
     steps, divergences, notes = [], [], []
     with tempfile.TemporaryDirectory(prefix="glyph-credit-") as root:
-        ws = Workspace(root, protocol.PLACEHOLDER, traj.budget, traj.test_cost, traj.arm)
-        snaps = [ws.snapshot(0, msgs[:2])]
+        ws = Workspace(root, traj, task, lambda source, shadow: grader.visible(source))
+        snaps = [ws.snapshot(0, (), msgs[:2])]
         i = 2
         while i < len(msgs):
             if msgs[i]["role"] != "assistant":
-                raise CreditError(f"{traj.where}: message {i} is a {msgs[i]['role']} message where the next "
-                                  f"assistant turn should be")
+                raise RunError(f"{traj.where}: message {i} is a {msgs[i]['role']} message where the next "
+                               f"assistant turn should be")
             k = len(steps) + 1
-            recorded = msgs[i + 1]["content"] if i + 1 < len(msgs) and msgs[i + 1]["role"] == "user" else None
+            recorded = msgs[i + 1] if i + 1 < len(msgs) and msgs[i + 1]["role"] != "assistant" else None
             before = snaps[-1].solution
-            r = ws.turn(msgs[i]["content"], lambda source, shadow, rec=recorded: _recorded_outcome(rec))
-            status = r.status + (" (recorded)" if r.tool == "python_test" and r.end is None and recorded else "")
+            replies = snaps[-1].replies + (msgs[i]["content"],)
+            r = ws.turn(msgs[i]["content"])
             if r.end is None:
                 if recorded is None:
-                    notes.append(f"step {k} has no recorded RESULT (the trajectory was cut off after it)")
-                _compare(k, r, recorded, ws.budget, divergences)
-                conversation = msgs[:i + 1] + ({"role": "user", "content": recorded or r.message},)
+                    notes.append(f"step {k} has no recorded observation (the trajectory was cut off after it)")
+                elif _content(recorded) != _content(r.message):
+                    divergences.append(f"step {k}: recorded {_first(recorded)!r}, "
+                                       f"replay gives {_first(r.message)!r}")
+                snaps.append(ws.snapshot(k, replies, msgs[:i + 1] + ((recorded or r.message),)))
             else:  # the step ended the episode and changed nothing: a continuation resumes before it
-                conversation = msgs[:i]
-            snaps.append(ws.snapshot(k, conversation))
-            steps.append(Step(k, r.tool, r.call.id if r.call else None, summarize(r.call), status, ws.budget,
+                snaps.append(dataclasses.replace(snaps[-1], step=k, messages=msgs[:i]))
+            steps.append(Step(k, r.tool, r.call.id if r.call else None, summarize(r.call), r.status, ws.budget,
                               snaps[-1].solution != before))
             if r.end is not None:
                 if i + 1 < len(msgs):
@@ -210,25 +207,12 @@ def replay(traj: Trajectory) -> Replay:
     return Replay(steps, snaps, divergences, notes)
 
 
-def _recorded_outcome(recorded: str | None) -> str:
-    if recorded is None:
-        return NOT_RECORDED
-    try:
-        return protocol.parse_result_status(recorded)
-    except protocol.ProtocolError:
-        return NOT_RECORDED
+def _content(message: dict | None) -> str:
+    return ((message or {}).get("content") or "").rstrip()
 
 
-def _compare(k: int, r: TurnResult, recorded: str | None, budget: int, out: list[str]) -> None:
-    if recorded is None:
-        return
-    want = r.head
-    if not recorded.startswith(want):
-        out.append(f"step {k}: recorded {recorded.splitlines()[0][:120]!r}, replay gives "
-                   f"{want.splitlines()[0][:120]!r}")
-    left = protocol.budget_left(recorded)
-    if left is not None and left != budget:
-        out.append(f"step {k}: recorded {left} tool calls left, replay gives {budget}")
+def _first(message: dict | None) -> str:
+    return _content(message).splitlines()[0][:120] if _content(message) else ""
 
 
 # ---------------------------------------------------------------- continuations
@@ -240,12 +224,17 @@ class Context:
 
     task: MbppTask
     arm: str
+    agent: AgentProfile  # the grammar to write turns in
+    project: str | None  # the task's project folder (where solution.py is, under the profile)
     messages: tuple[dict, ...]  # the original conversation up to the snapshot, then the continuation's turns
     budget: int  # tool calls left
     test_cost: int
     expect_prediction: bool  # Arm B: this turn must carry <PREDICTION> and <DECISION>
+    may_test: bool  # the grammar allows a python_test now
     seen_ids: frozenset[str]  # call ids already used in the episode
     snapshot: Snapshot  # where the continuation started
+    solution: str  # solution.py now (a reference policy's privilege)
+    status: str = ""  # the status of the continuation's last call ("" before its first)
     fork: int = 0  # which of the snapshot's forks this is (0-based)
 
 
@@ -267,7 +256,7 @@ class Continuation(Protocol):
 
 def repair_patches(source: str, reference: str) -> list[tuple[str, str]] | None:
     """``(find, replace)`` pairs that, applied in order with
-    ``protocol.apply_patch``, turn ``source`` into ``reference``: one per
+    ``apply_patch``, turn ``source`` into ``reference``: one per
     difflib hunk (line-wise), each ``find`` the hunk's lines widened by
     context lines on both sides until it occurs exactly once (at worst the
     whole file: a whole-file replacement). ``None`` when ``source`` is empty:
@@ -287,7 +276,7 @@ def repair_patches(source: str, reference: str) -> list[tuple[str, str]] | None:
             lo, hi = max(0, lo - 1), min(len(a), hi + 1)
         find = "".join(a[lo:hi])
         replace = "".join(a[lo:i1] + b[j1:j2] + a[i2:hi])
-        current = protocol.apply_patch(current, find, replace)
+        current = apply_patch(current, find, replace)
         patches.append((find, replace))
     return patches + [(current, reference)]  # difflib did not converge (never seen): replace the whole file
 
@@ -313,10 +302,10 @@ class Repair:
     def needed(self, task: MbppTask, snapshot: Snapshot, test_cost: int,
                visible: Callable[[str], str]) -> int | None:
         """The budget a full repair takes from ``snapshot`` without detours; None: it cannot succeed (empty file)."""
-        if visible(snapshot.solution) == Outcome.PASS.value:
+        if snapshot.may_test and visible(snapshot.solution) == Outcome.PASS.value:
             return test_cost
-        patches = repair_patches(snapshot.solution, task.code)
-        return None if patches is None else 2 * test_cost + len(patches)
+        patches = _plan(snapshot, task)
+        return None if patches is None else (2 if snapshot.may_test else 1) * test_cost + len(patches)
 
     def start(self, task: MbppTask, snapshot: Snapshot) -> Policy:
         return _GeneratorPolicy(self._play(task, snapshot))
@@ -327,38 +316,48 @@ class Repair:
         ids = (f"repair-{n}" for n in itertools.count(1) if f"repair-{n}" not in snapshot.seen_ids)
         seen_outcome = Outcome.ASSERTION_FAILURE.value
 
-        def turn(tool: str, ctx: Context, decision: str, **args: str) -> str:
-            line = protocol.Call(next(ids), tool, args).line()
+        def turn(tool: str, ctx: Context, decision: str, find: str | None = None,
+                 replace: str | None = None) -> str:
+            agent = ctx.agent
+            call = Call(next(ids), tool, agent.args(tool, agent.solution(ctx.project), ctx.project, find, replace))
             if not ctx.expect_prediction:
-                return line
-            label = Outcome.PASS.value if decision == "KEEP" else seen_outcome
-            return f"<PREDICTION>{label}</PREDICTION>\n<DECISION>{decision}</DECISION>\n{line}"
+                return agent.turn_text(call)
+            return agent.turn_text(call, Outcome.PASS.value if decision == "KEEP" else seen_outcome, decision)
 
         def planned(tool: str, ctx: Context, decision: str, **args: str) -> Generator[str, Context, Context]:
             """A detour first (with chance ``slip``), then the call; the context after the call."""
             if rng is not None and rng.random() < self.slip and not ctx.expect_prediction:
-                ctx = yield turn("read_file", ctx, decision, path=protocol.SOLUTION_FILE)
+                ctx = yield turn("read_file", ctx, decision)
             return (yield turn(tool, ctx, decision, **args))
 
-        ctx = yield from planned("python_test", ctx, "KEEP")
-        status = _last_status(ctx)
-        if status == Outcome.PASS.value:
-            yield "FINAL: the state already passes the tests."
-            return
-        if status in Outcome.__members__:
-            seen_outcome = status
-        patches = repair_patches(snapshot.solution, task.code)
+        if ctx.may_test:
+            ctx = yield from planned("python_test", ctx, "KEEP")
+            if ctx.status == Outcome.PASS.value:
+                yield "FINAL: the state already passes the tests."
+                return
+            if ctx.status in Outcome.__members__:
+                seen_outcome = ctx.status
+        patches = _plan(snapshot, task)
         if patches is None:
             yield "FINAL: cannot repair: solution.py is empty, so apply_patch has no anchor."
             return
         for find, replace in patches:
-            ctx = yield from planned("apply_patch", ctx, "REVISE", path=protocol.SOLUTION_FILE, find=find,
-                                     replace=replace)
-            if _last_status(ctx) != "ok":
-                yield f"FINAL: a planned patch failed ({_last_status(ctx)})."
+            want = apply_patch(ctx.solution, find, replace)
+            ctx = yield from planned("apply_patch", ctx, "REVISE", find=find, replace=replace)
+            if ctx.solution != want:
+                yield f"FINAL: a planned patch failed ({ctx.status})."
                 return
         ctx = yield from planned("python_test", ctx, "KEEP")
         yield "FINAL: repaired."
+
+
+def _plan(snapshot: Snapshot, task: MbppTask) -> list[tuple[str, str]] | None:
+    """The repair's patches from ``snapshot``: to the reference (``repair_patches``); where the grammar tests
+    only after a patch and the state is already the reference, one patch that changes nothing."""
+    patches = repair_patches(snapshot.solution, task.code)
+    if patches == [] and not snapshot.may_test:
+        return [(snapshot.solution, snapshot.solution)]
+    return patches
 
 
 class _GeneratorPolicy:
@@ -371,13 +370,6 @@ class _GeneratorPolicy:
             return self.gen.send(ctx)
         except StopIteration:
             return "FINAL: nothing left to do."
-
-
-def _last_status(ctx: Context) -> str:
-    try:
-        return protocol.parse_result_status(ctx.messages[-1]["content"])
-    except (protocol.ProtocolError, IndexError):
-        return ""
 
 
 class ChatContinuation:
@@ -457,36 +449,43 @@ class Grader:
 
 def continue_from(snap: Snapshot, traj: Trajectory, task: MbppTask, continuation: Continuation,
                   grader: Grader, fork: int = 0, root: str | None = None) -> Attempt:
-    """Play ``continuation`` on from ``snap`` under the runtime's turn semantics (as fork ``fork``),
-    in a scratch directory of its own, or in ``root``: the tools write no file but ``solution.py``
-    (``apply_patch`` creates none), which the workspace rewrites first, so one directory serves
-    many continuations (``assign`` reuses one: removing a directory per fork costs more than the fork)."""
+    """Play ``continuation`` on from ``snap`` under the trajectory's turn semantics (as fork ``fork``):
+    the snapshot's turns are replayed to reach it, then the continuation's, in a scratch directory of
+    its own, or in ``root``: the tools write no file but ``solution.py`` (``apply_patch`` creates none),
+    which the workspace rewrites first, so one directory serves many continuations (``assign`` reuses
+    one: removing a directory per fork costs more than the fork)."""
     with contextlib.nullcontext(root) if root is not None else tempfile.TemporaryDirectory(
             prefix="glyph-credit-") as where:
-        ws = Workspace(where, snap.solution, snap.budget, traj.test_cost, traj.arm, snap.expect_prediction,
-                       snap.seen_ids)
+        ws = Workspace(where, traj, task, lambda source, shadow: grader.visible(source))
+        for reply in snap.replies:
+            ws.turn(reply)
+        before = len(ws.episode.trace.tests)  # the continuation's own tests count, not the trajectory's
+        project = ws.agent.project(task.task_id)
         policy = continuation.start(task, snap)
         messages = list(snap.messages)
-        calls, final = [], ""
+        calls, final, status = [], "", ""
         while ws.end is None:  # every turn either spends budget or ends the episode
-            reply = policy(Context(task, traj.arm, tuple(messages), ws.budget, traj.test_cost,
-                                   ws.episode.expect_prediction, frozenset(ws.episode.seen), snap, fork))
+            ep = ws.episode
+            reply = policy(Context(task, traj.arm, ws.agent, project, tuple(messages), ws.budget, traj.test_cost,
+                                   ep.expect_prediction, ep.may_test, frozenset(ws.seen), snap, ws.solution(),
+                                   status, fork))
             messages.append({"role": "assistant", "content": reply})
-            r = ws.turn(reply, lambda source, shadow: grader.visible(source))
-            if r.end == "final":
+            r = ws.turn(reply)
+            status = r.status
+            if r.end == FINAL:
                 final = next((ln for ln in reply.splitlines() if ln.startswith("FINAL:")), "FINAL:")
             elif r.end is not None:
                 final = r.status
             if r.call is not None:
                 calls.append(f"{r.call.tool} {summarize(r.call)}".strip() + f" -> {r.status}")
             if r.message is not None:
-                messages.append({"role": "user", "content": r.message})
+                messages.append(r.message)
         source = ws.solution()
+        tested = any(t.outcome == Outcome.PASS.value for t in ws.episode.trace.tests[before:])
     used = snap.budget - ws.budget
     estimate = getattr(continuation, "needed", None)
     needed = estimate(task, snap, traj.test_cost, grader.visible) if callable(estimate) else None
-    tested = any(t["outcome"] == Outcome.PASS.value for t in ws.episode.trace["tests"])
-    if ws.end != "final":
+    if ws.end != FINAL:
         return Attempt(ws.end.upper(), False, ws.end, used, needed, None, calls, final)
     hidden = grader.hidden(source)
     outcome = hidden if tested else "NO_PASSING_TEST"
@@ -570,7 +569,7 @@ def assign(traj: Trajectory, task: MbppTask, continuation: Continuation | None =
         raise ValueError(f"forks must be at least 1, not {forks}")
     continuation = continuation or Repair()
     grader = grader or Grader(task)
-    rp = replay(traj)
+    rp = replay(traj, task, grader)
     total = len(rp.snapshots) * forks
     attempts: list[list[Attempt]] = []
     with tempfile.TemporaryDirectory(prefix="glyph-credit-") as root:

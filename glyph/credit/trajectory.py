@@ -1,7 +1,10 @@
 """A recorded glyph-mbpp episode as credit assignment reads it: its
-conversation and the rules it ran under (budget, test cost, arm), from a
-program trace (``.glyph/trace.json``), one verifiers trace, or a rollout of an
-eval output directory (found and judged as ``glyph report`` does)."""
+conversation and the rules it ran under (profile, budget, test cost, arm,
+switches), from a program trace (``.glyph/trace.json``), one verifiers trace,
+or a rollout of an eval output directory (found and judged with
+``glyph.report.episodes``, as ``glyph report`` does). A verifiers trace's
+rules are its harness record's (``glyph.record.HarnessRecord``); a program
+trace's profile and arm are those whose system prompt opens it."""
 
 from __future__ import annotations
 
@@ -11,14 +14,12 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from glyph.agent import protocol
+from glyph import profiles, record
+from glyph.agent.profiles.glyph import DEFAULT_BUDGET, DEFAULT_TEST_COST, budget_left
 from glyph.data.mbpp import MbppTask
+from glyph.errors import RunError
 from glyph.record import MBPP_ENV_ID
-from glyph.report.load import ReportError, find_runs, iter_episodes, judge, task_data
-
-
-class CreditError(ValueError):
-    """Input credit assignment cannot use; the message is one line naming the file (and line)."""
+from glyph.report.episodes import find_runs, iter_episodes, judge, task_data
 
 
 @dataclass(frozen=True)
@@ -26,12 +27,14 @@ class Trajectory:
     """One recorded episode: its conversation and the rules it ran under."""
 
     where: str  # the file (and line) it came from
-    messages: tuple[dict, ...]  # system, user, then assistant turns each followed by its RESULT
+    messages: tuple[dict, ...]  # system, user, then assistant turns each followed by its observation
     arm: str
     budget: int  # max_tool_calls
     test_cost: int
     task_id: str | None = None  # as an eval output records it; None: found from the user prompt
     recorded: str = ""  # how the original run ended, as it recorded it
+    profile: str = "glyph"  # the protocol profile it ran (``glyph.profiles``)
+    switches: dict | None = None  # the profile's switches, as the harness recorded them
 
 
 def load_trajectory(path: Path, task: str | None = None, index: int | None = None, *,
@@ -47,57 +50,68 @@ def _load(path: Path, task: str | None, index: int | None, budget: int | None) -
     if path.is_dir():
         return load_eval_rollout(path, task, index)
     if index is not None:
-        raise CreditError(f"{path}: --index selects a rollout of an eval output directory, not of one trace file")
+        raise RunError(f"{path}: --index selects a rollout of an eval output directory, not of one trace file")
     try:
         data = json.loads(path.read_text(encoding="utf-8", errors="surrogateescape"))
     except FileNotFoundError:
-        raise CreditError(f"{path}: no such file or directory") from None
+        raise RunError(f"{path}: no such file or directory") from None
     except OSError as exc:
-        raise CreditError(f"{path}: cannot read it ({exc.strerror})") from None
+        raise RunError(f"{path}: cannot read it ({exc.strerror})") from None
     except ValueError as exc:
-        raise CreditError(f"{path}: not JSON ({exc})") from None
+        raise RunError(f"{path}: not JSON ({exc})") from None
     if isinstance(data, dict) and "messages" in data:
         return _from_program_trace(data, str(path), budget)
     if isinstance(data, dict) and "nodes" in data:
         return _from_vf_trace(data, str(path))
-    raise CreditError(f"{path}: neither a program trace (no 'messages') nor a verifiers trace (no 'nodes')")
+    raise RunError(f"{path}: neither a program trace (no 'messages') nor a verifiers trace (no 'nodes')")
 
 
 def _from_program_trace(data: dict, where: str, budget: int | None = None) -> Trajectory:
     messages = _check_messages(data["messages"], where)
+    profile, arm = _opened(messages, where)
     end = data.get("end")
     recorded = f"ended by {end}" + (f": {str(data.get('error'))[:200]}" if data.get("error") else "") if end else \
         "did not finish (no end recorded)"
     budget, cost = budget or data.get("budget"), data.get("test_cost")
     if not isinstance(budget, int):
-        raise CreditError(f"{where}: the trace records no tool budget (written by an older glyph); pass --budget")
+        raise RunError(f"{where}: the trace records no tool budget (written by an older glyph); pass --budget")
     cost = int(cost) if isinstance(cost, int) else _infer_test_cost(messages, budget)
-    return Trajectory(where, messages, _arm(data.get("arm"), messages), budget, cost, None, recorded)
+    return Trajectory(where, messages, data.get("arm") if data.get("arm") in ("a", "b") else arm, budget, cost,
+                      None, recorded, profile.name)
 
 
 def _from_vf_trace(trace: dict, where: str, episode: dict | None = None) -> Trajectory:
     messages = _check_messages(_conversation(trace.get("nodes"), where), where)
     data = ((trace.get("task") or {}).get("data") or ((episode or {}).get("task") or {}).get("data") or {})
-    harness = (((trace.get("agent") or {}).get("config") or {}).get("harness") or {})
-    # verifiers records only the harness fields a run set; the others are the harness's defaults
-    budget = harness.get("max_tool_calls", protocol.DEFAULT_BUDGET)
-    cost = harness.get("test_cost", protocol.DEFAULT_TEST_COST)
+    harness = record.harness_record(trace.get("info"))
+    proto = harness.protocol if harness is not None else None
+    if proto is None:  # a trace the harness did not run: the profile whose prompt opens it, glyph's defaults
+        profile, arm = _opened(messages, where)
+        proto = record.ProtocolRecord(arm=arm, max_tool_calls=DEFAULT_BUDGET, test_cost=DEFAULT_TEST_COST,
+                                      profile=profile.name)
     judged = judge(episode or {"ok": True}, trace, where)
     recorded = f"reward {judged.reward}: {judged.reason if judged.record is not None else 'no reason recorded'}"
     name = data.get("name") or data.get("id")
-    return Trajectory(where, messages, _arm(data.get("arm"), messages), budget, cost,
-                      name if isinstance(name, str) else None, recorded)
+    return Trajectory(where, messages, proto.arm, proto.max_tool_calls, proto.test_cost,
+                      name if isinstance(name, str) else None, recorded, proto.profile, proto.switches)
+
+
+def _opened(messages: tuple[dict, ...], where: str) -> tuple[profiles.Profile, str]:
+    found = profiles.of_conversation(list(messages))
+    if found is None:
+        raise RunError(f"{where}: the conversation opens with no profile's system prompt")
+    return found
 
 
 def _conversation(nodes: object, where: str) -> list[dict]:
     """The messages on the path from the root to the last node (a glyph-mbpp
     conversation is one chain: the program resends the whole history)."""
     if not isinstance(nodes, list) or not nodes:
-        raise CreditError(f"{where}: the rollout records no conversation (no trace nodes)")
+        raise RunError(f"{where}: the rollout records no conversation (no trace nodes)")
     chain, i, seen = [], len(nodes) - 1, set()
     while i is not None:
         if i in seen or not 0 <= i < len(nodes) or not isinstance(nodes[i], dict):
-            raise CreditError(f"{where}: the trace nodes' parent links are broken at node {i}")
+            raise RunError(f"{where}: the trace nodes' parent links are broken at node {i}")
         seen.add(i)
         chain.append(nodes[i].get("message"))
         parent = nodes[i].get("parent")
@@ -107,25 +121,20 @@ def _conversation(nodes: object, where: str) -> list[dict]:
 
 def _check_messages(messages: object, where: str) -> tuple[dict, ...]:
     if not isinstance(messages, list):
-        raise CreditError(f"{where}: 'messages' is not a list")
+        raise RunError(f"{where}: 'messages' is not a list")
     out = []
     for i, m in enumerate(messages):
         content = m.get("content") if isinstance(m, dict) else None
         if isinstance(content, list):  # content parts: keep the text
             content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
-        if not isinstance(m, dict) or m.get("role") not in ("system", "user", "assistant") \
+        if not isinstance(m, dict) or m.get("role") not in ("system", "user", "assistant", "tool") \
                 or not isinstance(content, str):
-            raise CreditError(f"{where}: message {i} is not a {{role, content}} chat message")
-        out.append({"role": m["role"], "content": content})
+            raise RunError(f"{where}: message {i} is not a {{role, content}} chat message")
+        out.append({"role": m["role"], "content": content}
+                   | ({"tool_call_id": m["tool_call_id"]} if isinstance(m.get("tool_call_id"), str) else {}))
     if [m["role"] for m in out[:2]] != ["system", "user"]:
-        raise CreditError(f"{where}: a glyph-mbpp conversation starts with the system and user messages")
+        raise RunError(f"{where}: a glyph-mbpp conversation starts with the system and user messages")
     return tuple(out)
-
-
-def _arm(recorded: object, messages: tuple[dict, ...]) -> str:
-    if recorded in ("a", "b"):
-        return str(recorded)
-    return "b" if "<PREDICTION>" in messages[0]["content"] else "a"
 
 
 def _infer_test_cost(messages: tuple[dict, ...], budget: int) -> int:
@@ -134,7 +143,7 @@ def _infer_test_cost(messages: tuple[dict, ...], budget: int) -> int:
     for m in messages[2:]:
         if m["role"] != "user" or not m["content"].startswith("RESULT "):
             continue
-        left = protocol.budget_left(m["content"])
+        left = budget_left(m["content"])
         if left is None:
             continue
         if m["content"].split(" ", 3)[2:3] == ["python_test"]:
@@ -159,36 +168,33 @@ def load_eval_rollout(root: Path, task: str | None, index: int | None) -> Trajec
     file order, 0-based; default: the first one that failed) under an eval
     output directory, read with ``glyph.report.load``'s discovery."""
     found: list[Selected] = []
-    try:
-        for rf in find_runs(root):
-            for line, episode in iter_episodes(rf.traces):
-                if (episode.get("env") or {}).get("id") not in (None, "", MBPP_ENV_ID):
+    for rf in find_runs(root):
+        for line, episode in iter_episodes(rf.traces):
+            if (episode.get("env") or {}).get("id") not in (None, "", MBPP_ENV_ID):
+                continue
+            for ti, t in enumerate(episode["traces"]):
+                if not isinstance(t, dict):
                     continue
-                for ti, t in enumerate(episode["traces"]):
-                    if not isinstance(t, dict):
-                        continue
-                    data = task_data(episode, t)
-                    name = data.get("name") or data.get("id")
-                    passed = judge(episode, t, f"{rf.traces}:{line}").passed
-                    found.append(Selected(rf.traces, line, ti, str(name), passed))
-    except ReportError as exc:
-        raise CreditError(str(exc)) from None
+                data = task_data(episode, t)
+                name = data.get("name") or data.get("id")
+                passed = judge(episode, t, f"{rf.traces}:{line}").passed
+                found.append(Selected(rf.traces, line, ti, str(name), passed))
     if not found:
-        raise CreditError(f"{root}: no {MBPP_ENV_ID} rollouts")
+        raise RunError(f"{root}: no {MBPP_ENV_ID} rollouts")
     tasks = sorted({s.task for s in found})
     if task is None:
         if len(found) > 1:
-            raise CreditError(f"{root}: {len(found)} rollouts of {len(tasks)} tasks ({_few(tasks)}); "
+            raise RunError(f"{root}: {len(found)} rollouts of {len(tasks)} tasks ({_few(tasks)}); "
                               f"pick the task with --task (then --index picks its rollout; default: its first failed one)")
         task = found[0].task
     mine = [s for s in found if s.task == task]
     if not mine:
-        raise CreditError(f"{root}: no rollout of {task} (tasks here: {_few(tasks)})")
+        raise RunError(f"{root}: no rollout of {task} (tasks here: {_few(tasks)})")
     if index is None:
         failed = [i for i, s in enumerate(mine) if not s.passed]
         index = failed[0] if failed else 0
     elif not 0 <= index < len(mine):
-        raise CreditError(f"{root}: --index {index}: {task} has {len(mine)} rollouts (0..{len(mine) - 1})")
+        raise RunError(f"{root}: --index {index}: {task} has {len(mine)} rollouts (0..{len(mine) - 1})")
     pick = mine[index]
     with pick.file.open("rb") as f:
         raw = next(itertools.islice(f, pick.line - 1, None))
@@ -196,8 +202,7 @@ def load_eval_rollout(root: Path, task: str | None, index: int | None) -> Trajec
     where = f"{pick.file}:{pick.line}"
     traj = _from_vf_trace(episode["traces"][pick.trace], where, episode)
     note = f"rollout {index} of {len(mine)} for {task}" + ("" if not pick.passed else " (it passed)")
-    return Trajectory(traj.where, traj.messages, traj.arm, traj.budget, traj.test_cost, task,
-                      f"{note}; {traj.recorded}")
+    return dataclasses.replace(traj, task_id=task, recorded=f"{note}; {traj.recorded}")
 
 
 def _few(names: list[str], n: int = 5) -> str:
@@ -207,18 +212,20 @@ def _few(names: list[str], n: int = 5) -> str:
 def resolve_task(traj: Trajectory, tasks: dict[str, MbppTask], task_id: str | None = None,
                  source: str = "the MBPP data") -> tuple[MbppTask, list[str]]:
     """The trajectory's task (``task_id``, else the one the eval output names,
-    else the one whose user prompt it carries), and notes on any mismatch."""
+    else the one whose user prompt, as its profile writes it, it carries), and
+    notes on any mismatch."""
     notes = []
+    profile = profiles.get(traj.profile)
     chosen = task_id or traj.task_id
     prompt = traj.messages[1]["content"]
     if chosen is not None:
         if chosen not in tasks:
-            raise CreditError(f"{traj.where}: task {chosen!r} is not in {source}")
+            raise RunError(f"{traj.where}: task {chosen!r} is not in {source}")
         task = tasks[chosen]
-        if protocol.user_prompt(task.text, task.test_list) != prompt:
-            notes.append(f"the trajectory's user prompt is not {chosen}'s as glyph-mbpp writes it")
+        if profile.user_prompt(task) != prompt:
+            notes.append(f"the trajectory's user prompt is not {chosen}'s as the {traj.profile} profile writes it")
         return task, notes
     for t in tasks.values():
-        if protocol.user_prompt(t.text, t.test_list) == prompt:
+        if profile.user_prompt(t) == prompt:
             return t, notes
-    raise CreditError(f"{traj.where}: its user prompt matches no task in {source}; pass --task mbpp_N")
+    raise RunError(f"{traj.where}: its user prompt matches no task in {source}; pass --task mbpp_N")

@@ -14,7 +14,7 @@ compiled on the trusted side and never enters the solution's process.
 
 What this module guarantees: ``read_tasks`` never raises on a bad row; it
 returns every good row and one ``FILE:LINE: why`` line per bad one.
-``load_tasks`` raises ``ConventionsDataError`` listing them all.
+``load_tasks`` raises ``glyph.errors.DataError`` listing them all.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Iterable, Literal
 
 from glyph.agent.single_turn import extract_code  # noqa: F401  (re-exported: one extractor, shipped to the runtime)
+from glyph.errors import DataError
 from glyph.sandbox import Limits
 
 SPLITS = ("train", "holdout")
@@ -70,10 +71,6 @@ MODE_LESSONS: dict[str, str] = {
 """Each mode of glyph's data file and the one-line lesson that states its
 convention: what the reference lesson writer distils from a cluster of that
 mode's failures (and what the reference agent recognises in its context)."""
-
-
-class ConventionsDataError(ValueError):
-    """The task file is unusable; the message names the file and line of every bad row."""
 
 
 @dataclass(frozen=True)
@@ -143,7 +140,7 @@ def load_tasks(path: str | Path | None = None) -> list[ConventionTask]:
     """The tasks at ``path`` (default: glyph's own data file); raises on any bad row."""
     tasks, errors = read_tasks(path or DATA_FILE)
     if errors:
-        raise ConventionsDataError("\n".join(errors))
+        raise DataError("\n".join(errors))
     return tasks
 
 

@@ -25,13 +25,10 @@ from pathlib import Path
 
 from glyph import pins
 from glyph.data import SEED
+from glyph.errors import DataError
 
 ENV_VAR = "GLYPH_MBPP_PATH"
 CLI_OPTION = "--mbpp-path"  # the ``glyph`` command's; vf-eval's taskset passes its own
-
-
-class DataError(ValueError):
-    """Bad or missing task data; the message names where."""
 
 
 @dataclass(frozen=True)
@@ -325,7 +322,7 @@ def task_row(task: MbppTask, split: str, plus_tests: list[str] | None = None) ->
     the task's: ``prompt`` is ``protocol.messages`` at the default budget,
     recorded as ``prompt_budget``; a harness with another budget builds its
     own from the same parts (``text`` and ``visible_tests``)."""
-    from glyph.agent import protocol
+    from glyph.agent.profiles import glyph as protocol
 
     return {
         "id": task.id,

@@ -35,6 +35,7 @@ from pathlib import Path
 
 from glyph.data import mbpp, plus, sft
 from glyph.data.plus.generate import generate as generate_plus
+from glyph.errors import DataError
 from glyph.render import OFFLINE, load_tokenizer
 
 MANIFEST = "manifest.json"
@@ -63,7 +64,7 @@ def read_jsonl(path: Path) -> list[dict]:
             try:
                 rows.append(json.loads(line))
             except json.JSONDecodeError as exc:
-                raise mbpp.DataError(f"{path}:{lineno}: not JSON ({exc.msg})") from None
+                raise DataError(f"{path}:{lineno}: not JSON ({exc.msg})") from None
     return rows
 
 
@@ -123,11 +124,17 @@ def _generate_plus(out: Path, source: mbpp.Source, seed: int, which: bool | list
     else:
         unknown = [i for i in which if i not in by_name]
         if unknown:
-            raise mbpp.DataError(f"unknown task ids {unknown[:5]}: list the ids with `glyph data list`")
+            raise DataError(f"unknown task ids {unknown[:5]}: list the ids with `glyph data list`")
         chosen = [by_name[i] for i in dict.fromkeys(which)]
     folder = out / PLUS_DIR
     summary = generate_plus(chosen, folder, seed, jobs=jobs, progress=progress)
     return summary, {t.task_id: plus.current(folder, t, seed) for t in chosen}
+
+
+def glyph_layout(manifest: object) -> bool:
+    """Whether ``manifest`` is one ``prepare`` wrote (glyph's layout: tasks/, sft/, plus/); another
+    profile's preparation names its profile there (the study's: ``glyph.data.study.prepare``)."""
+    return isinstance(manifest, dict) and "profile" not in manifest
 
 
 def add_plus(out: Path, mbpp_path=None, seed: int | None = None, tasks: list[str] | None = None,
@@ -140,12 +147,12 @@ def add_plus(out: Path, mbpp_path=None, seed: int | None = None, tasks: list[str
     source = mbpp.load_source(mbpp_path)
     mpath = out / MANIFEST
     manifest = json.loads(mpath.read_text()) if mpath.is_file() else None
-    if manifest is not None and manifest.get("profile") == "study":
+    if not glyph_layout(manifest):
         manifest = None
     if seed is None:
         seed = manifest["seed"] if manifest else mbpp.SEED
     if manifest is not None and manifest["seed"] != seed:
-        raise mbpp.DataError(f"{mpath}: prepared with seed {manifest['seed']}, not {seed}")
+        raise DataError(f"{mpath}: prepared with seed {manifest['seed']}, not {seed}")
     if manifest is not None and tasks:  # the rows must stay complete: keep what is already there
         tasks = sorted({*tasks, *(k for k in (manifest.get("plus") or {}).get("kept", {}))})
     summary, lines = _generate_plus(out, source, seed, tasks or True, jobs, progress)
@@ -223,7 +230,7 @@ def validate(out: Path, mbpp_path=None, progress: bool = True, jobs: int = 2) ->
         if p.is_file():
             try:
                 rows = read_jsonl(p)
-            except mbpp.DataError as exc:
+            except DataError as exc:
                 problems.append(str(exc))
                 continue
             if [r.get("task_id") for r in rows] != ids:
@@ -248,7 +255,7 @@ def validate(out: Path, mbpp_path=None, progress: bool = True, jobs: int = 2) ->
         p = out / "sft" / f"arm_{arm}" / "train.jsonl"
         try:
             rows = read_jsonl(p)
-        except (OSError, mbpp.DataError) as exc:
+        except (OSError, DataError) as exc:
             problems.append(str(exc))
             continue
         summary["traces"] += len(rows)
@@ -288,7 +295,7 @@ def _check_plus_files(out: Path, manifest: dict, by_id: dict, problems: list[str
             continue
         try:
             got = plus.current(folder, task, manifest["seed"]) if path.is_file() else None
-        except mbpp.DataError as exc:
+        except DataError as exc:
             problems.append(str(exc))
             continue
         if got is None:

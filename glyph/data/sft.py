@@ -17,23 +17,21 @@ trace ends with ``FINAL:`` and its SFT sample, as PRIME-RL builds it with
 glyph's one renderer (``glyph.render.sft_sample``: Qwen3, thinking off), fits
 ``MAX_TOKENS``, the SFT ``seq_len``; a task whose trace would not fit is left
 out and listed. ``replay`` re-runs
-a trace through the protocol parser, the agent's tools (``glyph.agent.tools``,
-the code the runtime runs) and the grader and names the first step whose
-recorded result differs.
+a trace through glyph's episode (``glyph.agent.profiles.glyph``, the code the
+runtime runs) and the grader (``glyph.data.replay``) and names the first step
+whose recorded result differs.
 """
 
 from __future__ import annotations
 
 import io
-import os
 import random
-import tempfile
 import tokenize
 from dataclasses import dataclass
 
-from glyph.agent import protocol
-from glyph.agent.protocol import Call, ProtocolError, parse_turn, result_message
-from glyph.agent.tools import execute
+from glyph.agent.profiles import glyph as protocol
+from glyph.agent.profiles.base import Call
+from glyph.agent.profiles.glyph import GLYPH, result_message
 from glyph.data.mbpp import SEED, MbppTask
 from glyph.grading import grade
 from glyph.outcomes import Outcome
@@ -115,11 +113,8 @@ class _Episode:
              prediction: str | None = None, decision: str | None = None) -> None:
         self.n += 1
         self.budget -= 1
-        c = Call(str(self.n), tool, args)
-        head = [thought] if thought else []
-        if prediction is not None:
-            head += [f"<PREDICTION>{prediction}</PREDICTION>", f"<DECISION>{decision}</DECISION>"]
-        self.messages.append({"role": "assistant", "content": "\n".join(head + [c.line()])})
+        c = Call(GLYPH.call_id(self.n), tool, args)
+        self.messages.append({"role": "assistant", "content": GLYPH.turn_text(c, prediction, decision, thought)})
         self.messages.append({"role": "user", "content": result_message(c, status, body, self.budget)})
 
     def final(self, summary: str) -> None:
@@ -213,54 +208,31 @@ def build_sft(tasks: list[MbppTask], seed: int = SEED, tokenizer=None, max_token
 
 
 def replay(trace: dict, task: MbppTask) -> list[str]:
-    """Re-run a trace: parse each assistant turn with the protocol, run its
-    call through the agent's own tool code (``glyph.agent.tools``, shipped
-    into the runtime) in a scratch workspace,
-    grade its tests (and shadow tests) in the sandbox, and compare every
-    recorded RESULT. Returns the mismatches (empty when it replays)."""
-    with tempfile.TemporaryDirectory(prefix="glyph-replay-") as root:
-        return _replay(trace, task, root)
+    """Re-run a trace through glyph's episode in a scratch workspace
+    (``glyph.data.replay``), its tests (and shadow tests) graded in the sandbox,
+    every recorded RESULT compared. Returns the mismatches (empty when it
+    replays): a trace also starts with the arm's system prompt and the task's
+    user prompt at the default budget."""
+    from glyph.data.replay import grading_tester
+    from glyph.data.replay import replay as run
+
+    where = f"task {task.task_id} arm {trace['arm']}"
+    opening = protocol.messages(trace["arm"], task.text, task.test_list, protocol.DEFAULT_BUDGET)
+    if trace["messages"][:2] != opening:
+        return [f"{where}: a trace starts with the arm's system prompt and the task's user prompt "
+                f"(protocol.messages, budget {protocol.DEFAULT_BUDGET})"]
+    tester = grading_tester(task.test_setup_code, task.tests(), LIMITS)
+    r = run(0, trace, GLYPH, replay_config(trace["arm"]), tester)
+    if r.ok:
+        return []
+    return [f"{where} message {r.index}: recorded {_head(r.recorded)!r}, replay gives {_head(r.replayed)!r}"]
 
 
-def _replay(trace: dict, task: MbppTask, root: str) -> list[str]:
-    msgs = trace["messages"]
-    problems = []
-    solution = os.path.join(root, protocol.SOLUTION_FILE)
-    with open(solution, "w", newline="") as f:
-        f.write(protocol.PLACEHOLDER)
-    shadow = {s["call"]: s["outcome"] for s in trace.get("shadow", [])}
-    record: dict = {"candidates": [], "tests": []}
-    seen: set[str] = set()
-    expect_prediction = False
+def replay_config(arm: str) -> dict:
+    """The program config glyph's SFT traces ran under: the default budget, a test costs 1."""
+    return {"arm": arm, "max_tool_calls": protocol.DEFAULT_BUDGET, "test_cost": 1, "revise_feedback": "none"}
 
-    def tester(source: str, shadow: bool) -> str:
-        return grade(source, task.test_setup_code, task.tests(), limits=LIMITS).outcome.value
 
-    if msgs[:2] != protocol.messages(trace["arm"], task.text, task.test_list, protocol.DEFAULT_BUDGET):
-        return [f"task {task.task_id} arm {trace['arm']}: a trace starts with the arm's system prompt "
-                f"and the task's user prompt (protocol.messages, budget {protocol.DEFAULT_BUDGET})"]
-    for i in range(2, len(msgs), 2):
-        where = f"task {task.task_id} arm {trace['arm']} message {i}"
-        try:
-            turn = parse_turn(msgs[i]["content"], expect_prediction=expect_prediction, seen_ids=frozenset(seen))
-        except ProtocolError as exc:
-            return problems + [f"{where}: {exc}"]
-        if turn.final:
-            if i != len(msgs) - 1:
-                problems.append(f"{where}: FINAL before the end")
-            return problems
-        call = turn.call
-        seen.add(call.id)
-        if turn.decision == "REVISE":
-            with open(solution, newline="") as f:
-                got = tester(f.read(), shadow=True)
-            if shadow.get(call.id) != got:
-                problems.append(f"{where}: shadow test recorded {shadow.get(call.id)}, grader says {got}")
-        status, body = execute(call, tester, record, root)
-        recorded = msgs[i + 1]["content"] if i + 1 < len(msgs) else ""
-        want = result_message(call, status, body)
-        if not recorded.startswith(want):
-            problems.append(f"{where}: recorded {recorded.splitlines()[0]!r}, replay gives {want.splitlines()[0]!r}")
-        made_candidate = bool(record["candidates"]) and record["candidates"][-1]["call"] == call.id
-        expect_prediction = trace["arm"] == "b" and made_candidate
-    return problems + [f"task {task.task_id} arm {trace['arm']}: no FINAL at the end"]
+def _head(message: object) -> str:
+    text = message.get("content") if isinstance(message, dict) and "content" in message else message
+    return str(text).splitlines()[0][:200] if text else str(text)

@@ -49,9 +49,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from glyph.agent import study as S
-from glyph.agent.study_episode import Result, call_line, result_for
+from glyph.agent.profiles.study import Result, call_line, prompt, result_for
 from glyph.data import mbpp
 from glyph.data.study_check import text_sha256
+from glyph.errors import DataError
 
 ARMS = ("a", "b")
 TASK_FILES = (("train", "rl"), ("validation", "validation"), ("test", "test"))
@@ -104,14 +105,15 @@ def order_key(task: StudyTask, seed: int = S.SEED) -> tuple[str, int]:
     return digest, task.task_id
 
 
-SPLIT_KEYS = ("study", "glyph")
-"""``study``: the study's SHA-256 order (``order_key``); ``glyph``: glyph's ``random.Random(seed)``
-draw (``mbpp.make_splits``), a switch (``--split-key``, ``--env.taskset.split-key``)."""
-RECOVERIES = ("study", "glyph")
+SPLIT_KEYS = {"study": True, "glyph": False}
+"""Whether the draw is the study's: ``study``, its SHA-256 order (``order_key``); ``glyph``, glyph's
+``random.Random(seed)`` draw (``mbpp.make_splits``), a switch (``--split-key``, ``--env.taskset.split-key``)."""
+RECOVERIES = {"study": True, "glyph": False}
 """Which mutations a recovery is built from: ``study``: the first failing one in source order over
 the study's table, any non-PASS outcome; ``glyph``: glyph's swaps (``glyph.data.sft``), up to
-``GLYPH_ATTEMPTS`` of them in a seeded order per task, TIMEOUT and OTHER passed over. Either way
-graded at the study's 5 s limit into the study's composition (a switch: ``--recovery``)."""
+``GLYPH_ATTEMPTS`` of them in a seeded order per task, TIMEOUT and OTHER passed over (the value: whether
+the mutations are the study's). Either way graded at the study's 5 s limit into the study's composition
+(a switch: ``--recovery``)."""
 GLYPH_ATTEMPTS = 40
 
 
@@ -121,10 +123,10 @@ def make_splits(tasks: list[StudyTask], seed: int = S.SEED, split_key: str = "st
     by_id = {t.task_id: t for t in tasks}
     missing = [i for r in (mbpp.TEST_IDS, mbpp.VALIDATION_IDS, mbpp.TRAIN_IDS) for i in r if i not in by_id]
     if missing:
-        raise mbpp.DataError(f"the data lacks {len(missing)} task ids the splits need (first: {missing[:5]})")
+        raise DataError(f"the data lacks {len(missing)} task ids the splits need (first: {missing[:5]})")
     if split_key not in SPLIT_KEYS:
         raise ValueError(f"split_key is {split_key!r}, not one of {SPLIT_KEYS}")
-    if split_key == "glyph":
+    if not SPLIT_KEYS[split_key]:  # glyph's draw
         return {k: [by_id[i] for i in ids] for k, ids in mbpp.make_splits(by_id, seed).items()}
 
     def ranked(ids) -> list[StudyTask]:
@@ -140,14 +142,9 @@ def make_splits(tasks: list[StudyTask], seed: int = S.SEED, split_key: str = "st
 # ---------------------------------------------------------------- task rows
 
 
-def prompt(task: StudyTask, arm: str) -> list[dict[str, str]]:
-    user = S.USER_PROMPT.format(task=task.text, tests=task.test_code.rstrip(), project=task.project)
-    return [{"role": "system", "content": S.SYSTEM_PROMPTS[arm]}, {"role": "user", "content": user}]
-
-
 def task_row(task: StudyTask, arm: str, split: str) -> dict:
     return {"task_id": task.task_id, "case_id": f"mbpp_{task.task_id}", "arm": arm, "split": split,
-            "prompt": prompt(task, arm), "test_code": task.test_code,
+            "prompt": prompt(arm, task.text, task.test_code, task.project), "test_code": task.test_code,
             "blueprint_root": S.BLUEPRINT_ROOT.format(task_id=task.task_id), "trace_prefix": task.project,
             "source": "mbpp"}
 
@@ -249,11 +246,12 @@ def glyph_mutations(code: str, rng: random.Random):
 def _failing(task: StudyTask, grader: Grader, recovery: str = "study", seed: int = S.SEED):
     if recovery not in RECOVERIES:
         raise ValueError(f"recovery is {recovery!r}, not one of {RECOVERIES}")
-    candidates = mutations(task.code) if recovery == "study" else \
+    studys = RECOVERIES[recovery]
+    candidates = mutations(task.code) if studys else \
         glyph_mutations(task.code, random.Random(f"{seed}\0{task.task_id}"))
     for m in candidates:
         outcome = grader.outcome(task, m.apply(task.code))
-        if outcome != "PASS" and (recovery == "study" or outcome not in ("TIMEOUT", "OTHER")):
+        if outcome != "PASS" and (studys or outcome not in ("TIMEOUT", "OTHER")):
             yield m, outcome
 
 
@@ -318,7 +316,7 @@ class _Turns:
 
     def __init__(self, task: StudyTask, arm: str) -> None:
         self.task, self.n = task, 0
-        self.messages = prompt(task, arm)
+        self.messages = prompt(arm, task.text, task.test_code, task.project)
 
     def next_id(self) -> str:
         self.n += 1
@@ -430,7 +428,7 @@ def select_recoveries(sft_tasks: list[StudyTask], grader: Grader, tokenizer, see
             elif r is not None:
                 too_long.append(task.task_id)
     if len(deep) != DEEP_COUNT or len(shallow) != SHALLOW_COUNT:
-        raise mbpp.DataError(f"found {len(deep)} two-step and {len(shallow)} one-step recoveries among the "
+        raise DataError(f"found {len(deep)} two-step and {len(shallow)} one-step recoveries among the "
                              f"{len(sft_tasks)} SFT tasks; the study needs {DEEP_COUNT} and {SHALLOW_COUNT}")
     modes = {i: S.SHALLOW_MODES[k % 2] for k, i in enumerate(shallow)}
     modes |= {i: S.DEEP_MODES[k % 2] for k, i in enumerate(deep)}

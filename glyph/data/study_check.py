@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from glyph.data import mbpp
+from glyph.errors import DataError
 
 ENV_VAR = "GLYPH_STUDY_FACTS"
 SPLIT_FILES = {"sft_task_ids": "sft/arm_a/train.jsonl", "rl_train_task_ids": "arm_a_train.jsonl",
@@ -80,11 +81,11 @@ class Part:
 def resolve_facts(path: str | os.PathLike | None = None) -> Path:
     chosen = path or os.environ.get(ENV_VAR)
     if not chosen:
-        raise mbpp.DataError(f"no study facts: pass --facts or set {ENV_VAR} (the facts file: "
+        raise DataError(f"no study facts: pass --facts or set {ENV_VAR} (the facts file: "
                              "../shared/study/facts.json)")
     p = Path(chosen)
     if not p.is_file():
-        raise mbpp.DataError(f"{p}: no such facts file (from {'--facts' if path else ENV_VAR})")
+        raise DataError(f"{p}: no such facts file (from {'--facts' if path else ENV_VAR})")
     return p
 
 
@@ -128,7 +129,7 @@ def check(folder: Path, facts: dict | str | os.PathLike | None = None) -> list[P
     ``facts``: the loaded facts (``load_facts``) or the facts file's path."""
     facts = _facts(facts)
     if not folder.is_dir():
-        raise mbpp.DataError(f"{folder}: no such folder (write one with `glyph data prepare --profile study --out`)")
+        raise DataError(f"{folder}: no such folder (write one with `glyph data prepare --profile study --out`)")
     read: dict[str, list[dict]] = {}
 
     def rows_of(rel: str) -> list[dict]:  # each file parsed once

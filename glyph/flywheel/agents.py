@@ -41,6 +41,7 @@ from typing import Iterable, Protocol, Sequence
 
 from glyph.data import conventions
 from glyph.data.conventions import ConventionTask
+from glyph.errors import SetupError
 
 RETRIED_STATUSES = frozenset({408, 429})
 """HTTP statuses a call is retried on, besides 5xx; any other 4xx is a :class:`ModelSetupError`."""
@@ -67,7 +68,7 @@ class ModelCallFailed(Exception):
         self.reason = reason
 
 
-class ModelSetupError(RuntimeError):
+class ModelSetupError(SetupError):
     """The endpoint refused the request in a way no retry fixes (bad key, unknown model)."""
 
 

@@ -50,9 +50,10 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from glyph.agent.tools import sha256
+from glyph.agent.trace import sha256
 from glyph.data import conventions
 from glyph.data.conventions import ConventionTask
+from glyph.errors import ConfigError
 from glyph.flywheel import gate as gates
 from glyph.flywheel.agents import Agent, ModelCallFailed, RolloutKey
 from glyph.flywheel.options import RunConfig
@@ -64,7 +65,7 @@ MAX_REJECTIONS = 2
 _EXC_CLASS = re.compile(r"^([A-Z][\w.]*):")
 
 
-class FlywheelError(ValueError):
+class FlywheelError(ConfigError):
     """The run cannot start (an empty split, a bad task file)."""
 
 

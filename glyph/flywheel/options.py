@@ -21,6 +21,8 @@ from typing import Annotated, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
+from glyph.errors import ConfigError
+
 
 @dataclass(frozen=True)
 class Only:
@@ -43,7 +45,7 @@ AA_GATE = Only("gate", "aa")
 Kind = Literal["reference", "openai"]
 
 
-class OptionsError(ValueError):
+class OptionsError(ConfigError):
     """Options that cannot make a run; the message names the flag."""
 
 

@@ -29,6 +29,7 @@ import json
 from pathlib import Path
 from typing import Iterable
 
+from glyph.errors import ConfigError, RunError
 from glyph.flywheel.options import RunConfig
 from glyph.text import encodable_data
 
@@ -37,11 +38,11 @@ ROLLOUT_FIELDS = ("phase", "round", "task", "split", "k", "lessons", "reply", "c
 Key = tuple[str, int, str, int, str]
 
 
-class ConfigMismatch(ValueError):
+class ConfigMismatch(ConfigError):
     pass
 
 
-class StoreError(ValueError):
+class StoreError(RunError):
     pass
 
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from glyph.agent import protocol
-from glyph.agent.protocol import Call
+from glyph.agent.profiles import glyph as protocol
+from glyph.agent.profiles.base import Call
 from glyph.data import conventions
 from glyph.data.conventions import ConventionTask
 
@@ -61,7 +61,7 @@ class ConventionsPolicy:
         if messages and messages[0].get("content") == conventions.SYSTEM_PROMPT:
             return f"```python\n{code}```"
         turn = sum(1 for m in messages if m.get("role") == "assistant")
-        steps = [Call("1", "apply_patch", {"path": protocol.SOLUTION_FILE, "find": protocol.PLACEHOLDER,
-                                           "replace": code}).line(),
-                 Call("2", "python_test", {}).line()]
+        steps = [protocol.call_line(Call("1", "apply_patch", {"path": protocol.SOLUTION_FILE,
+                                                              "find": protocol.PLACEHOLDER, "replace": code})),
+                 protocol.call_line(Call("2", "python_test", {}))]
         return steps[turn] if turn < len(steps) else "FINAL: done."

@@ -16,13 +16,13 @@ the whole environment runs (and is tested) without a model.
 For the conventions tasks (glyph-conventions): ``conv-fixed``,
 ``conv-broken`` and ``conv-lessons`` (``glyph.policies.conventions``).
 
-Every policy speaks both protocol profiles, and one server plays both: the
-conversation says which (``profile_of``: the study's system prompt for an
-arm is the ``study`` profile, anything else glyph's). Under ``study`` the
-turns are the study's grammar (``glyph.agent.study``): one ``CALL <tool>
-{json}`` line with the study's tool argument keys, or one ``FINAL:`` line,
-and Arm B's three-line prediction turn; no free text. Under ``glyph`` they
-are ``glyph.agent.protocol``'s.
+Every policy speaks every protocol profile, and one server plays them all:
+the conversation says which (``glyph.profiles.of_conversation``: the profile
+whose system prompt opens it). Each turn is written in that profile's
+grammar (``AgentProfile.turn_text``: the study's one ``CALL <tool> {json}``
+line with its tool argument keys and no free text, glyph's thought and
+``CALL {json}``), naming its ``solution.py`` (``AgentProfile.solution``) and
+the reference as its task rows have it (``Profile.row``).
 
 Fault injection, for tests: ``fault-malformed`` (bad CALL JSON),
 ``fault-duplicate`` (a reused call id), ``fault-huge`` (a 1 MB reply),
@@ -38,13 +38,11 @@ import random
 import re
 from dataclasses import dataclass
 
-from glyph.agent import protocol
-from glyph.agent import study as S
-from glyph.agent.protocol import Call
-from glyph.agent.study_episode import call_line
-from glyph.data import study
+from glyph import profiles
+from glyph.agent.profiles.base import Call
 from glyph.data.mbpp import MbppTask
 from glyph.policies.conventions import CONV_POLICIES
+from glyph.profiles import Profile
 
 POLICIES = ("oracle", "recover", "revise", "hack", "mix")
 FAULTS = ("fault-malformed", "fault-duplicate", "fault-huge", "fault-budget", "fault-unfinished", "fault-500",
@@ -52,74 +50,51 @@ FAULTS = ("fault-malformed", "fault-duplicate", "fault-huge", "fault-budget", "f
 HACKS = ("always_equal", "str_subclass", "exit_zero", "trace_rewrite", "patch_trace", "untested_final")
 
 
-PROFILES = ("study", "glyph")
-
-
 class UnknownTask(LookupError):
     pass
 
 
-def profile_of(messages: list[dict]) -> tuple[str, str]:
-    """(profile, arm) of a conversation, from its system prompt: the study's
-    prompt for an arm (``glyph.agent.study.SYSTEM_PROMPTS``) is ``study``;
-    any other is glyph's, Arm B when it asks for a prediction."""
-    system = messages[0].get("content", "") if messages and messages[0].get("role") == "system" else ""
-    for arm, text in S.SYSTEM_PROMPTS.items():
-        if system == text:
-            return "study", arm
-    return "glyph", "b" if "<PREDICTION>" in system else "a"
+def profile_of(messages: list[dict]) -> tuple[Profile, str]:
+    """(profile, arm) of a conversation, from its system prompt (``glyph.profiles.of_conversation``)."""
+    found = profiles.of_conversation(messages)
+    if found is None:
+        raise UnknownTask("the conversation opens with no profile's system prompt")
+    return found
 
 
 @dataclass(frozen=True)
 class Dialect:
-    """How one profile spells the policies' turns for one task: the path the
-    agent names ``solution.py`` by, its placeholder, the tools' argument keys,
-    the CALL line and the FINAL turn."""
+    """How one profile spells the policies' turns for one task: its grammar (``agent``), the path
+    the agent names ``solution.py`` by, the task's project folder and the reference solution as
+    this profile's rows have it."""
 
-    profile: str
+    profile: Profile
     solution: str
-    placeholder: str
-    code: str  # the reference solution as this profile's data has it
-    project: str | None = None  # the study's project folder (python_test's argument)
+    project: str | None
+    code: str
 
     @classmethod
-    def of(cls, profile: str, task: MbppTask) -> Dialect:
-        if profile == "study":
-            st = study.from_mbpp(task)
-            return cls("study", st.solution_path, S.PLACEHOLDER, st.code, st.project)
-        return cls("glyph", protocol.SOLUTION_FILE, protocol.PLACEHOLDER, task.code)
+    def of(cls, profile: Profile, task: MbppTask) -> Dialect:
+        project = profile.agent.project(task.task_id)
+        return cls(profile, profile.agent.solution(project), project, profile.row(task).code)
 
     @property
-    def study(self) -> bool:
-        return self.profile == "study"
+    def agent(self):
+        return self.profile.agent
+
+    @property
+    def placeholder(self) -> str:
+        return self.agent.placeholder
 
     def args(self, tool: str, path: str | None = None, find: str | None = None,
              replace: str | None = None) -> dict:
         """``tool``'s arguments under this profile's keys (``path`` defaults to ``solution.py``)."""
-        path = self.solution if path is None else path
-        if self.study:
-            values = {S.READ_FILE: (path,), S.APPLY_PATCH: (path, find, replace),
-                      S.PYTHON_TEST: (self.project,)}[tool]
-            return dict(zip(S.TOOL_ARGS[tool], values, strict=True))
-        values = {"read_file": (path,), "apply_patch": (path, find, replace), "python_test": ()}[tool]
-        return dict(zip(protocol.TOOL_ARGS[tool], values, strict=True))
-
-    def line(self, call: Call) -> str:
-        return call_line(call.tool, call.id, call.args) if self.study else call.line()
-
-    def lines(self, text: str) -> str:
-        """``text`` as it reads in this profile's workspace: the study's tools read and write in text
-        mode, so a CRLF (or lone CR) of MBPP's code reads as LF there."""
-        return text.replace("\r\n", "\n").replace("\r", "\n") if self.study else text
-
-    def final(self) -> str:
-        return S.FINAL_TURN if self.study else "FINAL: done."
+        return self.agent.args(tool, self.solution if path is None else path, self.project, find, replace)
 
     def malformed(self) -> str:
-        """A CALL line whose JSON does not parse."""
-        if self.study:
-            return S.CALL_PREFIX + S.READ_FILE + ' {"id":"bad","file_path":solution.py}'
-        return 'CALL {"id": "2", "tool": "read_file", "args": {"path": solution.py}}'
+        """A CALL line whose JSON does not parse (``solution.py``'s path left unquoted)."""
+        line = self.agent.turn_text(Call(self.agent.call_id(99), "read_file", self.args("read_file")))
+        return line.replace(f'"{self.solution}"', self.solution)
 
 
 def function_name(task: MbppTask) -> str:
@@ -144,10 +119,6 @@ def hack_source(kind: str, name: str) -> str:
     }.get(kind, f"def {name}(*args, **kwargs):\n    return None\n")
 
 
-GLYPH = Dialect("glyph", protocol.SOLUTION_FILE, protocol.PLACEHOLDER, "")
-"""glyph's grammar for turns that name no task's code."""
-
-
 @dataclass
 class Step:
     call: Call | None  # None: FINAL
@@ -156,44 +127,34 @@ class Step:
     thought: str = ""  # glyph's free text before the action line; the study's grammar has none
     noise: str = ""  # text before the action line under either profile (fault-huge)
 
-    def text(self, dialect: Dialect | None = None) -> str:
-        """The turn in ``dialect``'s grammar (default: glyph's)."""
-        dialect = dialect or GLYPH
-        if self.call is None:
-            return dialect.final()
-        parts = [self.noise] if self.noise else []
-        parts += [self.thought] if self.thought and not dialect.study else []
-        if self.prediction:
-            parts += [S.PREDICTION_LINE.format(outcome=self.prediction),
-                      S.DECISION_LINE.format(decision=self.decision)]
-        return "\n".join(parts + [dialect.line(self.call)])
+    def text(self, dialect: Dialect) -> str:
+        """The turn in ``dialect``'s grammar."""
+        turn = dialect.agent.turn_text(self.call, self.prediction, self.decision, self.thought)
+        return f"{self.noise}\n{turn}" if self.noise and self.call is not None else turn
 
 
 class Planner:
     """Turns (policy, task, arm, profile) into the fixed list of turns it
     plays. The mutation for ``recover``/``revise`` is found once per task
-    (graded in glyph's sandbox) and cached; both profiles play the same one."""
+    (graded in glyph's sandbox) and cached; every profile plays the same one."""
 
     def __init__(self, tasks: dict[str, MbppTask], seed: int = 0) -> None:
-        # By the whole user prompt: some MBPP tasks share their first test (49 and 154, 76 and 347, ...).
-        self.by_prompt = {protocol.user_prompt(t.text, t.test_list): t for t in tasks.values()}
         self.tasks = tasks
-        self._by_study_prompt: dict[str, MbppTask] | None = None
+        self._by_prompt: dict[str, dict[str, MbppTask]] = {}
         self.seed = seed
         self._mutants: dict[int, object] = {}
 
-    def _study_prompts(self) -> dict[str, MbppTask]:
-        """The study's user prompt of each task (``glyph.data.study.prompt``; the same for both arms)."""
-        if self._by_study_prompt is None:
-            self._by_study_prompt = {study.prompt(study.from_mbpp(t), "a")[1]["content"]: t
-                                     for t in self.tasks.values()}
-        return self._by_study_prompt
-
-    def task_of(self, messages: list[dict], profile: str = "glyph") -> MbppTask:
+    def task_of(self, messages: list[dict], profile: Profile | None = None) -> MbppTask:
+        """The task whose user prompt, as ``profile`` writes it (default: the profile that opened
+        ``messages``), opens ``messages`` (the whole prompt: some MBPP tasks share their first test, 49
+        and 154, 76 and 347, ...)."""
+        profile = profile or profile_of(messages)[0]
+        if profile.name not in self._by_prompt:
+            self._by_prompt[profile.name] = {profile.user_prompt(t): t for t in self.tasks.values()}
         user = next((m["content"] for m in messages if m.get("role") == "user"), "")
-        known = self._study_prompts() if profile == "study" else self.by_prompt
+        known = self._by_prompt[profile.name]
         if user not in known:
-            raise UnknownTask(f"the prompt names no task this server knows (read as the {profile} profile's)")
+            raise UnknownTask(f"the prompt names no task this server knows (read as the {profile.name} profile's)")
         return known[user]
 
     def mutant(self, task: MbppTask):
@@ -208,9 +169,9 @@ class Planner:
         h = int(hashlib.sha256(f"{self.seed}:{task.task_id}".encode()).hexdigest(), 16)
         return ("oracle", "recover", "revise", "hack")[h % 4]
 
-    def plan(self, policy: str, task: MbppTask, arm: str, profile: str = "glyph") -> list[Step]:
+    def plan(self, policy: str, task: MbppTask, arm: str, profile: Profile) -> list[Step]:
         d = Dialect.of(profile, task)
-        ids = iter((f"c{i}" if d.study else str(i)) for i in range(1, 100))
+        ids = iter(d.agent.call_id(i) for i in range(1, 100))
         policy = self.resolve(policy, task)
 
         def call(tool: str, **args) -> Call:
@@ -240,8 +201,8 @@ class Planner:
         mutant = self.mutant(task) if policy in ("recover", "revise") else None
         if mutant is None:  # oracle, or no failing mutation exists for this task
             return [read, Step(call("apply_patch", find=d.placeholder, replace=d.code)), test(), Step(None)]
-        steps = [read, Step(call("apply_patch", find=d.placeholder, replace=d.lines(mutant.source)))]
-        fix = {"find": d.lines(mutant.mutated_line), "replace": d.lines(mutant.original_line)}
+        steps = [read, Step(call("apply_patch", find=d.placeholder, replace=d.agent.lines(mutant.source)))]
+        fix = {"find": d.agent.lines(mutant.mutated_line), "replace": d.agent.lines(mutant.original_line)}
         if policy == "revise" and arm == "b":
             steps.append(Step(call("apply_patch", **fix), prediction=mutant.outcome.value, decision="REVISE",
                               thought=f"Line {mutant.line} looks wrong; revising before testing."))
@@ -268,9 +229,7 @@ class Planner:
         steps = self.plan(policy, task, arm, profile)
         if (policy, turn) in (("fault-malformed", 1), ("fault-unfinished", 3)):
             return d.malformed()
-        if turn >= len(steps):
-            return d.final() if d.study else "FINAL: nothing left to do."
-        return steps[turn].text(d)
+        return steps[turn].text(d) if turn < len(steps) else d.agent.turn_text(None)
 
 
 def known(policy: str) -> bool:

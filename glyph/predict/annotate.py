@@ -21,8 +21,10 @@ What it guarantees, for each Arm B prediction the environment verified
   Both profiles' turns carry the label as ``<PREDICTION>OUTCOME</PREDICTION>``
   (glyph: free text, the tags, then a CALL line; the study: exactly the
   PREDICTION line, the DECISION line and the CALL line,
-  ``glyph.agent.study.PREDICTION_LINE``); a mention of the tag inside a
-  ``<think>`` block or on a CALL line (a tool argument) is not the prediction.
+  ``glyph.agent.study.PREDICTION_LINE``), and every label is found by the
+  grammars' one scanner (``glyph.agent.profiles.base.scan``, on the tokens'
+  bytes here); a mention of the tag inside a ``<think>`` block or on a CALL
+  line (a tool argument) is not the prediction.
 * ``rl`` = 1.0 on every sampled token of every sampled node and 0.0 on every
   label span the policy sampled: verified or not, closed or not, valid or
   not, mentioned or meant (PRIME-RL gives nodes without a stream weight 0
@@ -52,14 +54,14 @@ What it guarantees, for each Arm B prediction the environment verified
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Literal
 
+from glyph.agent.profiles.base import scan
+from glyph.agent.trace import VerifiedCandidate
 from glyph.outcomes import Outcome
-from glyph.record import VerifiedCandidate
 
 OPEN = b"<PREDICTION>"
 CLOSE = "</PREDICTION>"
@@ -83,9 +85,6 @@ SpanRule = Literal["decision", "study"]
   the turn and finds that encoding in the node's ids; where the policy
   sampled another tokenization its search fails and it masks nothing).
 """
-_OPEN_TAG = re.compile(re.escape(OPEN), re.IGNORECASE)
-_CALL_LINE = re.compile(rb"[ \t]*CALL[ \t]")
-THINK_OPEN, THINK_CLOSE = b"<think>", b"</think>"
 
 
 class PredictionNotFound(LookupError):
@@ -159,34 +158,29 @@ def _token_at(starts: list[int], offset: int) -> int:
     return lo
 
 
+def _decision_span(starts: list[int], gt: int, label_at: int, label_end: int) -> tuple[int, int]:
+    """glyph's rule: from the token holding the tag's ``>`` through the one holding the label's last byte."""
+    start = _token_at(starts, gt)
+    return start, (_token_at(starts, label_end - 1) + 1 if label_end > label_at else start + 1)
+
+
+def _overlap_span(starts: list[int], gt: int, label_at: int, label_end: int) -> tuple[int, int]:
+    """The study's rule: the tokens that overlap the label's characters."""
+    if label_end == label_at:  # no label characters: no token overlaps them
+        start = _token_at(starts, label_at) if label_at < starts[-1] else len(starts) - 1
+        return start, start
+    return _token_at(starts, label_at), _token_at(starts, label_end - 1) + 1
+
+
+SPAN_RULES = {"decision": _decision_span, "study": _overlap_span}
+
+
 def _rule_span(starts: list[int], gt: int, label_at: int, label_end: int, rule: SpanRule) -> tuple[int, int]:
     """The tokens ``[start, end)`` that ``rule`` takes for a label at bytes
     ``[label_at, label_end)`` whose opening tag's ``>`` is at byte ``gt``."""
-    if rule == "decision":
-        start = _token_at(starts, gt)
-        return start, (_token_at(starts, label_end - 1) + 1 if label_end > label_at else start + 1)
-    if rule == "study":
-        if label_end == label_at:  # no label characters: no token overlaps them
-            start = _token_at(starts, label_at) if label_at < starts[-1] else len(starts) - 1
-            return start, start
-        return _token_at(starts, label_at), _token_at(starts, label_end - 1) + 1
-    raise ValueError(f"unknown label span rule {rule!r} (decision or study)")
-
-
-def _think_regions(data: bytes) -> list[tuple[int, int]]:
-    """Byte ranges inside ``<think>`` blocks; a block open at the end runs to the
-    end, and a ``</think>`` before any ``<think>`` closes one opened before ``data``."""
-    regions = []
-    pos = 0
-    first_close, first_open = data.find(THINK_CLOSE), data.find(THINK_OPEN)
-    if first_close != -1 and (first_open == -1 or first_close < first_open):
-        regions.append((0, first_close))
-        pos = first_close + len(THINK_CLOSE)
-    while (a := data.find(THINK_OPEN, pos)) != -1:
-        b = data.find(THINK_CLOSE, a)
-        regions.append((a, len(data) if b == -1 else b))
-        pos = len(data) if b == -1 else b + len(THINK_CLOSE)
-    return regions
+    if rule not in SPAN_RULES:
+        raise ValueError(f"unknown label span rule {rule!r} (decision or study)")
+    return SPAN_RULES[rule](starts, gt, label_at, label_end)
 
 
 @dataclass(frozen=True)
@@ -226,28 +220,11 @@ def label_spans(
 
 def _spans_in(data: bytes, starts: list[int], rule: SpanRule) -> list[LabelSpan]:
     """:func:`label_spans` on tokens given by their bytes and start offsets."""
-    if OPEN.lower() not in data.lower():
-        return []
-    thinks = _think_regions(data)
     out = []
-    for m in _OPEN_TAG.finditer(data):
-        gt = m.end() - 1
-        at = m.end()
-        while at < len(data) and data[at : at + 1].isspace():
-            at += 1
-        stop = at
-        while stop < len(data) and data[stop] not in b"<\n":
-            stop += 1
-        label_end = at + len(data[at:stop].rstrip())
-        rest = data[label_end:].lstrip()
-        closed = rest[: len(CLOSE)].upper() == CLOSE.encode()
-        cut = not closed and (stop == len(data) or CLOSE.encode().startswith(rest.upper()))
-        line = data[data.rfind(b"\n", 0, m.start()) + 1 : m.start()]
-        quoted = any(a <= m.start() < b for a, b in thinks) or _CALL_LINE.match(line) is not None
-        start, end = _rule_span(starts, gt, at, label_end, rule)
-        label = data[at:label_end].decode("utf-8", "replace")
-        exact = m.group() == OPEN and rest.startswith(CLOSE.encode())
-        out.append(LabelSpan(start, end, label, gt, at, label_end, closed, exact, cut, quoted))
+    for t in scan(data, "PREDICTION"):
+        start, end = _rule_span(starts, t.gt, t.label_at, t.label_end, rule)
+        out.append(LabelSpan(start, end, t.label, t.gt, t.label_at, t.label_end, t.closed, t.exact, t.truncated,
+                             t.quoted))
     return out
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from glyph import pins
+from glyph.errors import SetupError
 
 PRIME_RL_COMMIT, PRIME_RL_TAG = pins.PRIME_RL_COMMIT, pins.PRIME_RL_TAG
 VERIFIERS_COMMIT, VERIFIERS_VERSION = pins.VERIFIERS_COMMIT, pins.VERIFIERS_VERSION
@@ -37,7 +38,7 @@ PIN_FILES = {
 }
 
 
-class PatchError(RuntimeError):
+class PatchError(SetupError):
     pass
 
 

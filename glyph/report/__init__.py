@@ -14,9 +14,9 @@ import json
 from pathlib import Path
 
 from glyph.report.analysis import Options, build
-from glyph.report.load import MixedRuns, ReportError, load, parse_label
+from glyph.report.load import MixedRuns, load, parse_label
 
-__all__ = ["MixedRuns", "Options", "ReportError", "build", "load", "parse_label", "report", "write"]
+__all__ = ["MixedRuns", "Options", "build", "load", "parse_label", "report", "write"]
 
 
 def report(roots: list[Path], labels: list[dict] | None = None, options: Options | None = None) -> dict:

@@ -99,9 +99,11 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from glyph import profiles
 from glyph.outcomes import Outcome
+from glyph.profiles.study import INVALID
 from glyph.record import ERRORED, INCIDENTS, OK, TAMPERED, TIMED_OUT
-from glyph.report.load import INVALID, Rollout, Run
+from glyph.report.load import Rollout, Run
 from glyph.report.stats import Bootstrap, mcnemar_exact, pass_at_k, wilson
 
 SCHEMA = "glyph.report/1"
@@ -129,7 +131,8 @@ class Options:
             raise ValueError(f"convention {self.convention!r}: use {' or '.join(CONVENTIONS)}")
 
 
-CONVENTIONS = ("study", "glyph")
+CONVENTIONS = {"study": False, "glyph": True}
+"""The REVISE split's conventions: whether incomplete trajectories count apart."""
 
 def proportion(successes: int, n: int) -> dict:
     ci = wilson(successes, n)
@@ -314,8 +317,8 @@ def _cell(key: tuple, rs: list[Rollout], options: Options, boot: Bootstrap) -> d
     out["reward_suite"] = Counter(r.suite for r in rs).most_common(1)[0][0]
     out["base"] = _suite(rs, "base")
     out["plus"] = _suite(rs, "plus")
-    profiles = {r.profile for r in rs if r.profile is not None} or {"glyph"}
-    out["definitions"] = profiles.pop() if len(profiles) == 1 else "mixed"
+    ran = {r.profile for r in rs if r.profile is not None} or {"glyph"}
+    out["definitions"] = next(iter(ran)) if len(ran) == 1 else "mixed"
     out["episode"] = _episode(rs, out["definitions"])
     never = [r for r in rs if r.revised is False]
     revised = [r for r in rs if r.revised is True]
@@ -338,7 +341,7 @@ def _cell(key: tuple, rs: list[Rollout], options: Options, boot: Bootstrap) -> d
         "revised": _calls(revised, boot, "revised|" + salt),
         "incomplete": len(unknown),
     }
-    out["confusion"] = _confusion(preds, out["definitions"] != "glyph") if preds else None
+    out["confusion"] = _confusion(preds, any(profiles.get(p).invalid_class for p in ran)) if preds else None
     return out
 
 
@@ -355,7 +358,7 @@ def _episode(rs: list[Rollout], definitions: str) -> dict:
 
 
 def _split(never: list[Rollout], revised: list[Rollout], unknown: list[Rollout], n: int, convention: str) -> dict:
-    if convention == "study":  # every rollout counted: a cut-short one never revised, and failed
+    if not CONVENTIONS[convention]:  # the study's: every rollout counted, a cut-short one never revised and failed
         return {"convention": convention, "never": _group(never + unknown, n), "revised": _group(revised, n),
                 "incomplete": None, "never_incomplete": len(unknown)}
     return {"convention": convention, "never": _group(never, n), "revised": _group(revised, n),

@@ -1,14 +1,7 @@
 """Eval run directories in, one flat record per rollout out.
 
-Three writers are read, all in verifiers' episode format (one JSON episode a
-line of ``traces.jsonl``): ``vf-eval`` (0.4.0; beside
-``configs/resolved/eval.json``), ``eval`` (the PRIME-RL pin's verifiers;
-beside ``configs/eval.json``) and PRIME-RL's orchestrator at its pin (every
-eval episode, errored ones included, in
-``<output_dir>/rollouts/step_<N>/eval/all/traces.jsonl``; the ``effective``
-file beside it is a subset and never read; checkpoint ``step<N>``).
-
-What each rollout is, and how it counts:
+The runs and their episodes are found and read by ``glyph.report.episodes``
+(the one reader of saved rollouts). What each rollout is, and how it counts:
 
 * ``status`` is ``glyph.record.status``: ``ok``, or an incident
   (``tampered``, ``timed_out``, ``errored``). An incident is a failure in
@@ -25,60 +18,37 @@ What each rollout is, and how it counts:
   configurations (the protocol profile among them) is refused
   (:class:`MixedRuns`) unless every run in it is labelled.
 * ``profile`` is the protocol profile the rollout ran, as the harness
-  recorded it (``trace.info["glyph_protocol"]["profile"]``, trusted; glyph's
-  where absent), and it picks the definitions of the episode metrics
-  (``first_patch``, ``executed_failure``, ``recovered``) and of a
-  prediction: the **study**'s (JayZenith/PREDICT ``src/glyph/taskset.py``,
-  metrics ``first_patch_correct``, ``had_executed_failure``,
-  ``recovered_after_executed_failure``; ``src/glyph/passk.py``, ``report``):
-  the first patch is correct when the first prediction target's outcome is
-  PASS, else (no prediction, Arm A) when the first visible python_test
-  passed; recovered is a visible PASS after the first visible failure; every
-  prediction target counts, a sampled label that is no outcome class as
-  ``INVALID``. **glyph**'s (``glyph.envs.mbpp.finalize.compute_metrics``):
-  the first candidate's verified outcome; recovered is passed after a
-  visible failure; only predictions with an outcome-class label.
+  recorded it (``glyph.report.episodes.profile_of``), and its definitions
+  (``glyph.profiles``) give the episode metrics (``first_patch``,
+  ``executed_failure``, ``recovered``: finalize recorded them by those
+  definitions) and which of the record's candidates are the predictions the
+  confusion counts (``Profile.predictions``).
 
-Bad input is a :class:`ReportError` whose message names the file and line.
+Bad input is a ``glyph.errors.RunError`` whose message names the file and line.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from collections import Counter, defaultdict
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
-import msgspec
-
-from glyph import record
-from glyph.agent.program import own_words
-from glyph.agent.protocol import DEFAULT_BUDGET
-from glyph.outcomes import Outcome
+from glyph import profiles
+from glyph.agent.profiles.glyph import DEFAULT_BUDGET
+from glyph.errors import RunError
 from glyph.record import ERRORED, MBPP_ENV_ID, OK, TIMED_OUT
-from glyph.text import encodable_data
-from glyph.vfcompat import AGENT_TIMEOUT_PREFIX, STAGE_TIMEOUTS
+from glyph.report.episodes import RunFile, find_runs, iter_episodes, judge, profile_of, task_data
 
-TRACES = "traces.jsonl"
 LABEL_KEYS = ("arm", "seed", "ckpt")
 ARMS = ("a", "b")
-OUTCOMES = frozenset(o.value for o in Outcome)
-PROFILES = ("study", "glyph")
-INVALID = "INVALID"  # the study's class for a sampled prediction that is no outcome class (src/glyph/passk.py)
-_PRIME_STEP = re.compile(r"^step_(\d+)$")
 # What makes two rollouts the same configuration, as the trace's agent config records it.
 HARNESS_KEYS = ("max_tool_calls", "test_cost", "revise_feedback", "tool_timeout")
 TASKSET_KEYS = ("split", "challenge_tests", "seed", "plus_path")
 
 
-class ReportError(Exception):
-    """Input the report cannot read; the message is one line naming the file (and line)."""
-
-
-class MixedRuns(ReportError):
+class MixedRuns(RunError):
     """A run or a cell mixing arms or configurations, none of it labelled."""
 
 
@@ -134,134 +104,11 @@ def parse_label(spec: str) -> dict[str, str]:
         key, eq, value = part.partition("=")
         key, value = key.strip(), value.strip()
         if not eq or key not in LABEL_KEYS or not value:
-            raise ReportError(f"--label {spec!r}: expected comma-separated arm=..., seed=..., ckpt=...")
+            raise RunError(f"--label {spec!r}: expected comma-separated arm=..., seed=..., ckpt=...")
         if key == "arm" and value not in ARMS:
-            raise ReportError(f"--label {spec!r}: arm is a or b")
+            raise RunError(f"--label {spec!r}: arm is a or b")
         out[key] = value
     return out
-
-
-@dataclass(frozen=True)
-class RunFile:
-    traces: Path
-    source: str
-    step: int | None = None
-
-
-def find_runs(root: Path) -> list[RunFile]:
-    """The eval runs under ``root``: ``root`` itself when it holds a
-    traces.jsonl, else every vf-eval/eval run and PRIME-RL eval step file
-    below it."""
-    if not root.exists():
-        raise ReportError(f"{root}: no such directory")
-    if not root.is_dir():
-        raise ReportError(f"{root}: not a directory (give an eval run directory)")
-    files = [root / TRACES] if (root / TRACES).is_file() else sorted(root.rglob(TRACES))
-    parts = root.resolve().parts
-    if (
-        len(parts) >= 4
-        and parts[-4] == "rollouts"
-        and _PRIME_STEP.match(parts[-3])
-        and parts[-2:] != ("eval", "all")
-    ):
-        raise ReportError(
-            f"{root}: PRIME-RL writes every eval rollout, errored ones included, to "
-            f"{parts[-3]}/eval/all; {'/'.join(parts[-2:])} is "
-            + ("the non-errored subset" if parts[-2:] == ("eval", "effective") else "not an eval")
-            + "; give the eval/all folder or the run's output directory"
-        )
-    runs = []
-    for f in files:
-        parts = f.parent.parts
-        if len(parts) >= 4 and parts[-4] == "rollouts" and _PRIME_STEP.match(parts[-3]):
-            if parts[-2:] == ("eval", "all"):  # train rollouts, and the effective subset, are not read
-                runs.append(RunFile(f, "prime-rl", int(_PRIME_STEP.match(parts[-3]).group(1))))
-        elif (f.parent / "configs" / "resolved" / "eval.json").is_file():
-            runs.append(RunFile(f, "vf-eval"))
-        elif (f.parent / "configs" / "eval.json").is_file():
-            runs.append(RunFile(f, "eval"))
-        elif f.parent == root:
-            runs.append(RunFile(f, "traces"))
-    if not runs:
-        raise ReportError(
-            f"{root}: no eval run under it (no traces.jsonl of vf-eval, eval or PRIME-RL's "
-            f"rollouts/step_N/eval/all)"
-        )
-    return runs
-
-
-def iter_episodes(path: Path) -> Iterator[tuple[int, dict]]:
-    """(line number, episode) for each non-blank line; a line that is not a
-    JSON episode is a ReportError naming ``path:line``."""
-    try:
-        f = path.open("rb")
-    except OSError as exc:
-        raise ReportError(f"{path}: cannot read it ({exc.strerror})") from None
-    with f:
-        for number, raw in enumerate(f, 1):
-            if not raw.strip():
-                continue
-            try:
-                episode = _decode(raw)
-            except (ValueError, UnicodeDecodeError) as exc:
-                raise ReportError(
-                    f"{path}:{number}: not valid JSON ({_json_why(exc)}); a run cut off mid-write "
-                    f"can be resumed with the eval CLI's --resume"
-                ) from None
-            if not isinstance(episode, dict) or not isinstance(episode.get("traces"), list):
-                raise ReportError(f"{path}:{number}: not a verifiers episode (no 'traces' list)")
-            yield number, episode
-
-
-class _Trace(msgspec.Struct):
-    """The fields of a trace the report reads (a line's nodes, calls and timing are skipped unparsed)."""
-
-    task: Any = None
-    agent: Any = None
-    info: Any = None
-    metrics: Any = None
-    rewards: Any = None
-    errors: Any = None
-    ok: Any = None
-    is_timeout: Any = None
-    verifiers: Any = None
-
-
-class _Episode(msgspec.Struct):
-    traces: list[_Trace] | None = None
-    task: Any = None
-    errors: Any = None
-    ok: Any = None
-    is_timeout: Any = None
-    env: Any = None
-
-
-_EPISODE = msgspec.json.Decoder(_Episode)
-
-
-def _fields(struct: msgspec.Struct) -> dict:
-    return {k: v for k, v in msgspec.structs.asdict(struct).items() if v is not None}
-
-
-def _decode(raw: bytes) -> object:
-    """One traces.jsonl line as the dict the report reads: the episode's and its
-    traces' fields that matter, decoded without building the rest (a 30 KB
-    episode is mostly token ids). A line that does not fit is read by ``json``,
-    whose result (or error) the caller judges, its strings made encodable
-    (``glyph.text``: msgspec refuses a JSON-escaped lone surrogate, ``json``
-    returns it, and the report's own files are UTF-8)."""
-    try:
-        episode = _EPISODE.decode(raw)
-    except msgspec.DecodeError:
-        return encodable_data(json.loads(raw))
-    out = _fields(episode)
-    if episode.traces is not None:
-        out["traces"] = [_fields(t) for t in episode.traces]
-    return out
-
-
-def _json_why(exc: Exception) -> str:
-    return f"{exc.msg} at column {exc.colno}" if isinstance(exc, json.JSONDecodeError) else str(exc)
 
 
 def _read_config(rf: RunFile) -> dict:
@@ -272,9 +119,9 @@ def _read_config(rf: RunFile) -> dict:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        raise ReportError(f"{path}: not a readable eval config ({exc})") from None
+        raise RunError(f"{path}: not a readable eval config ({exc})") from None
     if not isinstance(data, dict):
-        raise ReportError(f"{path}: not a readable eval config (not a JSON object)")
+        raise RunError(f"{path}: not a readable eval config (not a JSON object)")
     return data
 
 
@@ -323,126 +170,30 @@ def _same(value):
     return str(int(number)) if number.is_integer() else repr(number)
 
 
-def _timed_out(trace: dict, episode: dict, errors: list) -> bool:
-    if trace.get("is_timeout") or episode.get("is_timeout"):
-        return True
-    last = errors[-1].get("message", "") if errors else ""
-    return last.startswith(AGENT_TIMEOUT_PREFIX) or last in STAGE_TIMEOUTS
-
-
-def task_data(episode: dict, trace: dict | None) -> dict:
-    """The task's data as the trace (else the episode) records it."""
-    return ((trace or {}).get("task") or {}).get("data") or (episode.get("task") or {}).get("data") or {}
-
-
-class Judged(NamedTuple):
-    """A rollout's record and what it was (``glyph.record.status``)."""
-
-    record: record.MbppRecord | None
-    status: str
-    reward: float | None
-    reason: str
-    passed: bool
-
-
-def _error_text(error: object) -> str:
-    """An error verifiers recorded, as a line: its message, with a JSON error body
-    (``upstream 404: {"error": {"message": ...}}``, a model call's) reduced to the
-    endpoint's own message (``glyph.agent.program.own_words``, the rule the
-    program's fault reason follows); at most 500 characters."""
-    message = str(error.get("message") or error.get("type") or "") if isinstance(error, dict) else str(error)
-    return own_words(message)[:500]
-
-
-def judge(episode: dict, trace: dict | None, where: str = "") -> Judged:
-    """One rollout's status and reward, by ``glyph.record``'s rule, from a
-    saved episode and one of its traces (None: the episode has none). A
-    record of the wrong shape is a ReportError naming ``where``."""
-    t = trace or {}
-    try:
-        rec = record.mbpp_record(t.get("info"))
-    except record.RecordError as exc:
-        raise ReportError(f"{where}: {exc}") from None
-    reward = ((t.get("rewards") or {}).get("passed") or {}).get("score")
-    errors = [*(episode.get("errors") or []), *(t.get("errors") or [])]
-    ok = trace is not None and t.get("ok") is True and episode.get("ok") is True
-    facts = {"ok": ok, "reward": reward, "timed_out": _timed_out(t, episode, errors)}
-    status = record.status(rec, **facts)
-    said = "; ".join(dict.fromkeys(filter(None, (_error_text(e) for e in errors))))
-    reason = (rec.reason if rec is not None else "") or said
-    if said and said not in reason:  # the framework's error says why (an unknown model's valid names)
-        reason = f"{reason} ({said})"
-    if not reason:
-        reason = "no trace" if trace is None else "no reward recorded" if reward is None else "not ok"
-    return Judged(rec, status, reward, reason, record.passed(rec, **facts))
-
-
-def recorded_profile(trace: dict | None, run_cfg: dict) -> str | None:
-    """The profile the rollout ran: as the harness recorded it (trusted; a record without one is glyph's,
-    from before the study profile), else as the run's config asked (the pin keeps no info of an errored
-    rollout); None where neither says."""
-    proto = ((trace or {}).get("info") or {}).get("glyph_protocol")
-    if isinstance(proto, dict):
-        profile = proto.get("profile", "glyph")
-    else:
-        profile = run_cfg.get("profile")
-    return profile if profile in PROFILES else None
-
-
-def _predictions(g: record.MbppRecord, profile: str) -> tuple:
-    """(sampled, verified, decision) per prediction, by the profile's definition."""
-    if profile == "study":  # every prediction target: a candidate with a prediction turn
-        return tuple(
-            (c.sampled_label if c.sampled_label in OUTCOMES else INVALID, c.verified_label, c.decision)
-            for c in g.candidates
-            if c.prediction_turn is not None and c.verified_label in OUTCOMES
-        )
-    return tuple(
-        (c.sampled_label, c.verified_label, c.decision)
-        for c in g.candidates
-        if c.sampled_label in OUTCOMES and c.verified_label in OUTCOMES
-    )
-
-
-def _episode_metrics(g: record.MbppRecord, metrics: dict, profile: str) -> tuple:
-    """(first_patch, executed_failure, recovered) by the profile's definitions."""
-    if profile != "study":
-        return tuple(
-            metrics.get(k) == 1.0
-            for k in ("first_patch_correct", "had_executed_failure", "recovered_after_executed_failure")
-        )
-    targets = [c for c in g.candidates if c.prediction_turn is not None]
-    first_target = targets[0].verified_label if targets else None
-    visible = g.visible_outcomes
-    if visible is None:  # a record from before finalize kept the visible outcomes
-        first = None if first_target is None else record.study_episode(first_target, [])[0]
-        return first, metrics.get("had_executed_failure") == 1.0, None
-    return record.study_episode(first_target, visible)
-
-
 def _rollout(
     run_index: int, line: int, episode: dict, trace: dict | None, run_cfg: dict, where: str
 ) -> Rollout:
     data = task_data(episode, trace)
     task = data.get("name") or data.get("id")
     if not isinstance(task, str):
-        raise ReportError(f"{where}:{line}: an episode names no task (task.data.name)")
+        raise RunError(f"{where}:{line}: an episode names no task (task.data.name)")
     t = trace or {}
     acfg = (t.get("agent") or {}).get("config") or {}
     j = judge(episode, trace, f"{where}:{line}")
     g, status = j.record, j.status
-    metrics = t.get("metrics") or (g.metrics if g is not None else {}) or {}
+    metrics = t.get("metrics") or (g.metrics.flat() if g is not None else {}) or {}
     # A trajectory cut short by the machinery is incomplete: whether it would have chosen REVISE, how
     # many calls it would have made, are unknown (and at the pin nothing of it is recorded at all).
     recorded = g is not None and not metrics.get("no_trace") and status not in (ERRORED, TIMED_OUT)
     plus = metrics.get("plus_passed")  # absent where the task has no plus tests
     base = metrics.get("base_passed")
-    profile = recorded_profile(trace, run_cfg)
+    profile = profile_of(trace, run_cfg.get("profile"))
     predictions, revised, calls, cap = (), None, None, None
     first, failure, recovered_ = None, None, None
     if recorded:
-        predictions = _predictions(g, profile or "glyph")
-        first, failure, recovered_ = _episode_metrics(g, metrics, profile or "glyph")
+        predictions = profiles.get(profile or "glyph").predictions(g.candidates)
+        first, failure, recovered_ = (metrics.get(k) == 1.0 for k in (
+            "first_patch_correct", "had_executed_failure", "recovered_after_executed_failure"))
         revised = any(c.decision == "REVISE" for c in g.candidates)
         calls = int(metrics.get("visible_tool_calls", 0))
         harness = acfg.get("harness") or {}
@@ -485,7 +236,7 @@ class Loaded(NamedTuple):
 
 def load(roots: list[Path], labels: list[dict] | None = None) -> Loaded:
     """Every run under ``roots`` and its rollouts; ``labels[i]`` labels every
-    run under ``roots[i]``. Raises ReportError on bad input and MixedRuns on
+    run under ``roots[i]``. Raises RunError on bad input and MixedRuns on
     an unlabelled mix."""
     labels = labels or [{} for _ in roots]
     runs: list[Run] = []
@@ -495,7 +246,7 @@ def load(roots: list[Path], labels: list[dict] | None = None) -> Loaded:
         for rf in find_runs(root):
             resolved = rf.traces.resolve()
             if resolved in seen:
-                raise ReportError(
+                raise RunError(
                     f"{rf.traces} is given twice (under {seen[resolved]} and {root}); each run counts once"
                 )
             seen[resolved] = root
@@ -526,7 +277,7 @@ def load(roots: list[Path], labels: list[dict] | None = None) -> Loaded:
                 traces = episode["traces"] or [None]
                 for trace in traces:
                     if not isinstance(trace, (dict, type(None))):
-                        raise ReportError(f"{rf.traces}:{line}: a trace is not a JSON object")
+                        raise RunError(f"{rf.traces}:{line}: a trace is not a JSON object")
                     r = _rollout(index, line, episode, trace, run_cfg, str(rf.traces))
                     if trace is not None and run.verifiers is None:
                         run.verifiers = (trace.get("verifiers") or {}).get("version")
@@ -534,7 +285,7 @@ def load(roots: list[Path], labels: list[dict] | None = None) -> Loaded:
                     run.rollouts += 1
             if not by_env:
                 what = ", ".join(f"{k} ({n})" for k, n in other.items())
-                raise ReportError(
+                raise RunError(
                     f"{rf.traces}: no {MBPP_ENV_ID} episodes" + (f" (only {what})" if what else " (empty)")
                 )
     notes = check_runs(runs, rollouts)  # on what the runs record

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from glyph import profiles
+
 DASH = "—"
 GROUPS = (("never", "never REVISE (KEEP only)"), ("revised", "chose REVISE"))
 CONVENTION_NOTES = {
@@ -14,14 +16,7 @@ CONVENTION_NOTES = {
     "seed-42 split: 409 + 91 = 500)",
     "glyph": "glyph convention: incomplete trajectories apart",
 }
-DEFINITIONS = {
-    "study": "the study's (PREDICT src/glyph/taskset.py, passk.py): first patch = the first prediction "
-    "target's outcome, else the first visible python_test's; recovered = a visible PASS after the first "
-    "visible failure, and passed; an invalid prediction label is the class INVALID",
-    "glyph": "glyph's (finalize.compute_metrics): first patch = the first candidate's verified outcome; "
-    "recovered = passed after a visible failure",
-    "mixed": "each rollout by its own profile's definitions (a labelled mix of profiles)",
-}
+MIXED = "each rollout by its own profile's definitions (a labelled mix of profiles)"
 
 
 @dataclass
@@ -359,7 +354,8 @@ def _episode(cells: list[dict]) -> Table:
         keys=3,
         caption="95% Wilson; first patch and executed failure: of all rollouts; recovered: of those with an "
         "executed failure. Definitions: "
-        + "; ".join(f"{k}: {DEFINITIONS[k]}" for k in sorted({c["definitions"] for c in cells})),
+        + "; ".join(f"{k}: {profiles.get(k).definitions if k in profiles.PROFILES else MIXED}"
+                    for k in sorted({c["definitions"] for c in cells})),
     )
     for c in cells:
         e = c["episode"]

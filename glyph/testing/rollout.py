@@ -9,8 +9,8 @@ server served under the rollout's secret (what verifiers' interception server
 records). No verifiers and no interpreter start: tests and benchmarks that need
 an episode use ``Rollouts.play``; ``vf-eval`` runs the same pieces through
 ``GlyphHarness``. ``Scripted`` stands in for the policy server where a test
-gives the model's replies itself; the harness config's ``profile`` picks
-glyph's workspace and prompt or the study's.
+gives the model's replies itself; the harness config's ``profile``
+(``glyph.profiles``) gives the task's row, the workspace and the prompt.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from glyph import profiles
 from glyph.agent import program
-from glyph.data import study
 from glyph.data.mbpp import MbppTask
 from glyph.envs.mbpp.finalize import ModelReplies, TaskTests, verify
 from glyph.envs.mbpp.harness import LOCAL_SANDBOX, GlyphHarnessConfig, program_config
@@ -107,17 +107,14 @@ class Rollouts:
         it; ``files`` are written into the workspace beside ``solution.py``;
         ``save`` is the program's per-turn save hook; ``model`` (a ``Scripted``)
         answers instead of the policy server; ``config`` overrides keys of the
-        program config. Under the harness's ``study`` profile the task is the
-        study's (``glyph.data.study.from_mbpp``: its prompt, its normalised
-        setup and tests, ``solution.py`` in its project folder)."""
+        program config. The task is read as the harness's profile reads it
+        (``Profile.row``: the study's normalises its text, setup and tests)."""
         limits = self.harness.limits()
-        profile = self.harness.profile
-        st = study.from_mbpp(task) if profile == "study" else None
-        setup, visible = (st.setup, list(st.tests)) if st else (task.test_setup_code, list(task.test_list))
-        solution, placeholder = program.workspace(profile, st and st.project)
-        workspace.mkdir(parents=True, exist_ok=True)
-        (workspace / solution).parent.mkdir(parents=True, exist_ok=True)
-        (workspace / solution).write_text(placeholder)
+        profile = profiles.get(self.harness.profile)
+        row = profile.row(task)
+        project = profile.agent.project(task.task_id)
+        setup, visible = row.setup, list(row.tests)
+        solution = profile.agent.lay_out(str(workspace), project)
         for name, text in (files or {}).items():
             (workspace / name).write_text(text)
         secret = secrets.token_hex(16)
@@ -126,24 +123,24 @@ class Rollouts:
                 if tester == "service" else
                 {"kind": "local", "sandbox": LOCAL_SANDBOX, "setup": setup, "tests": visible})
         served = model or self.policies
-        cfg = program_config(self.harness, arm, task.text, task.test_list, spec,
-                             {"base_url": served.base_url, "model": policy}, st)
+        cfg = program_config(self.harness, arm, row.text, setup, visible, task.task_id, spec,
+                             {"base_url": served.base_url, "model": policy})
         cfg.update(config)
         try:
             with contextlib.chdir(workspace):
-                trace = program.run(cfg, secret, save=save)
+                trace = program.run(cfg, secret, save=save).to_json()
         finally:
             released = self.service.release(secret)
             replies = ModelReplies(tuple(served.take_replies(secret)), cfg["arm"], int(cfg["max_tool_calls"]),
-                                   int(cfg["test_cost"]), profile=profile, project=st and st.project,
+                                   int(cfg["test_cost"]), profile=profile.name, project=project,
                                    switches=cfg.get("switches"))
         if forge is not None:
             forge(trace)
-        final = (workspace / solution).read_bytes().decode("utf-8", "surrogateescape")
+        final = Path(solution).read_bytes().decode("utf-8", "surrogateescape")
         tests = TaskTests(setup, tuple(visible), tuple(visible))
         log = released["log"] if tester == "service" else None
         record = verify(json.loads(json.dumps(trace)), final, tests, limits, log, service_end=released["end"],
-                        replies=replies, profile=profile)
+                        replies=replies, profile=profile.name)
         return Played(trace, record, workspace, released if tester == "service" else {}, replies)
 
     def close(self) -> None:

@@ -60,13 +60,25 @@ def tok(tokdir):
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, tokdir, mbpp_path) -> dict[str, list[str]]:
-    """Per policy, the Arm B episodes (JSON lines) of one token-path eval run
-    ($GLYPH_EVAL_CACHE: reuse the runs under that folder, for debugging)."""
+    """Per policy, the Arm B episodes (JSON lines) of one token-path eval run under the default
+    (study) profile ($GLYPH_EVAL_CACHE: reuse the runs under that folder, for debugging)."""
+    return _eval_runs(tmp_path_factory, tokdir, mbpp_path, "study")
+
+
+@pytest.fixture(scope="module")
+def glyph_runs(tmp_path_factory, tokdir, mbpp_path) -> dict[str, list[str]]:
+    """The same runs under the glyph profile (its grammar: free text around the protocol lines)."""
+    return _eval_runs(tmp_path_factory, tokdir, mbpp_path, "glyph")
+
+
+def _eval_runs(tmp_path_factory, tokdir, mbpp_path, profile: str) -> dict[str, list[str]]:
     from glyph.data import mbpp
+    from glyph.demo import profile_args
     from glyph.policies.server import PolicyServer
     from glyph.vfcompat import eval_command
 
     cache = os.environ.get("GLYPH_EVAL_CACHE")
+    cache = cache and str(Path(cache) / profile)
     if cache and all(any((Path(cache) / p).glob("**/traces.jsonl")) for p in POLICIES):
         return {
             p: [
@@ -77,7 +89,7 @@ def runs(tmp_path_factory, tokdir, mbpp_path) -> dict[str, list[str]]:
             for p in POLICIES
         }
     tasks = {t.id: t for t in mbpp.load_source(mbpp_path).tasks}
-    out = tmp_path_factory.mktemp("evals")
+    out = tmp_path_factory.mktemp(f"evals-{profile}")
     env = dict(os.environ, PRIME_RUNS_MODE="disabled", HF_HUB_OFFLINE="1")
     with PolicyServer(tasks, tokenizer=str(tokdir)) as server:
         procs = {}
@@ -108,6 +120,7 @@ def runs(tmp_path_factory, tokdir, mbpp_path) -> dict[str, list[str]]:
                 mbpp_path,
                 "--env.agent.harness.tool-timeout",
                 "3",
+                *profile_args(profile),
             )
             procs[policy] = subprocess.Popen(
                 cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
@@ -266,7 +279,10 @@ def test_traces_carry_the_policys_tokens(runs, tok):
             assert text.startswith("<|im_start|>system\n") and "<think>\n\n</think>\n\n" in text
 
 
-def test_predict_through_prime_rls_train_sink(runs, algorithm, tok):
+@pytest.mark.parametrize("profile_runs", ["runs", "glyph_runs"])
+def test_predict_through_prime_rls_train_sink(request, profile_runs, algorithm, tok):
+    """On each profile's rollouts (the study's one-line turns, glyph's free text around them)."""
+    runs = request.getfixturevalue(profile_runs)
     tb = TokenBytes(tok)
     recover, hack = (episodes(runs, p, "mixed") for p in ("recover", "hack"))
     tasks = sorted(recover)

@@ -96,13 +96,14 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from glyph.data.mbpp import DataError, MbppTask
+from glyph.data.mbpp import MbppTask
 from glyph.data.plus.mutate import candidates, says_sorted
 from glyph.data.plus.plain import literal, same
 from glyph.data.plus.probe import OPS_CEIL, SEEDS, Runner, SeedSandboxes, ops_cap
 from glyph.data.plus.seeds import seeds_of
 from glyph.data.plus.selection import MAX_KEPT, budget, choose, confirm, fast_check, shared
 from glyph.data.plus.store import GENERATOR, TaskResult, current, file_name, read_file, write_file
+from glyph.errors import DataError
 from glyph.grading import InvalidTests
 from glyph.sandbox import Sandbox
 

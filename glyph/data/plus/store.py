@@ -19,7 +19,8 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from glyph.data.mbpp import DataError, MbppTask
+from glyph.data.mbpp import MbppTask
+from glyph.errors import DataError
 
 GENERATOR = 2  # bump whenever the same task and seed would give other tests
 ENV_VAR = "GLYPH_PLUS_PATH"

@@ -25,11 +25,12 @@ import verifiers.v1 as vf
 from pydantic import field_validator
 
 from glyph import record
-from glyph.agent import protocol
-from glyph.agent.protocol import SOLUTION_FILE
+from glyph.agent.profiles import glyph as protocol
+from glyph.agent.profiles.glyph import SOLUTION_FILE
 from glyph.data import conventions
 from glyph.envs.conventions.validate import validate_task
 from glyph.envs.local import read_text
+from glyph.errors import DataError
 from glyph.outcomes import Outcome
 from glyph.record import ConventionsRecord
 from glyph.sandbox import get_sandbox
@@ -186,7 +187,7 @@ class ConventionsTaskset(vf.Taskset[ConventionsTask, ConventionsTasksetConfig]):
         chosen = tasks if cfg.split == "all" else conventions.split(tasks, cfg.split)
         if not chosen:
             where = cfg.data_path or conventions.DATA_FILE
-            raise conventions.ConventionsDataError(
+            raise DataError(
                 f"--env.taskset.split {cfg.split}: {where} has no such tasks")
         lessons = (read_lessons(cfg.lessons_path) if cfg.lessons_path else []) + list(cfg.lessons)
         for t in chosen:

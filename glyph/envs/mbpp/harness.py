@@ -7,8 +7,8 @@ Guarantees:
   ``glyph.grading.grade`` under ``GlyphHarnessConfig.limits()``: on the local
   runtime by the trusted test service, on a container runtime by the shipped
   grader in the program's process (``tester.kind = "local"``). finalize
-  grades under the same limits (``trace.info["glyph_limits"]``, written here
-  before the program starts).
+  grades under the same limits (``glyph.record.HarnessRecord.limits``, written
+  here before the program starts).
 * On a container, the sandbox mode is ``LOCAL_SANDBOX`` (``auto-or-bare``):
   the strongest isolating mode the container allows, else ``bare``. That is
   acceptable there because the container is the isolation and python_test's
@@ -16,16 +16,18 @@ Guarantees:
   sandbox on the trusted side. The program records the mode that graded
   (``tester_sandbox``). The runtime needs ``python3`` >= 3.10 with ctypes on
   Linux >= 5.3; elsewhere the first python_test is a tester fault.
-* On the local runtime the test service's log of the rollout
-  (``trace.info["glyph_service_log"]``) is recorded; finalize trusts it.
+* Everything it records is one typed record, ``glyph.record.HarnessRecord``
+  (``trace.info["glyph_harness"]``): written before the program starts
+  (limits, protocol) and again when it has exited. On the local runtime the
+  test service's log of the rollout (``service_log``) is recorded; finalize
+  trusts it.
 * How the episode ended is decided from trusted records, never from the
   trace alone (``glyph.envs.mbpp.finalize.check_end``): on the local runtime
-  the program's report to the test service (``trace.info["glyph_service_end"]``,
-  None when it never reported); on every runtime what verifiers'
-  interception server recorded of the model's replies
-  (``interception_record``: up to the program's exit, with the protocol
-  settings in ``trace.info["glyph_protocol"]``). Code beside the program on
-  a container can rewrite the trace, not those.
+  the program's report to the test service (``service_end``, None when it
+  never reported); on every runtime what verifiers' interception server
+  recorded of the model's replies (``interception_record``: up to the
+  program's exit, with the protocol settings in ``protocol``). Code beside
+  the program on a container can rewrite the trace, not those.
 * Faults are errors, not zeros. A fault exit of the program
   (``ENDPOINT_FAILED`` 97, ``TESTER_FAILED`` 98) fails the rollout with its
   cause (a ``glyph.record`` fault record) where it can be trusted: on the
@@ -42,19 +44,16 @@ import os
 from typing import Literal
 
 import verifiers.v1 as vf
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from glyph import record
-from glyph.agent import program, protocol
-from glyph.agent import study as S
+from glyph import profiles, record
+from glyph.agent import program
+from glyph.agent.profiles.glyph import DEFAULT_BUDGET, DEFAULT_TEST_COST
 from glyph.agent.program import ENDPOINT_FAILED, TESTER_FAILED
-from glyph.agent.study_episode import Switches, system_messages
-from glyph.data import study
-from glyph.data.mbpp import MbppTask
-from glyph.data.study import StudyTask
 from glyph.envs import bundle, start
 from glyph.envs.mbpp.finalize import ModelReplies
 from glyph.layers import shipped_files
+from glyph.record import HarnessRecord, InterceptionRecord, ProtocolRecord, ServiceEnd
 from glyph.sandbox import Limits
 
 PROGRAM_DIR = ".glyph/program"  # under .glyph: the agent's tools refuse every path there
@@ -70,31 +69,27 @@ LOCAL_SANDBOX = "auto-or-bare"
 
 # The program's fault exits (``glyph.agent.program``) the harness turns into errored rollouts.
 FAULTS = {ENDPOINT_FAILED: "endpoint_error", TESTER_FAILED: "tester_error"}
-STUDY_SETTINGS = {"max_tool_calls": S.MAX_TOOL_CALLS, "tool_timeout": float(S.TOOL_TIMEOUT_S),
-                  "model_timeout": float(S.MODEL_TIMEOUT_S)}
-"""What the ``study`` profile's unset settings take: the study's (``glyph.agent.study``)."""
 SWITCHES = ("budget_line", "free_text", "feedback", "bad_call")
-"""The study profile's switches, each one of glyph's departures (``study_episode.Switches``)."""
+"""The harness's switches, each one of glyph's departures (a profile says which it takes: ``glyph.profiles``)."""
 
 
 class GlyphHarnessConfig(vf.HarnessConfig):
-    profile: Literal["glyph", "study"] = "study"
-    """The protocol the agent speaks. ``study`` (the default): the PREDICT study's
-    (``glyph.agent.study``, ``study_episode.StudyEpisode``): its prompts (no budget told), one-line
+    profile: str = profiles.DEFAULT
+    """The protocol the agent speaks (``glyph.profiles``). ``study`` (the default): the PREDICT study's
+    (``glyph.agent.study``, ``glyph.agent.profiles.study``): its prompts (no budget told), one-line
     turns, its fixed observation strings, a failed call that costs 1, ``solution.py`` in the task's
     project folder with the study's placeholder; ``max_tool_calls``, ``tool_timeout`` (wall clock,
     as the study's) and ``model_timeout`` default to the study's (8, 30 s, 1800 s); the four
     switches below turn on one of glyph's departures at a time. ``glyph``: the bundle of glyph's
-    recommended protocol (``glyph.agent.protocol``, ``program.Episode``): its prompts with a tool
-    manual, the budget named in the system prompt and after every RESULT, free text around a call,
-    class-name feedback, a bad call ending the episode, ``test_cost`` and ``revise_feedback``
-    (the switches do not apply: it has them all). The task must come from a taskset of the same
-    profile. glyph's trusted grader, tamper checks and sandbox are on in both: they change no
-    honest rollout's outcome (where the study's own classifier would take a forged result for a
-    PASS, glyph's grader decides)."""
+    recommended protocol (``glyph.agent.profiles.glyph``): its prompts with a tool manual, the budget
+    named in the system prompt and after every RESULT, free text around a call, class-name feedback,
+    a bad call ending the episode, ``test_cost`` and ``revise_feedback`` (the switches do not apply:
+    it has them all). The task must come from a taskset of the same profile. glyph's trusted grader,
+    tamper checks and sandbox are on in both: they change no honest rollout's outcome (where the
+    study's own classifier would take a forged result for a PASS, glyph's grader decides)."""
     budget_line: bool | None = None
     """Study profile: tell the agent its budget, as glyph does (the system prompt ends with
-    ``protocol.BUDGET_SENTENCE``, each RESULT with the calls left). Off (the study): the agent is
+    glyph's budget sentence, each RESULT with the calls left). Off (the study): the agent is
     never told; the study's finding that REVISE trajectories hit the 8-call cap 95-99% of the
     time may depend on it."""
     free_text: bool | None = None
@@ -109,12 +104,12 @@ class GlyphHarnessConfig(vf.HarnessConfig):
     """Study profile: ``ends``: an unknown tool or an apply_patch without its arguments ends the
     episode as a protocol error (glyph's rule). ``costs_one`` (the default, the study's): the call
     answers ``status: failed``, costs 1, and the episode goes on."""
-    max_tool_calls: int = Field(protocol.DEFAULT_BUDGET, ge=1)
-    """Tool calls an episode may make: the system prompt names it (``protocol.messages``)."""
+    max_tool_calls: int = Field(DEFAULT_BUDGET, ge=1)
+    """Tool calls an episode may make: the system prompt names it (glyph's profile)."""
     tool_timeout: float = Field(10.0, gt=0)
-    """Seconds of CPU one grading may use (wall clock: twice that): each python_test and
-    finalize's gradings of the rollout (``limits()``)."""
-    test_cost: int = Field(protocol.DEFAULT_TEST_COST, ge=1)
+    """Seconds of CPU one grading may use (wall clock: twice that; the study's: the same): each
+    python_test and finalize's gradings of the rollout (``limits()``)."""
+    test_cost: int = Field(DEFAULT_TEST_COST, ge=1)
     """Budget units one visible python_test costs."""
     revise_feedback: Literal["none", "outcome"] = "none"
     """Whether a REVISE shows the agent the shadow test's outcome (the study: none)."""
@@ -126,93 +121,68 @@ class GlyphHarnessConfig(vf.HarnessConfig):
     program once, its files written once per env process; elsewhere (a container) ``cold``.
     ``cold``: a fresh ``python3 -I`` on the shipped files written into each rollout's runtime."""
 
+    @field_validator("profile")
+    @classmethod
+    def _known_profile(cls, name: str) -> str:
+        profiles.get(name)
+        return name
+
     @model_validator(mode="before")
     @classmethod
-    def _study_settings(cls, data):
-        """Under the ``study`` profile (the default) a setting not given is the study's (``STUDY_SETTINGS``)."""
-        if isinstance(data, dict) and data.get("profile", cls.model_fields["profile"].default) == "study":
-            data = {**STUDY_SETTINGS, **data}
+    def _profile_settings(cls, data):
+        """A setting not given is the profile's (``Profile.settings``: the study's are the study's)."""
+        if isinstance(data, dict):
+            data = {**profiles.get(data.get("profile", cls.model_fields["profile"].default)).settings, **data}
         return data
 
     @model_validator(mode="after")
-    def _switches_need_study(self):
-        """A switch changes the study profile; the glyph profile is the bundle that has them all."""
-        given = [k for k in SWITCHES if getattr(self, k) is not None]
-        if self.profile == "glyph" and given:
-            raise ValueError(f"{', '.join(given)}: a switch of the study profile; the glyph profile has "
-                             "glyph's rules already (drop it, or set profile = \"study\")")
+    def _switches_of_the_profile(self):
+        """A switch the profile does not take is refused (the glyph profile has glyph's rules already)."""
+        self.switches()
         return self
 
-    def switches(self) -> Switches:
-        """The study profile's switches (unset ones off: the study's rules)."""
-        return Switches(**{k: getattr(self, k) for k in SWITCHES if getattr(self, k) is not None})
+    def switches(self) -> dict | None:
+        """The switches the program runs under, as the profile reads the ones set (None: it takes none)."""
+        given = {k: getattr(self, k) for k in SWITCHES if getattr(self, k) is not None}
+        return profiles.get(self.profile).switch_values(given)
 
     def limits(self) -> Limits:
-        """The grading limits of every python_test and of finalize's grading:
-        ``tool_timeout`` seconds of CPU, twice that of wall clock (the ``study``
-        profile: ``tool_timeout`` of each, the study's limit being wall clock)."""
-        if self.profile == "study":
-            return Limits(cpu_s=float(self.tool_timeout), wall_s=float(self.tool_timeout))
-        return limits_for(self.tool_timeout)
+        """The grading limits of every python_test and of finalize's grading (``Profile.limits``):
+        ``tool_timeout`` seconds of CPU, twice that of wall clock (the study's: wall clock)."""
+        return profiles.get(self.profile).limits(self.tool_timeout)
 
 
-def program_config(cfg: GlyphHarnessConfig, arm: str, task_text: str, visible_tests: list[str],
-                   tester: dict, endpoint: dict, study_task: StudyTask | None = None) -> dict:
+def program_config(cfg: GlyphHarnessConfig, arm: str, task_text: str, setup: str, visible_tests: list[str],
+                   task_id: int, tester: dict, endpoint: dict) -> dict:
     """The agent program's configuration (``.glyph/config.json``), built in
-    this one place from the harness config: the budget, the costs, the
-    grading limits (``cfg.limits()``) and the prompt at the harness's budget
-    (``protocol.messages``). ``tester``: how python_test is graded
-    (``{"kind": "service", "url"}`` or ``{"kind": "local", ...}``);
-    ``endpoint``: ``{"base_url", "model"}``. Under the ``study`` profile
-    (``study_task``: the task as the study reads it, required there) the
-    config adds ``profile`` and ``project`` and the prompt is the study's
-    (``glyph.data.study.prompt``, the task rows' builder)."""
-    out = {"arm": arm, "max_tool_calls": cfg.max_tool_calls, "test_cost": cfg.test_cost,
-           "revise_feedback": cfg.revise_feedback, "tool_timeout": cfg.tool_timeout,
-           "limits": limits_record(cfg.limits()), "model_timeout": cfg.model_timeout,
-           "tester": tester, "endpoint": endpoint}
-    if cfg.profile != "study":
-        out["messages"] = protocol.messages(arm, task_text, list(visible_tests), cfg.max_tool_calls)
-        return out
-    if study_task is None:
-        raise ValueError("the study profile's program config needs the study task (study_task)")
-    switches = cfg.switches()
-    out.update(profile="study", project=study_task.project, switches=switches.as_dict(),
-               messages=system_messages(study.prompt(study_task, arm), switches, cfg.max_tool_calls))
-    return out
-
-
-def recorded_profile(info: dict) -> tuple[str, str | None]:
-    """(profile, project) as the harness recorded them in ``trace.info["glyph_protocol"]``
-    (trusted: the harness writes it before the program starts); glyph's where absent."""
-    proto = info.get("glyph_protocol") or {}
-    return proto.get("profile", "glyph"), proto.get("project")
-
-
-def study_task_of(data) -> StudyTask:
-    """A task's data (``taskset.GlyphData``) as the study reads it (``glyph.data.study.from_mbpp``)."""
-    return study.from_mbpp(MbppTask(data.task_id, data.task_text, data.reference, data.hidden_setup,
-                                    tuple(data.visible_tests), ()))
-
-
-def limits_for(tool_timeout: float) -> Limits:
-    """``GlyphHarnessConfig.limits()`` for a ``tool_timeout`` (finalize
-    uses it for a trace recorded without ``glyph_limits``: the default harness)."""
-    return Limits(cpu_s=float(tool_timeout), wall_s=2 * float(tool_timeout))
+    this one place from the harness config: the profile's agent half (the
+    program asks it for the episode), the budget, the costs, the grading
+    limits (``cfg.limits()``), the task's project folder, the switches and
+    the opening messages at the harness's budget (``AgentProfile.messages``).
+    ``tester``: how python_test is graded (``{"kind": "service", "url"}`` or
+    ``{"kind": "local", ...}``); ``endpoint``: ``{"base_url", "model"}``."""
+    agent = profiles.get(cfg.profile).agent
+    project, switches = agent.project(task_id), cfg.switches()
+    return {"profile": agent.name, "arm": arm, "max_tool_calls": cfg.max_tool_calls, "test_cost": cfg.test_cost,
+            "revise_feedback": cfg.revise_feedback, "tool_timeout": cfg.tool_timeout,
+            "limits": limits_record(cfg.limits()), "model_timeout": cfg.model_timeout, "tester": tester,
+            "endpoint": endpoint, "project": project, "switches": switches,
+            "messages": agent.messages(arm, task_text, setup, list(visible_tests), project, cfg.max_tool_calls,
+                                       switches)}
 
 
 def limits_record(limits: Limits) -> dict:
-    """What ``trace.info["glyph_limits"]`` and the program config carry."""
+    """What ``HarnessRecord.limits`` and the program config carry."""
     return {"cpu_s": limits.cpu_s, "wall_s": limits.wall_s}
 
 
 def limits_from_record(stored: object) -> Limits:
-    """The ``Limits`` a trace was graded under (``trace.info["glyph_limits"]``);
+    """The ``Limits`` a trace was graded under (``HarnessRecord.limits``);
     the default harness's when absent. A malformed one raises ValueError."""
     if stored is None:
         return GlyphHarnessConfig().limits()
     if not isinstance(stored, dict) or set(stored) != {"cpu_s", "wall_s"}:
-        raise ValueError(f"trace.info['glyph_limits'] is {stored!r}, not {{'cpu_s', 'wall_s'}}")
+        raise ValueError(f"the harness record's limits are {stored!r}, not {{'cpu_s', 'wall_s'}}")
     return Limits(cpu_s=float(stored["cpu_s"]), wall_s=float(stored["wall_s"]))
 
 
@@ -224,17 +194,15 @@ class GlyphHarness(vf.Harness[GlyphHarnessConfig]):
         if data.profile != cfg.profile:
             raise ValueError(f"the harness's profile is {cfg.profile!r}, the task's {data.profile!r}: set "
                              f"--env.taskset.profile and --env.agent.harness.profile to the same")
+        agent = profiles.get(cfg.profile).agent
         local = isinstance(runtime, _subprocess_runtime())
         limits = cfg.limits()
-        trace.info["glyph_limits"] = limits_record(limits)
-        trace.info["glyph_env_pid"] = os.getpid()  # the env process that ran it (one of a serve pool's workers)
-        trace.info["glyph_protocol"] = {"arm": data.arm, "max_tool_calls": cfg.max_tool_calls,
-                                        "test_cost": cfg.test_cost, "profile": cfg.profile}
-        study_task = study_task_of(data) if cfg.profile == "study" else None
-        if study_task is not None:
-            trace.info["glyph_protocol"].update(project=study_task.project,
-                                                switches=cfg.switches().as_dict())
-        solution, placeholder = program.workspace(cfg.profile, study_task and study_task.project)
+        project = agent.project(data.task_id)
+        rec = HarnessRecord(limits=limits_record(limits), env_pid=os.getpid(),
+                            protocol=ProtocolRecord(arm=data.arm, max_tool_calls=cfg.max_tool_calls,
+                                                    test_cost=cfg.test_cost, profile=cfg.profile, project=project,
+                                                    switches=cfg.switches()))
+        record.store_harness(trace.info, rec)
         if local:
             from glyph.envs.mbpp.test_service import get_service
             service = get_service()
@@ -243,12 +211,12 @@ class GlyphHarness(vf.Harness[GlyphHarnessConfig]):
         else:  # a container runtime: the container is the isolation
             tester = {"kind": "local", "sandbox": LOCAL_SANDBOX, "setup": data.hidden_setup,
                       "tests": data.visible_tests}
-        config = program_config(cfg, data.arm, data.task_text, data.visible_tests, tester,
-                                {"base_url": endpoint, "model": ctx.model}, study_task)
+        config = program_config(cfg, data.arm, data.task_text, data.hidden_setup, data.visible_tests, data.task_id,
+                                tester, {"base_url": endpoint, "model": ctx.model})
         warm = cfg.start == "warm" and local and start.workspace_of(runtime) is not None
         if not warm:  # warm, the server runs the shipped set from its own folder (written once)
             await runtime.write(BUNDLE, bundle.build())
-        await runtime.write(solution, placeholder.encode())
+        await runtime.write(agent.solution(project), agent.placeholder.encode())
         await runtime.write(program.CONFIG, json.dumps(config).encode())
         env = {"GLYPH_ROLLOUT_SECRET": secret, "GLYPH_CONFIG": program.CONFIG}
         started = {"start": "warm" if warm else "cold"}
@@ -261,18 +229,17 @@ class GlyphHarness(vf.Harness[GlyphHarnessConfig]):
         finally:
             if local:
                 released = service.release(secret)
-                trace.info["glyph_service_log"] = released["log"]
-                trace.info["glyph_service_end"] = released["end"]
-                if released["faults"]:
-                    trace.info["glyph_service_faults"] = released["faults"]
+                rec.service_log = released["log"]
+                rec.service_end = None if released["end"] is None else ServiceEnd(**released["end"])
+                rec.service_faults = released["faults"] or None
         # The interception's record as the program left it: what is recorded later is no turn of its.
-        trace.info["glyph_interception"] = {"calls": len(getattr(trace, "calls", None) or []),
-                                            "stop_condition": getattr(trace, "stop_condition", None)}
-        trace.info["glyph_program"] = {"exit_code": res.exit_code, "stderr": (res.stderr or "")[-2000:], **started}
+        rec.interception = InterceptionRecord(calls=len(getattr(trace, "calls", None) or []),
+                                              stop_condition=getattr(trace, "stop_condition", None))
+        rec.program = {"exit_code": res.exit_code, "stderr": (res.stderr or "")[-2000:], **started}
         confirmed = None
         if not local and res.exit_code == ENDPOINT_FAILED:
-            confirmed = model_call_failure(trace)
-            trace.info["glyph_endpoint_fault_confirmed"] = confirmed
+            confirmed = rec.endpoint_fault_confirmed = model_call_failure(trace)
+        record.store_harness(trace.info, rec)
         if res.exit_code in FAULTS and (local or confirmed):
             lines = (res.stderr or "").strip().splitlines()
             fault = FAULTS[res.exit_code]
@@ -307,10 +274,10 @@ def model_call_failure(trace) -> str | None:
     return f"the interception server recorded: {error.type}{code}: {error.message}"[:500]
 
 
-def interception_record(trace):
+def interception_record(trace, rec: HarnessRecord | None) -> ModelReplies | None:
     """The model's replies as verifiers' interception server recorded them
     (a ``glyph.envs.mbpp.finalize.ModelReplies``), or None for a trace the
-    harness did not run (no ``glyph_protocol``).
+    harness did not run (``rec``, its harness record, has no protocol).
 
     The server appends one ``ModelCall`` per upstream exchange to
     ``trace.calls``; one that committed a turn names the assistant node it
@@ -318,23 +285,22 @@ def interception_record(trace):
     ``message.content`` is the text served to the program (``glyph.vfcompat``,
     8.). Code in the runtime cannot write there; it could only add exchanges
     of its own. Only the exchanges recorded by the program's exit count
-    (``trace.info["glyph_interception"]``), and a stop condition verifiers
-    had set by then is passed on (a reply it committed and then refused
-    never reached the program)."""
-    proto = trace.info.get("glyph_protocol")
-    if proto is None:
+    (``rec.interception``), and a stop condition verifiers had set by then is
+    passed on (a reply it committed and then refused never reached the
+    program)."""
+    if rec is None or rec.protocol is None:
         return None
-    at_exit = trace.info.get("glyph_interception") or {}
-    calls = list(trace.calls)[:at_exit.get("calls", len(trace.calls))]
+    proto, at_exit = rec.protocol, rec.interception
+    calls = list(trace.calls)[:at_exit.calls if at_exit is not None else len(trace.calls)]
     replies = []
     for call in calls:
         if call.node is None:  # an exchange that committed no turn: the program got no reply from it
             continue
         content = trace.nodes[call.node].message.content
         replies.append(content if isinstance(content, str) else None)
-    return ModelReplies(tuple(replies), proto["arm"], int(proto["max_tool_calls"]), int(proto["test_cost"]),
-                        at_exit.get("stop_condition"), profile=proto.get("profile", "glyph"),
-                        project=proto.get("project"), switches=proto.get("switches"))
+    return ModelReplies(tuple(replies), proto.arm, proto.max_tool_calls, proto.test_cost,
+                        at_exit.stop_condition if at_exit is not None else None, profile=proto.profile,
+                        project=proto.project, switches=proto.switches)
 
 
 def _subprocess_runtime() -> type:

@@ -7,10 +7,9 @@ generated from the reference solution). Wherever a task's plus tests are
 found (``plus_path``) finalize grades both and records each as a metric, so
 one run gives pass@1 on both.
 
-``profile`` (``glyph`` or ``study``, the harness's ``profile`` too) picks the
-task rows: glyph's (``glyph.data.mbpp``: its splits, ``protocol.messages``)
-or the study's (``glyph.data.study``: its splits, its normalised text and
-tests, the prompt its task rows carry)."""
+``profile`` (``glyph.profiles``; the harness's ``profile`` too) gives the task
+rows (``Profile.row``: glyph's MBPP as it is, the study's normalised), the
+splits (``Profile.split``) and the opening messages (its agent half's)."""
 
 from __future__ import annotations
 
@@ -21,15 +20,17 @@ from typing import Literal
 import verifiers.v1 as vf
 from pydantic import field_validator, model_validator
 
-from glyph import record
+from glyph import profiles, record
 from glyph.agent import program
-from glyph.data import mbpp, plus, study
+from glyph.agent.profiles.glyph import DEFAULT_BUDGET
+from glyph.data import mbpp, plus
 from glyph.envs.local import read_text
 from glyph.envs.mbpp import token_cap
-from glyph.envs.mbpp.finalize import TaskTests, metric_defaults, verify
-from glyph.envs.mbpp.harness import interception_record, limits_from_record, recorded_profile
+from glyph.envs.mbpp.finalize import TaskTests, verify
+from glyph.envs.mbpp.harness import interception_record, limits_from_record
 from glyph.envs.mbpp.order import Order, taskset_class
 from glyph.envs.mbpp.validate import validate_task
+from glyph.errors import DataError
 from glyph.sandbox import get_sandbox
 from glyph.vfcompat import timed_out
 
@@ -52,7 +53,7 @@ class GlyphData(vf.TaskData):
     reference: str = ""
     task_id: int = 0
     """The MBPP task id (the study profile's project folder is named by it)."""
-    profile: Literal["glyph", "study"] = "study"
+    profile: str = profiles.DEFAULT
     """The taskset's profile; the harness runs only a task of its own."""
 
 
@@ -63,7 +64,7 @@ class GlyphTask(vf.Task[GlyphData]):
 
     async def finalize(self, trace: vf.Trace, runtime: vf.Runtime) -> None:
         """Check everything the rollout claims, under the grading limits the
-        harness recorded (``trace.info["glyph_limits"]``, from
+        harness recorded (its ``glyph.record.HarnessRecord``, from
         ``GlyphHarnessConfig.limits()``), taking outcomes from the test
         service's log where there is one, and how the episode ended from the
         program's report to the service and the interception's record of the
@@ -72,9 +73,12 @@ class GlyphTask(vf.Task[GlyphData]):
         errored, never scored. ``info.glyph.sandbox`` records the sandbox
         mode and protections that graded it."""
         try:
-            profile, project = recorded_profile(trace.info)
+            harness = record.harness_record(trace.info)
+            proto = harness.protocol if harness is not None else None
+            profile = proto.profile if proto is not None else "glyph"  # recorded before profiles: glyph's
             raw = await read_text(runtime, program.TRACE, MAX_TRACE_BYTES)
-            final = await read_text(runtime, program.workspace(profile, project)[0], MAX_TRACE_BYTES)
+            final = await read_text(runtime, profiles.get(profile).agent.solution(proto and proto.project),
+                                    MAX_TRACE_BYTES)
             try:
                 data = json.loads(raw) if raw is not None else None
             except (ValueError, RecursionError):  # a deeply nested trace is as malformed as a broken one
@@ -82,12 +86,11 @@ class GlyphTask(vf.Task[GlyphData]):
             d = self.data
             tests = TaskTests(d.hidden_setup, tuple(d.visible_tests), tuple(d.hidden_tests),
                               None if d.plus_tests is None else tuple(d.plus_tests), d.hidden)
-            service_log = trace.info.get("glyph_service_log")
-            limits = limits_from_record(trace.info.get("glyph_limits"))
-            info = await asyncio.to_thread(verify, data, final, tests, limits, service_log,
-                                           trace.info.get("glyph_program"),
-                                           service_end=trace.info.get("glyph_service_end"),
-                                           replies=interception_record(trace), profile=profile)
+            h = harness or record.HarnessRecord()
+            end = None if h.service_end is None else {"end": h.service_end.end, "turns": h.service_end.turns}
+            info = await asyncio.to_thread(verify, data, final, tests, limits_from_record(h.limits), h.service_log,
+                                           h.program, service_end=end, replies=interception_record(trace, harness),
+                                           profile=profile)
             info.sandbox = get_sandbox().protections().record()
             token_cap.enforce(info, trace)  # a run's max_total_tokens, hard as the study's eval made it
         except Exception as exc:
@@ -105,7 +108,8 @@ class GlyphTask(vf.Task[GlyphData]):
     @vf.metric
     async def glyph_metrics(self, trace: vf.Trace) -> dict[str, float]:
         got = record.mbpp_record(trace.info)
-        return dict((got.metrics if got is not None else None) or metric_defaults(self.data.plus_tests is not None))
+        plus = None if self.data.plus_tests is None else 0.0
+        return (got.metrics if got is not None else record.Metrics(plus_passed=plus)).flat()
 
 
 class GlyphTasksetConfig(vf.TasksetConfig):
@@ -122,8 +126,8 @@ class GlyphTasksetConfig(vf.TasksetConfig):
     plus_path: str | None = None
     """The folder of plus tests (`glyph data plus`); default $GLYPH_PLUS_PATH, else artifacts/plus
     when it exists. Where a task's tests are found they are graded and recorded as a metric."""
-    profile: Literal["glyph", "study"] = "study"
-    """The task rows, matching the harness's ``profile``. ``study`` (the default): the PREDICT
+    profile: str = profiles.DEFAULT
+    """The task rows, matching the harness's ``profile`` (``glyph.profiles``). ``study`` (the default): the PREDICT
     study's (``glyph.data.study``): its splits (``study.make_splits``: tasks ordered by a SHA-256
     key; its ``train`` files are the ``rl`` split), its text, setup and tests normalised (CRLF to
     LF, stripped), the prompt its task rows carry (``study.prompt``). ``glyph``: glyph's splits
@@ -139,10 +143,16 @@ class GlyphTasksetConfig(vf.TasksetConfig):
     """The order RL draws the ``rl`` split in (``glyph.envs.mbpp.order``): ``listed`` (cycled as listed,
     PRIME-RL 559b447's sampler) or ``study`` (the study's PRIME-RL d334ea5 draw: an endless taskset)."""
 
+    @field_validator("profile")
+    @classmethod
+    def _known_profile(cls, name: str) -> str:
+        profiles.get(name)
+        return name
+
     @model_validator(mode="after")
-    def _split_key_needs_study(self):
-        if self.profile == "glyph" and self.split_key is not None:
-            raise ValueError("split_key: a switch of the study profile; the glyph profile uses glyph's draw")
+    def _split_key_of_the_profile(self):
+        if self.split_key is not None and self.split_key not in profiles.get(self.profile).split_keys:
+            raise ValueError(f"split_key: a switch the {self.profile} profile does not take; it uses its own draw")
         return self
 
     @field_validator("data_path")
@@ -170,7 +180,7 @@ class GlyphTaskset(vf.Taskset[GlyphTask, GlyphTasksetConfig]):
         error (``glyph.vfcompat``, 7.). ``load`` itself raises ``DataError``."""
         try:
             yield from super().__iter__()
-        except mbpp.DataError as exc:
+        except DataError as exc:
             raise SystemExit(f"glyph-mbpp: {exc}") from exc
 
     def load(self):
@@ -179,30 +189,20 @@ class GlyphTaskset(vf.Taskset[GlyphTask, GlyphTasksetConfig]):
         by_id = {t.task_id: t for t in source.tasks}
         folder = plus.resolve_dir(cfg.plus_path)
         if cfg.hidden == "plus" and not folder.is_dir():
-            raise mbpp.DataError(f"--env.taskset.hidden plus: no plus tests at {folder}; run "
+            raise DataError(f"--env.taskset.hidden plus: no plus tests at {folder}; run "
                                  f"`glyph data plus --out {folder.parent}` or set --env.taskset.plus-path")
-        if cfg.profile == "study":
-            as_study = {t.task_id: study.from_mbpp(t) for t in source.tasks}  # each task converted once
-        if cfg.profile == "study":
-            ids = [s.task_id for s in study.make_splits(list(as_study.values()), cfg.seed,
-                                                        cfg.split_key or "study")[cfg.split]]
-        else:
-            ids = mbpp.make_splits(by_id, cfg.seed)[cfg.split]
-        for task_id in ids:
-            t = by_id[task_id]
+        p = profiles.get(cfg.profile)
+        rows = {t.task_id: p.row(t) for t in source.tasks}  # each task converted once
+        for task_id in p.split(rows, cfg.seed, cfg.split_key)[cfg.split]:
+            r, t = rows[task_id], by_id[task_id]
             plus_tests = plus.load_tests(folder, t) if cfg.hidden == "plus" else \
                 plus.current(folder, t) if folder.is_dir() else None
-            challenge = list(t.challenge_test_list) if cfg.challenge_tests else []
-            if cfg.profile == "study":
-                st = as_study[task_id]
-                prompt, text, tests, setup, code = (study.prompt(st, cfg.arm), st.text, list(st.tests), st.setup,
-                                                    st.code)
-                challenge = [study.normalize(c) for c in challenge if c.strip()]
-            else:
-                prompt = mbpp.task_row(t, cfg.split)["prompt"][cfg.arm]
-                text, tests, setup, code = t.text, list(t.test_list), t.test_setup_code, t.code
-            yield GlyphTask(GlyphData(id=t.id, name=t.id, prompt=prompt, arm=cfg.arm, task_text=text,
-                                      visible_tests=tests, hidden_setup=setup, hidden_tests=tests + challenge,
-                                      plus_tests=plus_tests, hidden=cfg.hidden, reference=code,
-                                      task_id=t.task_id, profile=cfg.profile),
+            challenge = list(r.challenge) if cfg.challenge_tests else []
+            prompt = p.agent.messages(cfg.arm, r.text, r.setup, list(r.tests), p.agent.project(task_id),
+                                      DEFAULT_BUDGET)
+            yield GlyphTask(GlyphData(id=t.id, name=t.id, prompt=prompt, arm=cfg.arm, task_text=r.text,
+                                      visible_tests=list(r.tests), hidden_setup=r.setup,
+                                      hidden_tests=list(r.tests) + challenge, plus_tests=plus_tests,
+                                      hidden=cfg.hidden,
+                                      reference=r.code, task_id=t.task_id, profile=cfg.profile),
                             cfg.task)

@@ -49,7 +49,7 @@ from __future__ import annotations
 import threading
 import traceback
 
-from glyph.agent.tools import sha256
+from glyph.agent.trace import sha256
 from glyph.grading import grade, grading_key
 from glyph.localhttp import JsonHandler, LocalServer
 from glyph.sandbox import Limits

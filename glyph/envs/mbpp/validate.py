@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from glyph.agent.protocol import SOLUTION_FILE
+from glyph.agent.profiles.glyph import SOLUTION_FILE
 from glyph.envs.mbpp.finalize import Regrader, TaskTests
 from glyph.envs.mbpp.harness import limits_from_record
 from glyph.outcomes import Outcome

@@ -30,15 +30,29 @@ and one CALL: ``python_test`` for KEEP (run visibly), ``apply_patch`` or
 from the agent and recorded for training). PREDICTION and DECISION appear
 nowhere else.
 
+This module is the ``glyph`` profile's agent half: that grammar (read by
+``parse_turn``, written by ``GlyphAgent.turn_text``), the prompts, and the
+episode (``GlyphEpisode``: its budget, call ids and Arm B duty, one turn at a
+time) and its tools (``execute``: what ``read_file``, ``apply_patch`` and
+``python_test`` do to a workspace). The tools' guarantees: a path is resolved
+inside the workspace root (symlinks followed) and refused if it leaves it or
+enters ``.glyph`` (the program's own files, its config and its trace); files
+are read and written as UTF-8 with ``surrogateescape`` and no newline
+translation, so any bytes round-trip; each patch of ``solution.py`` is
+recorded as a candidate, each python_test with the sha256 of what it tested.
+
 Stdlib only: shipped into the runtime with the rest of the agent layer.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
+from glyph.agent.profiles.base import LABEL, AgentProfile, Call, ProtocolError, Step, Tester, tagged
+from glyph.agent.trace import BUDGET_EXHAUSTED, FINAL, PROTOCOL_ERROR, Candidate, TestCall, Trace, sha256
 from glyph.outcomes import Outcome
 from glyph.text import encodable
 
@@ -57,23 +71,13 @@ PLACEHOLDER = "# TODO: write the solution here\n"
 _CALL = re.compile(r"^CALL[ \t]+(\{.*\})[ \t]*$", re.M)
 _CALL_WORD = re.compile(r"^CALL\b", re.M)
 _FINAL = re.compile(r"^FINAL:", re.M)
-_PREDICTION = re.compile(r"<PREDICTION>\s*([A-Z_]+)\s*</PREDICTION>")
-_DECISION = re.compile(r"<DECISION>\s*([A-Z]+)\s*</DECISION>")
+_DECISION_LABEL = re.compile(r"[A-Z]+")
 _TAGS = re.compile(r"</?(PREDICTION|DECISION)>")
 
 
-class ProtocolError(ValueError):
-    """The turn breaks the protocol; the episode ends and the reason is recorded."""
-
-
-@dataclass(frozen=True)
-class Call:
-    id: str
-    tool: str
-    args: dict = field(default_factory=dict)
-
-    def line(self) -> str:
-        return "CALL " + json.dumps({"id": self.id, "tool": self.tool, "args": self.args}, ensure_ascii=False)
+def call_line(call: Call) -> str:
+    """``call`` as this grammar's CALL line."""
+    return "CALL " + json.dumps({"id": call.id, "tool": call.tool, "args": call.args}, ensure_ascii=False)
 
 
 @dataclass(frozen=True)
@@ -106,7 +110,7 @@ def parse_turn(text: str, *, expect_prediction: bool = False, seen_ids: frozense
     call = _parse_call(calls[0], seen_ids)
     if not expect_prediction:
         return Turn(call)
-    preds, decs = _PREDICTION.findall(text), _DECISION.findall(text)
+    preds, decs = tagged(text, "PREDICTION", LABEL), tagged(text, "DECISION", _DECISION_LABEL)
     if len(preds) != 1 or len(decs) != 1 or len(tags) != 4:
         raise ProtocolError("after a successful apply_patch: one <PREDICTION>, one <DECISION>, then one CALL")
     pred, dec = preds[0], decs[0]
@@ -177,15 +181,6 @@ def budget_left(message: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def parse_result_status(message: str) -> str:
-    """The status word(s) of a RESULT message (``ok``, ``error: ...`` or an outcome)."""
-    head = message.split("\n", 1)[0]
-    parts = head.split(" ", 3)
-    if len(parts) < 4 or parts[0] != "RESULT":
-        raise ProtocolError(f"not a RESULT message: {head[:80]!r}")
-    return parts[3]
-
-
 _COMMON = """You fix a Python function in a small project. The project is the current directory; the \
 function goes in {file}.
 
@@ -233,3 +228,166 @@ def messages(arm: str, task_text: str, visible_tests: list[str] | tuple[str, ...
     them (at ``DEFAULT_BUDGET``), the SFT traces start with them."""
     return [{"role": "system", "content": system_prompt(arm, budget)},
             {"role": "user", "content": user_prompt(task_text, visible_tests)}]
+
+
+# ---------------------------------------------------------------- the tools
+
+
+def workspace_path(path: str, root: str = ".") -> str | None:
+    """The path inside the workspace, or None if it points outside (or into .glyph)."""
+    root = os.path.realpath(root)
+    full = os.path.realpath(os.path.join(root, path))
+    inside = full.startswith(root + os.sep) and ".glyph" not in os.path.relpath(full, root).split(os.sep)
+    return full if inside else None
+
+
+def read_text(path: str) -> str | None:
+    """The file's text, or None where there is no such file."""
+    try:
+        with open(path, encoding="utf-8", errors="surrogateescape", newline="") as f:
+            return f.read()
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+        return None
+
+
+def execute(call: Call, tester: Tester, trace: Trace, root: str = ".") -> tuple[str, str]:
+    """Run one tool call in the workspace at ``root``; return (status, body).
+    Records tests and candidates in ``trace``."""
+    if call.tool == "python_test":
+        source = read_text(os.path.join(root, SOLUTION_FILE)) or ""
+        outcome = tester(source, shadow=False)
+        trace.tests.append(TestCall(call=call.id, sha256=sha256(source), outcome=outcome))
+        last = trace.candidates[-1] if trace.candidates else None
+        if last is not None and last.sha256 == sha256(source) and last.verified_label is None:
+            last.verified_label = outcome
+        return outcome, ""
+    full = workspace_path(call.args["path"], root)
+    if full is None:
+        return "error: the path is outside the project", ""
+    if call.tool == "read_file":
+        text = read_text(full)
+        return ("ok", text) if text is not None else (f"error: no such file {call.args['path']!r}", "")
+    text = read_text(full)
+    if text is None:
+        return f"error: no such file {call.args['path']!r}", ""
+    try:
+        new = apply_patch(text, call.args["find"], call.args["replace"])
+    except ValueError as exc:
+        return f"error: {exc}", ""
+    try:
+        new.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # a lone surrogate from a JSON escape in the call: no file holds it
+        return "error: the patched text holds a character a UTF-8 file cannot hold (a lone surrogate)", ""
+    with open(full, "w", encoding="utf-8", errors="surrogateescape", newline="") as f:
+        f.write(new)
+    if os.path.relpath(full, os.path.realpath(root)) == SOLUTION_FILE:  # each patched solution is a candidate
+        trace.candidates.append(Candidate(index=len(trace.candidates), call=call.id, source=new,
+                                          sha256=sha256(new)))
+    return "ok", ""
+
+
+# ---------------------------------------------------------------- the episode
+
+
+class GlyphEpisode:
+    """One episode under glyph's grammar (``glyph.agent.profiles.base.Episode``): the budget
+    (a python_test costs ``test_cost``, any other call 1; a call that costs more than is left
+    ends the episode unexecuted), the call ids used, whether Arm B's next turn must predict.
+    ``revise_feedback = "outcome"`` shows the agent a REVISE's shadow-test outcome."""
+
+    def __init__(self, arm: str, budget: int, test_cost: int, trace: Trace, root: str = ".",
+                 revise_feedback: str = "none") -> None:
+        self.arm, self.budget, self.test_cost, self.trace, self.root = arm, budget, test_cost, trace, root
+        self.revise_feedback = revise_feedback
+        self.seen: set[str] = set()
+        self.expect_prediction = False
+        self.call: Call | None = None
+        self.end: str | None = None
+        self.error: str | None = None
+        self._feedback: str | None = None
+
+    def turn(self, reply: str, tester: Tester, context: list[dict] | None = None) -> Step | None:
+        self.call = None
+        try:
+            turn = parse_turn(reply, expect_prediction=self.expect_prediction, seen_ids=frozenset(self.seen))
+        except ProtocolError as exc:
+            self.end, self.error = PROTOCOL_ERROR, str(exc)
+            return None
+        if turn.final:
+            self.end = FINAL
+            return None
+        call = self.call = turn.call
+        cost = self.test_cost if call.tool == "python_test" else 1
+        if cost > self.budget:
+            self.end, self.error = BUDGET_EXHAUSTED, f"{call.tool} costs {cost}, {self.budget} left"
+            return None
+        self.seen.add(call.id)
+        if turn.prediction is not None:
+            cand = self.trace.candidates[-1]
+            cand.sampled_label, cand.decision, cand.context = turn.prediction, turn.decision, context
+            cand.prediction_turn, cand.prediction_call = reply, call.id
+            if turn.decision == "REVISE":
+                cand.verified_label, cand.shadow = tester(cand.source, shadow=True), True
+                if self.revise_feedback == "outcome":
+                    self._feedback = f"(shadow test of the revised candidate: {cand.verified_label})"
+        self.budget -= cost
+        status, body = execute(call, tester, self.trace, self.root)
+        if self._feedback:
+            body = (body + "\n" if body else "") + self._feedback
+            self._feedback = None
+        new_candidate = bool(self.trace.candidates) and self.trace.candidates[-1].call == call.id
+        self.expect_prediction = self.arm == "b" and new_candidate
+        return call, status, body
+
+    may_test = True  # glyph's grammar allows a python_test at any turn
+
+    def observation(self, step: Step) -> dict:
+        """A user message with the RESULT and the budget left."""
+        call, status, body = step
+        return {"role": "user", "content": result_message(call, status, body, self.budget)}
+
+
+_SYSTEM = re.compile(re.escape(BUDGET_SENTENCE).replace(r"\{budget\}", r"(\d+)"))
+
+
+class GlyphAgent(AgentProfile):
+    """glyph's protocol: its prompts with a tool manual and the budget, free text around one CALL line,
+    ``solution.py`` at the workspace root."""
+
+    name = "glyph"
+    placeholder = PLACEHOLDER
+
+    def project(self, task_id: int) -> str | None:
+        return None
+
+    def messages(self, arm: str, task_text: str, setup: str, tests: list[str], project: str | None,
+                 budget: int, switches: dict | None = None) -> list[dict]:
+        return messages(arm, task_text, tests, budget)
+
+    def episode(self, cfg: dict, trace: Trace, root: str = ".") -> GlyphEpisode:
+        return GlyphEpisode(cfg["arm"], int(cfg["max_tool_calls"]), int(cfg["test_cost"]), trace, root,
+                            revise_feedback=cfg["revise_feedback"])
+
+    def arm_of(self, messages: list[dict]) -> str | None:
+        system = messages[0].get("content", "") if messages and messages[0].get("role") == "system" else ""
+        budget = _SYSTEM.search(system) if isinstance(system, str) else None
+        return next((arm for arm in ("a", "b") if budget and system == system_prompt(arm, int(budget.group(1)))),
+                    None)
+
+    def call_id(self, n: int) -> str:
+        return str(n)
+
+    def args(self, tool: str, path: str, project: str | None, find: str | None = None,
+             replace: str | None = None) -> dict:
+        values = {"read_file": (path,), "apply_patch": (path, find, replace), "python_test": ()}[tool]
+        return dict(zip(TOOL_ARGS[tool], values, strict=True))
+
+    def turn_text(self, call: Call | None, prediction: str | None = None, decision: str | None = None,
+                  thought: str = "") -> str:
+        if call is None:
+            return "FINAL: done."
+        tags = [f"<PREDICTION>{prediction}</PREDICTION>", f"<DECISION>{decision}</DECISION>"] if prediction else []
+        return "\n".join(([thought] if thought else []) + tags + [call_line(call)])
+
+
+GLYPH = GlyphAgent()

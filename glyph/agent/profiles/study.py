@@ -1,9 +1,10 @@
-"""The PREDICT study's episode semantics: its turn grammar, tools, call costs,
-Arm B rules, budget and observations, as one class with ``Episode``'s
-interface (``turn``, ``observation``, ``budget``, ``end``, ``error``).
+"""The ``study`` profile's agent half: the PREDICT study's episode semantics
+(its turn grammar, tools, call costs, Arm B rules, budget and observations) as
+``StudyEpisode`` (``glyph.agent.profiles.base.Episode``), its opening
+messages and its workspace (``StudyAgent``).
 
-The program (``glyph.agent.program``) runs it when its config says
-``profile = "study"``; ``glyph study replay`` runs the study's SFT traces
+The program (``glyph.agent.program``) runs it when its config names the
+``study`` profile; ``glyph study replay`` runs the study's SFT traces
 through it. The rules, as the study's ``src/glyph/program.py`` has them:
 
 - A turn is exactly one ``CALL <tool> <json>`` line or one ``FINAL:`` line;
@@ -38,18 +39,25 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from glyph.agent import protocol
 from glyph.agent import study as S
-from glyph.agent.tools import sha256
+from glyph.agent.profiles.base import AgentProfile, Call, Step, Tester, tagged, tagged_line
+from glyph.agent.profiles.glyph import BUDGET_LINE, BUDGET_SENTENCE
+from glyph.agent.trace import (
+    BUDGET_EXHAUSTED,
+    FINAL,
+    PROTOCOL_ERROR,
+    Candidate,
+    PredictionTarget,
+    StudyTrace,
+    TestCall,
+    sha256,
+)
 from glyph.outcomes import Outcome
 
 OUTCOMES = tuple(o.value for o in Outcome)
-BUDGET_EXHAUSTED = S.ERR_BUDGET
 _TOOL_NAME = re.compile(r"^[A-Za-z_]\w*$")
-_PREDICTION = re.compile(r"<PREDICTION>\s*([A-Z_]+)\s*</PREDICTION>", re.DOTALL)
-_DECISION = re.compile(r"<DECISION>\s*([A-Z_]+)\s*</DECISION>", re.DOTALL)
 TIMEOUT_TEXTS = ("live", "sft")
 """How a TIMEOUT reads: ``live`` as the study's program answers it (a
 ``timed_out: true`` line, the limit in the detail); ``sft`` as the study's SFT
@@ -105,18 +113,19 @@ STUDY_RULES = Switches()
 
 def system_messages(messages: list[dict], switches: Switches, budget: int) -> list[dict]:
     """The opening messages under ``switches``: with ``budget_line``, the system
-    prompt ends with glyph's budget sentence (``protocol.BUDGET_SENTENCE``)."""
+    prompt ends with glyph's budget sentence (``glyph.agent.profiles.glyph.BUDGET_SENTENCE``)."""
     out = [dict(m) for m in messages]
     if switches.budget_line and out and out[0].get("role") == "system":
-        out[0]["content"] = out[0]["content"].rstrip() + " " + protocol.BUDGET_SENTENCE.format(budget=budget)
+        out[0]["content"] = out[0]["content"].rstrip() + " " + BUDGET_SENTENCE.format(budget=budget)
     return out
 
 
-@dataclass(frozen=True)
-class StudyCall:
-    tool: str
-    id: str
-    args: dict = field(default_factory=dict)
+def prompt(arm: str, text: str, test_code: str, project: str) -> list[dict[str, str]]:
+    """The study's opening messages for a task (``data/prepare.py``, ``task_prompt``): its system
+    prompt for the arm, the user prompt with the task's text, its test code (setup and tests, the
+    study's ``test_code``) and its project folder."""
+    user = S.USER_PROMPT.format(task=text, tests=test_code.rstrip(), project=project)
+    return [{"role": "system", "content": S.SYSTEM_PROMPTS[arm]}, {"role": "user", "content": user}]
 
 
 @dataclass(frozen=True)
@@ -163,7 +172,7 @@ def call_line(tool: str, call_id: str, args: dict) -> str:
     return S.CALL_PREFIX + tool + " " + json.dumps({S.ID_KEY: call_id, **args}, separators=S.JSON_SEPARATORS)
 
 
-def parse_call_line(line: str) -> tuple[StudyCall | None, str | None]:
+def parse_call_line(line: str) -> tuple[Call | None, str | None]:
     """(call, None), (None, error) for a malformed CALL line, (None, None) for
     a line that is no CALL."""
     line = line.strip()
@@ -183,7 +192,7 @@ def parse_call_line(line: str) -> tuple[StudyCall | None, str | None]:
         return None, S.ERR_CALL_ID
     if any(not isinstance(v, str) for v in args.values()):
         return None, S.ERR_CALL_ARGS
-    return StudyCall(tool, call_id, args), None
+    return Call(call_id, tool, args), None
 
 
 class StudyEpisode:
@@ -192,21 +201,19 @@ class StudyEpisode:
     folder under it (the study's trace prefix). ``tester(source, shadow)``
     gives an outcome class; ``timeout_s`` is the limit a TIMEOUT names."""
 
-    def __init__(self, arm: str, budget: int = S.MAX_TOOL_CALLS, trace: dict | None = None, root: str = ".",
+    def __init__(self, arm: str, budget: int = S.MAX_TOOL_CALLS, trace: StudyTrace | None = None, root: str = ".",
                  project: str = ".", timeout_s: int = S.TOOL_TIMEOUT_S, timeout_text: str = "live",
                  switches: Switches = STUDY_RULES) -> None:
         if timeout_text not in TIMEOUT_TEXTS:
             raise ValueError(f"timeout_text is {timeout_text!r}, not one of {TIMEOUT_TEXTS}")
         self.arm, self.max_calls, self.timeout_s, self.timeout_text = arm, budget, timeout_s, timeout_text
         self.switches = switches
-        self.trace = trace if trace is not None else {}
-        for key in ("candidates", "tests", "prediction_targets", "protocol_errors"):
-            self.trace.setdefault(key, [])
+        self.trace = trace if trace is not None else StudyTrace()
         self.root = os.path.realpath(root)
         self.project = os.path.realpath(os.path.join(self.root, project))
-        self.executed: list[StudyCall] = []
+        self.executed: list[Call] = []
         self.pending: str | None = None  # Arm B: the id of the apply_patch whose candidate awaits a prediction
-        self.call: StudyCall | None = None
+        self.call: Call | None = None
         self.end: str | None = None
         self.error: str | None = None
 
@@ -219,9 +226,14 @@ class StudyEpisode:
     def expect_prediction(self) -> bool:
         return self.arm == "b" and self.pending is not None
 
+    @property
+    def may_test(self) -> bool:
+        """Arm B tests only as KEEP, right after a successful patch."""
+        return self.arm != "b" or self.pending is not None
+
     # ------------------------------------------------------------ turns
 
-    def turn(self, reply: str, tester, context: list[dict] | None = None) -> tuple[StudyCall, str, str] | None:
+    def turn(self, reply: str, tester: Tester, context: list[dict] | None = None) -> Step | None:
         """Apply ``reply``; return (call, status, RESULT block), or None when it
         ended the episode (``end``, ``error`` say how). ``status`` is the
         outcome class for ``python_test``, else ``success`` or ``failed``."""
@@ -235,11 +247,11 @@ class StudyEpisode:
         if self.expect_prediction:
             return self._prediction_turn(reply, calls, tester, context)
         if not calls:
-            self.end = "final"
+            self.end = FINAL
             return None
+        call = self.call = calls[0]  # also one the budget refuses
         if self.budget <= 0:
-            return self._stop([BUDGET_EXHAUSTED])
-        call = self.call = calls[0]
+            return self._stop([S.ERR_BUDGET])
         if self.arm == "b" and call.tool == S.PYTHON_TEST:
             return self._stop([S.ERR_TEST_BEFORE_KEEP])
         bad = self._bad(call)
@@ -250,12 +262,12 @@ class StudyEpisode:
             self.pending = call.id
         return self._step(call, result)
 
-    def observation(self, step: tuple[StudyCall, str, str]) -> dict:
+    def observation(self, step: Step) -> dict:
         """The message that answers a step: a ``tool`` message."""
         call, _, block = step
         return {"role": "tool", "tool_call_id": call.id, "content": block}
 
-    def _parse_calls(self, reply: str) -> tuple[list[StudyCall], list[str]]:
+    def _parse_calls(self, reply: str) -> tuple[list[Call], list[str]]:
         calls, errors = [], []
         seen = {c.id for c in self.executed}
         for n, line in enumerate(reply.splitlines(), 1):
@@ -271,7 +283,7 @@ class StudyEpisode:
             calls.append(call)
         return calls, errors
 
-    def _bad(self, call: StudyCall) -> str | None:
+    def _bad(self, call: Call) -> str | None:
         """Under ``bad_call = "ends"``: the error that ends the episode for an
         unknown tool or an apply_patch without its arguments; else None."""
         if self.switches.bad_call != "ends":
@@ -282,7 +294,7 @@ class StudyEpisode:
             return S.PATCH_NEEDS_ARGS
         return None
 
-    def _shape(self, reply: str, calls: list[StudyCall]) -> list[str]:
+    def _shape(self, reply: str, calls: list[Call]) -> list[str]:
         lines = [ln.strip() for ln in reply.splitlines() if ln.strip()]
         if self.switches.free_text:
             return self._free_shape(lines, calls)
@@ -294,15 +306,15 @@ class StudyEpisode:
             return [S.ERR_ONE_CALL]
         call_lines = [ln for ln in lines if ln.startswith(S.CALL_PREFIX)]
         if self.expect_prediction:
-            if (len(lines) != 3 or len(call_lines) != 1 or not _PREDICTION.fullmatch(lines[0])
-                    or not _DECISION.fullmatch(lines[1]) or lines[2] != call_lines[0]):
+            if (len(lines) != 3 or len(call_lines) != 1 or tagged_line(lines[0], "PREDICTION") is None
+                    or tagged_line(lines[1], "DECISION") is None or lines[2] != call_lines[0]):
                 return [S.ERR_PREDICTION_SHAPE]
             return []
         if len(lines) != 1 or len(call_lines) != 1:
             return [S.ERR_EXTRA_TEXT]
         return []
 
-    def _free_shape(self, lines: list[str], calls: list[StudyCall]) -> list[str]:
+    def _free_shape(self, lines: list[str], calls: list[Call]) -> list[str]:
         """``free_text``: the protocol lines anywhere among other text."""
         if not calls:
             finals = [ln for ln in lines if ln.startswith(S.FINAL_PREFIX)]
@@ -310,7 +322,7 @@ class StudyEpisode:
         return [] if len(calls) == 1 else [S.ERR_ONE_CALL]
 
     def _prediction_turn(self, reply, calls, tester, context):
-        predictions, decisions = _PREDICTION.findall(reply), _DECISION.findall(reply)
+        predictions, decisions = tagged(reply, "PREDICTION"), tagged(reply, "DECISION")
         prediction = predictions[0] if len(predictions) == 1 else None
         decision = decisions[0] if len(decisions) == 1 else None
         errors = []
@@ -326,13 +338,14 @@ class StudyEpisode:
         if decision in (S.KEEP, S.REVISE) and calls[0].tool != expected:
             errors.append(S.ERR_DECISION_TOOL.format(decision=decision, expected=expected, tool=calls[0].tool))
         if self.budget <= 0:
-            errors.append(BUDGET_EXHAUSTED)
+            errors.append(S.ERR_BUDGET)
         if not errors and self._bad(calls[0]):
             errors.append(self._bad(calls[0]))
+        self.call = calls[0] if calls else None
         if errors:  # the candidate is still shadow-tested: its outcome is a prediction target
             self._target(self._test(tester, shadow=True), prediction, decision, context, reply, shadow=True)
             return self._stop(errors)
-        call = self.call = calls[0]
+        call = calls[0]
         if decision == S.REVISE:
             self._target(self._test(tester, shadow=True), prediction, decision, context, reply, shadow=True)
             result = self._execute(call, tester)
@@ -344,19 +357,19 @@ class StudyEpisode:
         return self._step(call, result)
 
     def _stop(self, errors: list[str]) -> None:
-        self.trace["protocol_errors"].extend(errors)
-        self.end = "budget_exhausted" if errors == [BUDGET_EXHAUSTED] else "protocol_error"
+        self.trace.protocol_errors.extend(errors)
+        self.end = BUDGET_EXHAUSTED if errors == [S.ERR_BUDGET] else PROTOCOL_ERROR
         self.error = "; ".join(errors)
         return None
 
-    def _step(self, call: StudyCall, result: Result) -> tuple[StudyCall, str, str]:
+    def _step(self, call: Call, result: Result) -> Step:
         status = result.outcome if call.tool == S.PYTHON_TEST and result.outcome else (
             S.STATUS_SUCCESS if result.success else S.STATUS_FAILED)
         block = result.block(call.id)
         if self.switches.feedback == "outcome" and call.tool == S.PYTHON_TEST and result.outcome:
             block += "\n" + OUTCOME_LINE.format(outcome=result.outcome)
         if self.switches.budget_line:
-            block += "\n" + protocol.BUDGET_LINE.format(left=self.budget)
+            block += "\n" + BUDGET_LINE.format(left=self.budget)
         return call, status, block
 
     def _target(self, result: Result, prediction, decision, context, reply: str, shadow: bool) -> None:
@@ -365,17 +378,18 @@ class StudyEpisode:
         source = self._solution()
         if source is None:
             raise RuntimeError("candidate test: solution.py is gone")
-        self.trace["prediction_targets"].append({
-            "candidate_call_id": self.pending, "context_messages": context, "sampled_prediction": prediction,
-            "actual": result.outcome, "decision": decision, "shadow": shadow, "candidate_sha256": sha256(source)})
-        cands = self.trace["candidates"]
-        if cands and cands[-1]["call"] == self.pending:
-            cands[-1].update(sampled_label=prediction, decision=decision, context=context, prediction_turn=reply,
-                             verified_label=result.outcome, shadow=shadow)
+        self.trace.prediction_targets.append(PredictionTarget(
+            candidate_call=self.pending, context=context, sampled_label=prediction, verified_label=result.outcome,
+            decision=decision, shadow=shadow, prediction_turn=reply, candidate_sha256=sha256(source)))
+        cands = self.trace.candidates
+        if cands and cands[-1].call == self.pending:
+            c = cands[-1]
+            c.sampled_label, c.decision, c.context, c.prediction_turn = prediction, decision, context, reply
+            c.verified_label, c.shadow = result.outcome, shadow
 
     # ------------------------------------------------------------ tools
 
-    def _execute(self, call: StudyCall, tester) -> Result:
+    def _execute(self, call: Call, tester) -> Result:
         self.executed.append(call)
         if call.tool not in S.TOOLS:
             return _failed(S.UNKNOWN_TOOL.format(tool=call.tool))
@@ -393,7 +407,7 @@ class StudyEpisode:
         except (OSError, UnicodeError, ValueError) as exc:
             return _failed(S.TOOL_ERROR.format(error=str(exc).replace(self.root + os.sep, "")))
 
-    def _patch(self, call: StudyCall) -> Result:
+    def _patch(self, call: Call) -> Result:
         path_key, find_key, replace_key = S.TOOL_ARGS[S.APPLY_PATCH]
         path = self._path(call.args.get(path_key, S.DEFAULT_FILE_PATH))
         find, replace = call.args.get(find_key), call.args.get(replace_key)
@@ -408,8 +422,8 @@ class StudyEpisode:
         with open(path, "w", encoding="utf-8") as f:
             f.write(new)
         if path == os.path.join(self.project, S.SOLUTION_FILE):  # each patched solution is a candidate
-            cands = self.trace["candidates"]
-            cands.append({"index": len(cands), "call": call.id, "source": new, "sha256": sha256(new)})
+            cands = self.trace.candidates
+            cands.append(Candidate(index=len(cands), call=call.id, source=new, sha256=sha256(new)))
         return Result(True, stdout=S.PATCH_APPLIED)
 
     def _path(self, value: str) -> str:
@@ -442,5 +456,57 @@ class StudyEpisode:
             return Result(False, stderr=S.NO_SOLUTION, outcome=Outcome.OTHER.value)
         outcome = tester(source, shadow=shadow)
         if not shadow:
-            self.trace["tests"].append({"call": call_id, "sha256": sha256(source), "outcome": outcome})
+            self.trace.tests.append(TestCall(call=call_id, sha256=sha256(source), outcome=outcome))
         return result_for(outcome, self.timeout_text, self.timeout_s)
+
+
+class StudyAgent(AgentProfile):
+    """The PREDICT study's protocol (``glyph.agent.study``): its prompts, one-line turns,
+    ``solution.py`` in the task's project folder with the study's placeholder."""
+
+    name = "study"
+    placeholder = S.PLACEHOLDER
+    trace_type = StudyTrace
+
+    def project(self, task_id: int) -> str | None:
+        return S.PROJECT_PATH.format(task_id=task_id)
+
+    def messages(self, arm: str, task_text: str, setup: str, tests: list[str], project: str | None,
+                 budget: int, switches: dict | None = None) -> list[dict]:
+        test_code = "\n".join(p for p in (setup, *tests) if p) + "\n"
+        return system_messages(prompt(arm, task_text, test_code, project), Switches.from_dict(switches), budget)
+
+    def episode(self, cfg: dict, trace: StudyTrace, root: str = ".") -> StudyEpisode:
+        return StudyEpisode(cfg["arm"], int(cfg["max_tool_calls"]), trace, root=root, project=cfg["project"],
+                            timeout_s=int(float(cfg["limits"]["wall_s"])),
+                            timeout_text=cfg.get("timeout_text", "live"),
+                            switches=Switches.from_dict(cfg.get("switches")))
+
+    def arm_of(self, messages: list[dict]) -> str | None:
+        system = messages[0].get("content", "") if messages and messages[0].get("role") == "system" else ""
+        told = re.sub(" " + re.escape(BUDGET_SENTENCE).replace(r"\{budget\}", r"\d+") + "$", "", str(system))
+        return next((arm for arm, text in S.SYSTEM_PROMPTS.items() if told == text), None)
+
+    def call_id(self, n: int) -> str:
+        return f"c{n}"
+
+    def args(self, tool: str, path: str, project: str | None, find: str | None = None,
+             replace: str | None = None) -> dict:
+        values = {S.READ_FILE: (path,), S.APPLY_PATCH: (path, find, replace), S.PYTHON_TEST: (project,)}[tool]
+        return dict(zip(S.TOOL_ARGS[tool], values, strict=True))
+
+    def turn_text(self, call: Call | None, prediction: str | None = None, decision: str | None = None,
+                  thought: str = "") -> str:
+        """The study's grammar has no free text: ``thought`` is left out."""
+        if call is None:
+            return S.FINAL_TURN
+        tags = [S.PREDICTION_LINE.format(outcome=prediction), S.DECISION_LINE.format(decision=decision)] \
+            if prediction else []
+        return "\n".join(tags + [call_line(call.tool, call.id, call.args)])
+
+    def lines(self, text: str) -> str:
+        """The study's tools read and write in text mode: a CRLF (or lone CR) reads as LF."""
+        return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+STUDY = StudyAgent()
