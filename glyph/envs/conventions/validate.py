@@ -16,7 +16,7 @@ import asyncio
 import dataclasses
 import logging
 
-from glyph.agent.protocol import SOLUTION_FILE
+from glyph.agent.profiles.glyph import SOLUTION_FILE
 from glyph.data import conventions
 
 logger = logging.getLogger(__name__)
