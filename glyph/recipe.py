@@ -103,6 +103,10 @@ class Profile:
     """Whether the profile has the follow-up variant (the study's protocol has no test cost)."""
     in_run_eval_body: dict
     """``extra_body`` of the in-run validation's chat-completions requests."""
+    in_run_eval_note: tuple[str, ...]
+    """What the RL files' in-run validation comment says."""
+    from_published_sft: dict[str, str] | None
+    """Per arm, a published SFT checkpoint to start RL from (``arm_X_from_study_sft.toml``), or None."""
     eval_client: str
     """The eval files' client: ``chat`` (the study's scripts/evaluate.sh: verifiers' default client
     against the served checkpoint, which speaks the chat template its export carries, with the
@@ -146,6 +150,9 @@ STUDY = Profile(
     ),
     costly=False,
     in_run_eval_body={"stop_token_ids": [IM_END]},  # the study's [orchestrator.eval.sampling] extra_body
+    in_run_eval_note=("The study's in-run validation: chat completions, greedy, 512 tokens, stop at",
+                      "<|im_end|>."),
+    from_published_sft=STUDY_SFT,
     eval_client="chat",
 )
 
@@ -166,6 +173,9 @@ GLYPH = Profile(
     ),
     costly=True,
     in_run_eval_body={"stop_token_ids": [IM_END], "chat_template_kwargs": {"enable_thinking": False}},
+    in_run_eval_note=("Stop at <|im_end|>, thinking off, for the chat-completions eval client",
+                      "(REPRODUCTION.md: how the pin relays it)."),
+    from_published_sft=None,
     eval_client="tokens",
 )
 
@@ -209,13 +219,6 @@ def plain(table: dict) -> list[Item]:
 def in_run_eval_sampling(p: Profile) -> list[Item]:
     return [("temperature", 0.0, ""), ("max_completion_tokens", 512, ""),
             ("extra_body", p.in_run_eval_body, "")]
-
-
-def in_run_eval_note(p: Profile) -> tuple[str, ...]:
-    if p.name == "study":
-        return ("The study's in-run validation: chat completions, greedy, 512 tokens, stop at <|im_end|>.",)
-    return ("Stop at <|im_end|>, thinking off, for the chat-completions eval client (REPRODUCTION.md: how",
-            "the pin relays it).")
 
 
 PLAIN_TEXT_VLLM = [("tool_call_parser", "None", "glyph's agent protocol is plain text"),
@@ -287,7 +290,7 @@ def rl_file(p: Profile, arm: str, *, alpha: float = 0.1, costly: bool = False, m
         *source_tables("orchestrator.train.source", f"glyph-mbpp-{arm}", p, arm, "rl", costly, pool=True),
         Table("orchestrator.eval", [("interval", 25, ""), ("num_examples", -1, ""), ("group_size", 1, "")],
               "greedy validation (40 tasks) at the start and every 25 steps"),
-        Table("orchestrator.eval.sampling", in_run_eval_sampling(p), above=in_run_eval_note(p)),
+        Table("orchestrator.eval.sampling", in_run_eval_sampling(p), above=p.in_run_eval_note),
         *source_tables("orchestrator.eval.source", f"glyph-mbpp-{arm}-validation", p, arm, "validation",
                        costly, pool=True),
         Table("inference.vllm", [("seed", 42, "the run's seed: vLLM's sampling seed (seed_43.toml: 43)"),
@@ -316,7 +319,7 @@ def sft_file(p: Profile, arm: str) -> list[Table]:
                      "from are the filesystem broadcast of the final step, which the trainer writes when online",
                      "evals are on: greedy validation before training and at step 60, on a second GPU",
                      f"(`{TRAIN} export` makes it a checkpoint with the profile's chat template and EOS).")),
-        Table("eval.sampling", in_run_eval_sampling(p), above=in_run_eval_note(p)),
+        Table("eval.sampling", in_run_eval_sampling(p), above=p.in_run_eval_note),
         *source_tables("eval.source", f"glyph-mbpp-{arm}-validation", p, arm, "validation", False),
         Table("weight_broadcast", [("type", "filesystem", "")]),
         Table("inference.vllm", PLAIN_TEXT_VLLM),
@@ -396,12 +399,13 @@ def profile_files(p: Profile) -> dict[str, tuple[list[str], list[Table]]]:
             out[name] = ([f"Greedy eval of arm {arm.upper()} on the {split} split, profile {p.name}: verifiers' v1",
                           "eval CLI (`eval` at PRIME-RL's verifiers pin, `vf-eval` in 0.4.0).", run],
                          eval_file(p, arm, split))
-        if p.name == "study":
+        if p.from_published_sft:
             out[f"arm_{arm}_from_study_sft"] = (
                 [f"RL, profile {p.name}: arm_{arm}.toml from the study's own published SFT checkpoint",
-                 f"({STUDY_SFT[arm]}, fetched from the hub by name), so the study's RL reruns without SFT.",
+                 f"({p.from_published_sft[arm]}, fetched from the hub by name), so the study's RL reruns",
+                 "without SFT.",
                  train_line("rl", p.path(f"arm_{arm}_from_study_sft"))],
-                rl_file(p, arm, model=STUDY_SFT[arm], run_extra="-from-study-sft"))
+                rl_file(p, arm, model=p.from_published_sft[arm], run_extra="-from-study-sft"))
         if p.costly:
             out[f"arm_{arm}_costly"] = (
                 [f"The follow-up, profile {p.name}: arm {arm.upper()} where acting first is expensive.",

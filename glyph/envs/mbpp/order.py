@@ -58,11 +58,16 @@ def study_draws(n: int, seed: int = STUDY_SEED) -> Iterator[int]:
         position += 1
 
 
+ENDLESS = {"study": study_draws}
+"""The orders that make the ``rl`` split an endless taskset, and the draw each yields."""
+
+
 def endless(tasks: list, order: Order) -> Iterator:
     """``tasks`` (the split as listed) in the draw ``order`` names, for an endless taskset."""
-    if order != "study":
-        raise ValueError(f"order {order!r} lists the split once; only 'study' is endless")
-    for i in study_draws(len(tasks)):
+    draws = ENDLESS.get(order)
+    if draws is None:
+        raise ValueError(f"order {order!r} lists the split once; only {', '.join(ENDLESS)} is endless")
+    for i in draws(len(tasks)):
         yield tasks[i]
 
 
@@ -70,7 +75,7 @@ def taskset_class(base: type, order: Order, split: str) -> type:
     """The taskset class for ``order`` on ``split``: ``base`` itself, or its
     endless subclass (``INFINITE``: the pin reads a taskset's class, not the
     instance, to decide whether to stream it) for the study's draw on ``rl``."""
-    if order == "listed" or split != "rl":
+    if order not in ENDLESS or split != "rl":
         return base
     return _endless_subclass(base)
 
