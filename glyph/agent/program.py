@@ -29,6 +29,24 @@ protocol error, the budget); ``ENDPOINT_FAILED`` (97) when the model endpoint
 failed for good; ``TESTER_FAILED`` (98) when the tester failed, or the end
 could not be reported to the test service; each fault also as one line on
 stderr, after the trace is saved.
+
+What model text can and cannot cause: a reply is applied by the profile's
+episode, whose ``turn`` never raises on it (``glyph.agent.profiles.base.model_turn``):
+whatever the reply holds (NUL bytes, lone surrogates, control characters,
+names too long, integers past Python's digit limit, JSON nested past the
+stack, a reply past ``REPLY_CAP``), it ends the episode as a protocol error
+or the budget, or answers a failed tool call, and the program exits 0. So
+a model can cause exit 0 only. 98 comes only from a ``TesterFault``, which
+only the tester raises (the test service did not answer or said it failed,
+the local grader raised, an answer that is no outcome class) and from an
+end report the service did not take; 97 only from the endpoint (an HTTP
+error, no answer, a body that is not JSON, invalid UTF-8 included, or has
+no ``choices[0].message.content``: the interception server writes the
+model's text as JSON, so none of these is a reply's content). A reply whose
+content is ``null`` is the empty reply, as the study's program reads it
+(``content or ""``). A bug of glyph's own in the loop outside a turn ends
+the episode as ``program_error`` (exit 0: finalize scores it 0 with the
+traceback as its reason).
 """
 
 from __future__ import annotations
@@ -44,6 +62,7 @@ if not __package__:  # run as the shipped script: the root that holds glyph/ is 
 
 from glyph.agent import profiles  # noqa: E402
 from glyph.agent.httppost import HTTPStatusError, post  # noqa: E402
+from glyph.agent.profiles.base import TesterFault  # noqa: E402
 from glyph.agent.trace import ENDPOINT_ERROR, FINAL, PROGRAM_ERROR, TESTER_ERROR, ToolCall, Trace, sha256  # noqa: E402
 from glyph.outcomes import Outcome  # noqa: E402
 
@@ -78,12 +97,14 @@ def chat(endpoint: dict, messages: list[dict], timeout: float, secret: str) -> s
         raise EndpointError(f"model call failed: HTTP {exc.code}{_endpoint_said(exc)}") from None
     except TRANSIENT as exc:
         raise EndpointError(f"endpoint unreachable or too slow: {exc}") from None
-    except ValueError:
+    except (ValueError, RecursionError):  # invalid UTF-8 is a ValueError too
         raise EndpointError("endpoint answered with something that is not JSON") from None
     try:
         content = data["choices"][0]["message"]["content"]
     except (KeyError, IndexError, TypeError):
         raise EndpointError("endpoint answer has no choices[0].message.content") from None
+    if content is None:  # no text (the study's program reads it as ""): the model's empty reply
+        return ""
     if not isinstance(content, str):
         raise EndpointError("the model's reply is not text")
     return content
@@ -177,7 +198,8 @@ class LocalGrader:
 
 class Tester:
     """Runs the visible tests on a candidate and returns its outcome class,
-    under ``limits`` (``{"cpu_s", "wall_s"}``)."""
+    under ``limits`` (``{"cpu_s", "wall_s"}``). Any failure is a ``TesterFault``
+    (the episode passes it on; the program ends ``tester_error``, exit 98)."""
 
     def __init__(self, spec: dict, secret: str, limits: dict) -> None:
         self.spec, self.secret = spec, secret
@@ -195,18 +217,18 @@ class Tester:
                 outcome = json.loads(_post(self.spec["url"], body, {"Content-Type": "application/json"},
                                            2 * self.wall_s + 30, 1 << 16))["outcome"]
             except HTTPStatusError as exc:
-                raise RuntimeError(f"the test service answered HTTP {exc.code}: {_error_body(exc)}") from None
-            except (*TRANSIENT, ValueError, KeyError, TypeError) as exc:
-                raise RuntimeError(f"the test service failed: {exc}") from None
+                raise TesterFault(f"the test service answered HTTP {exc.code}: {_error_body(exc)}") from None
+            except (*TRANSIENT, ValueError, KeyError, TypeError, RecursionError) as exc:
+                raise TesterFault(f"the test service failed: {exc}") from None
         else:
             try:
                 if self.local is None:
                     self.local = LocalGrader(self.spec, {"cpu_s": self.cpu_s, "wall_s": self.wall_s})
                 outcome = self.local(source)
             except Exception as exc:  # deliberate: a grader fault is the tester's, never an outcome
-                raise RuntimeError(f"the grader failed: {type(exc).__name__}: {exc}"[:2000]) from None
+                raise TesterFault(f"the grader failed: {type(exc).__name__}: {exc}"[:2000]) from None
         if outcome not in Outcome.__members__:
-            raise RuntimeError(f"the tester answered {outcome!r}")
+            raise TesterFault(f"the tester answered {outcome!r}")
         return outcome
 
     @property
@@ -333,8 +355,8 @@ def _episode(cfg: dict, secret: str, trace: Trace, save, tester) -> None:
         messages.append({"role": "assistant", "content": reply})
         trace.turns += 1
         try:
-            step = episode.turn(reply, tester, context)
-        except RuntimeError as exc:
+            step = episode.turn(reply, tester, context)  # raises on no reply: only the tester's faults
+        except TesterFault as exc:
             trace.end, trace.error = TESTER_ERROR, str(exc)
             break
         if step is None:

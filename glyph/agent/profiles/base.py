@@ -4,6 +4,13 @@ workspace, its opening messages, its turn grammar, read and written) and the
 finalize's replay of the model's replies, credit assignment and the SFT
 replays all drive.
 
+A turn never raises on the model's account: whatever a reply holds (a NUL
+byte, a lone surrogate, a 300-character name, a 5,000-digit integer, JSON
+nested 3,000 deep), ``turn`` ends the episode with a protocol error or
+answers a failed tool call (``model_turn``). The one exception that leaves a
+turn is its tester's (``TesterFault`` in the agent program): a fault of
+glyph's, which model text cannot raise.
+
 Also the one scanner of tagged labels (``<PREDICTION>PASS</PREDICTION>``):
 each grammar reads a turn's prediction and decision with ``tagged``, and
 PREDICT (``glyph.predict.annotate``) finds the label's bytes in the policy's
@@ -14,6 +21,8 @@ Stdlib only: shipped into the runtime with the agent layer.
 
 from __future__ import annotations
 
+import bisect
+import functools
 import os
 import re
 from abc import ABC, abstractmethod
@@ -21,6 +30,8 @@ from dataclasses import dataclass, field
 from typing import Callable, ClassVar, Protocol
 
 from glyph.agent.trace import Trace
+from glyph.outcomes import Outcome
+from glyph.text import encodable
 
 Tester = Callable[[str, bool], str]
 """``tester(source, shadow)``: the outcome class of the visible tests on ``source``."""
@@ -41,6 +52,64 @@ Step = tuple[Call, str, str]
 
 class ProtocolError(ValueError):
     """The turn breaks the protocol; the episode ends and the reason is recorded."""
+
+
+class TesterFault(RuntimeError):
+    """The tester failed (the test service did not answer, the grader raised, an answer that is no
+    outcome class): glyph's fault, never the model's. The agent program's tester raises it
+    (``glyph.agent.program.Tester``), and ``model_turn`` for a tester's answer that is no outcome
+    class; a turn passes it on, and the program ends the episode as ``tester_error``. No text a model
+    writes can raise it: an exception that is not the tester's ends the turn (``model_turn``)."""
+
+
+FAULT_CHARS = 500
+"""How much of an exception's message the protocol error of a turn that raised records."""
+
+
+class _Watched:
+    """A tester that remembers whether it failed: raised, or answered what is no outcome class
+    (a ``TesterFault`` then)."""
+
+    def __init__(self, tester: Tester) -> None:
+        self.tester, self.raised = tester, None
+
+    def __call__(self, source: str, shadow: bool) -> str:
+        try:
+            outcome = self.tester(source, shadow=shadow)
+        except BaseException as exc:
+            self.raised = exc
+            raise
+        if outcome not in Outcome.__members__:
+            self.raised = TesterFault(f"the tester answered {outcome!r}, not an outcome class")
+            raise self.raised
+        return outcome
+
+
+def model_turn(turn):
+    """Make an episode's ``turn`` total on model text: an exception it raises (a reply no parser
+    foresaw, a path the OS refuses) ends the episode as a protocol error of that turn, through the
+    episode's ``refuse(reason)``, the reason naming the exception; what its tester raises propagates
+    unchanged (also when the turn caught it: a tester's failure is never the model's), and an answer
+    that is no outcome class is a ``TesterFault``. So the agent program, finalize's replay, credit
+    and the SFT replays see one outcome for one reply. A bug of glyph's own inside a turn ends it
+    the same way, the exception named in the reason (``Trace.error``, finalize's reason)."""
+
+    @functools.wraps(turn)
+    def guarded(self, reply: str, tester: Tester, context: list[dict] | None = None):
+        watched = _Watched(tester)
+        try:
+            step = turn(self, reply, watched, context)
+        except Exception as exc:  # deliberate: model text never raises out of a turn; the reason records it
+            if watched.raised is not None:
+                raise watched.raised from None
+            return self.refuse(encodable(f"the turn could not be applied: {type(exc).__name__}: {exc}"
+                                         [:FAULT_CHARS]))
+        if watched.raised is not None:
+            raise watched.raised
+        return step
+
+    guarded.model_turn = True
+    return guarded
 
 
 class Episode(Protocol):
@@ -71,7 +140,11 @@ class Episode(Protocol):
     def turn(self, reply: str, tester: Tester, context: list[dict] | None = None) -> Step | None:
         """Apply one model reply; the step it ran, or None when it ended the episode (``end`` and
         ``error`` say how). ``context``: the messages before it (recorded with a prediction).
-        A tester's failure (RuntimeError) propagates."""
+        Never raises on the reply (decorate it with ``model_turn``); what ``tester`` raises
+        propagates (``TesterFault``, in the agent program)."""
+
+    def refuse(self, reason: str) -> None:
+        """End the episode as a protocol error of this turn, for ``reason`` (``model_turn``)."""
 
     def observation(self, step: Step) -> dict:
         """The message that answers ``step``."""
@@ -208,31 +281,37 @@ def _think_regions(data: bytes) -> list[tuple[int, int]]:
 
 
 def scan(data: bytes, tag: str = "PREDICTION") -> list[Tagged]:
-    """Every ``<TAG>`` in ``data``, its tag matched in any case."""
+    """Every ``<TAG>`` in ``data``, its tag matched in any case. Linear in ``data`` whatever it holds
+    (a reply of thousands of tags and think blocks is the trusted side's to replay too)."""
     open_, close = f"<{tag}>".encode(), f"</{tag}>".encode()
     if open_.lower() not in data.lower():
         return []
     thinks = _think_regions(data)
+    starts = [a for a, _ in thinks]
     out = []
     for m in re.finditer(re.escape(open_), data, re.IGNORECASE):
         gt = m.end() - 1
-        at = m.end()
-        while at < len(data) and data[at:at + 1].isspace():
-            at += 1
-        stop = at
-        while stop < len(data) and data[stop] not in b"<\n":
-            stop += 1
+        at = _SPACE.match(data, m.end()).end()
+        stop = _LABEL_TEXT.match(data, at).end()
         label_end = at + len(data[at:stop].rstrip())
-        rest = data[label_end:].lstrip()
-        closed = rest[:len(close)].upper() == close
-        end = len(data) - len(rest) + len(close) if closed else None
-        cut = not closed and (stop == len(data) or close.startswith(rest.upper()))
-        line = data[data.rfind(b"\n", 0, m.start()) + 1:m.start()]
-        quoted = any(a <= m.start() < b for a, b in thinks) or _CALL_LINE.match(line) is not None
-        exact = m.group() == open_ and rest.startswith(close)
+        after = _SPACE.match(data, label_end).end()  # where the closing tag would start
+        head = data[after:after + len(close)]
+        closed = head.upper() == close
+        end = after + len(close) if closed else None
+        cut = not closed and (stop == len(data) or (len(data) - after <= len(close)
+                                                    and close.startswith(head.upper())))
+        k = bisect.bisect_right(starts, m.start()) - 1
+        quoted = (k >= 0 and m.start() < thinks[k][1]) or \
+            _CALL_LINE.match(data, data.rfind(b"\n", 0, m.start()) + 1, m.start()) is not None
+        exact = m.group() == open_ and head == close
         out.append(Tagged(m.start(), gt, at, label_end, data[at:label_end].decode("utf-8", "replace"), closed,
                           end, exact, cut, quoted))
     return out
+
+
+_SPACE = re.compile(rb"[ \t\n\r\x0b\x0c]*")
+"""What ``bytes.isspace`` and ``bytes.strip`` take for whitespace."""
+_LABEL_TEXT = re.compile(rb"[^<\n]*")
 
 
 LABEL = re.compile(r"[A-Z_]+")

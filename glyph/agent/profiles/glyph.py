@@ -51,7 +51,16 @@ import os
 import re
 from dataclasses import dataclass
 
-from glyph.agent.profiles.base import LABEL, AgentProfile, Call, ProtocolError, Step, Tester, tagged
+from glyph.agent.profiles.base import (
+    LABEL,
+    AgentProfile,
+    Call,
+    ProtocolError,
+    Step,
+    Tester,
+    model_turn,
+    tagged,
+)
 from glyph.agent.trace import BUDGET_EXHAUSTED, FINAL, PROTOCOL_ERROR, Candidate, TestCall, Trace, sha256
 from glyph.outcomes import Outcome
 from glyph.text import encodable
@@ -130,6 +139,8 @@ def _parse_call(body: str, seen_ids: frozenset[str]) -> Call:
         obj = json.loads(body)
     except json.JSONDecodeError as exc:
         raise ProtocolError(f"CALL arguments are not valid JSON: {exc.msg} at column {exc.colno}") from None
+    except (ValueError, RecursionError) as exc:  # an integer past Python's digit limit; nested past the stack
+        raise ProtocolError(f"CALL arguments cannot be read: {type(exc).__name__}") from None
     if not isinstance(obj, dict) or set(obj) - {"id", "tool", "args"}:
         raise ProtocolError('a CALL is {"id": ..., "tool": ..., "args": {...}}')
     cid, tool, args = obj.get("id"), obj.get("tool"), obj.get("args", {})
@@ -234,7 +245,8 @@ def messages(arm: str, task_text: str, visible_tests: list[str] | tuple[str, ...
 
 
 def workspace_path(path: str, root: str = ".") -> str | None:
-    """The path inside the workspace, or None if it points outside (or into .glyph)."""
+    """The path inside the workspace, or None if it points outside (or into .glyph). A name no file
+    can have (a NUL byte, a lone surrogate outside surrogateescape's range) raises ``ValueError``."""
     root = os.path.realpath(root)
     full = os.path.realpath(os.path.join(root, path))
     inside = full.startswith(root + os.sep) and ".glyph" not in os.path.relpath(full, root).split(os.sep)
@@ -242,7 +254,8 @@ def workspace_path(path: str, root: str = ".") -> str | None:
 
 
 def read_text(path: str) -> str | None:
-    """The file's text, or None where there is no such file."""
+    """The file's text, or None where there is no such file. Any other failure to read it (a name
+    too long, no permission, a loop of symlinks) raises ``OSError``."""
     try:
         with open(path, encoding="utf-8", errors="surrogateescape", newline="") as f:
             return f.read()
@@ -252,15 +265,28 @@ def read_text(path: str) -> str | None:
 
 def execute(call: Call, tester: Tester, trace: Trace, root: str = ".") -> tuple[str, str]:
     """Run one tool call in the workspace at ``root``; return (status, body).
-    Records tests and candidates in ``trace``."""
+    Records tests and candidates in ``trace``. A path the system refuses (a NUL byte, a lone
+    surrogate, a name too long, no permission) is a failed call (``error: ...``), never an exception."""
     if call.tool == "python_test":
-        source = read_text(os.path.join(root, SOLUTION_FILE)) or ""
-        outcome = tester(source, shadow=False)
-        trace.tests.append(TestCall(call=call.id, sha256=sha256(source), outcome=outcome))
-        last = trace.candidates[-1] if trace.candidates else None
-        if last is not None and last.sha256 == sha256(source) and last.verified_label is None:
-            last.verified_label = outcome
-        return outcome, ""
+        return _test(call, tester, trace, root)
+    try:
+        return _file_tool(call, trace, root)
+    except (OSError, ValueError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else "no file can have that name"
+        return f"error: cannot use the path {call.args['path']!r}: {why}", ""
+
+
+def _test(call: Call, tester: Tester, trace: Trace, root: str) -> tuple[str, str]:
+    source = read_text(os.path.join(root, SOLUTION_FILE)) or ""
+    outcome = tester(source, shadow=False)
+    trace.tests.append(TestCall(call=call.id, sha256=sha256(source), outcome=outcome))
+    last = trace.candidates[-1] if trace.candidates else None
+    if last is not None and last.sha256 == sha256(source) and last.verified_label is None:
+        last.verified_label = outcome
+    return outcome, ""
+
+
+def _file_tool(call: Call, trace: Trace, root: str) -> tuple[str, str]:
     full = workspace_path(call.args["path"], root)
     if full is None:
         return "error: the path is outside the project", ""
@@ -306,6 +332,7 @@ class GlyphEpisode:
         self.error: str | None = None
         self._feedback: str | None = None
 
+    @model_turn
     def turn(self, reply: str, tester: Tester, context: list[dict] | None = None) -> Step | None:
         self.call = None
         try:
@@ -338,6 +365,9 @@ class GlyphEpisode:
         new_candidate = bool(self.trace.candidates) and self.trace.candidates[-1].call == call.id
         self.expect_prediction = self.arm == "b" and new_candidate
         return call, status, body
+
+    def refuse(self, reason: str) -> None:
+        self.end, self.error = PROTOCOL_ERROR, reason
 
     may_test = True  # glyph's grammar allows a python_test at any turn
 

@@ -27,6 +27,15 @@ through it. The rules, as the study's ``src/glyph/program.py`` has them:
 Where glyph keeps its own rule: a path that leaves the project or enters
 ``.glyph`` is refused (the study refuses only the first), and a tool error
 names paths relative to the workspace root, not the machine's absolute path.
+Where the study's program raised on model text, a turn ends the way the
+study's rules end its nearest case (``glyph.agent.profiles.base.model_turn``
+ends any other as a protocol error): a CALL whose JSON nests past the stack
+is a malformed CALL; a FINAL line that carries both Arm B tags is a malformed
+prediction turn (``ERR_PREDICTION_SHAPE``; the study's program fails on
+``calls[0]``); an ``apply_patch`` whose result holds a lone surrogate fails
+before ``solution.py`` is opened (the study's truncated it first); and a tool
+message whose error names such a path, or whose call id holds one, is sent
+``glyph.text.encodable``.
 
 ``Switches`` turn on glyph's departures from these rules one at a time (all
 off: the study's); the harness's config names them (``GlyphHarnessConfig``).
@@ -42,7 +51,7 @@ import re
 from dataclasses import dataclass
 
 from glyph.agent import study as S
-from glyph.agent.profiles.base import AgentProfile, Call, Step, Tester, tagged, tagged_line
+from glyph.agent.profiles.base import AgentProfile, Call, Step, Tester, model_turn, tagged, tagged_line
 from glyph.agent.profiles.glyph import BUDGET_LINE, BUDGET_SENTENCE
 from glyph.agent.trace import (
     BUDGET_EXHAUSTED,
@@ -55,6 +64,7 @@ from glyph.agent.trace import (
     sha256,
 )
 from glyph.outcomes import Outcome
+from glyph.text import encodable
 
 OUTCOMES = tuple(o.value for o in Outcome)
 _TOOL_NAME = re.compile(r"^[A-Za-z_]\w*$")
@@ -182,7 +192,7 @@ def parse_call_line(line: str) -> tuple[Call | None, str | None]:
         _, rest = line.split(None, 1)
         tool, payload = rest.split(None, 1)
         args = json.loads(payload)
-    except ValueError as exc:  # json.JSONDecodeError is a ValueError
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError is a ValueError; nested past the stack
         return None, f"{S.ERR_MALFORMED_CALL}: {exc}"
     if not _TOOL_NAME.fullmatch(tool) or not isinstance(args, dict):
         return None, S.ERR_MALFORMED_CALL
@@ -233,6 +243,7 @@ class StudyEpisode:
 
     # ------------------------------------------------------------ turns
 
+    @model_turn
     def turn(self, reply: str, tester: Tester, context: list[dict] | None = None) -> Step | None:
         """Apply ``reply``; return (call, status, RESULT block), or None when it
         ended the episode (``end``, ``error`` say how). ``status`` is the
@@ -262,10 +273,15 @@ class StudyEpisode:
             self.pending = call.id
         return self._step(call, result)
 
+    def refuse(self, reason: str) -> None:
+        return self._stop([reason])
+
     def observation(self, step: Step) -> dict:
-        """The message that answers a step: a ``tool`` message."""
+        """The message that answers a step: a ``tool`` message, ``glyph.text.encodable`` (a tool error
+        names the path the model gave, a call id is the model's: either may hold a lone surrogate no
+        endpoint takes)."""
         call, _, block = step
-        return {"role": "tool", "tool_call_id": call.id, "content": block}
+        return {"role": "tool", "tool_call_id": encodable(call.id), "content": encodable(block)}
 
     def _parse_calls(self, reply: str) -> tuple[list[Call], list[str]]:
         calls, errors = [], []
@@ -335,7 +351,9 @@ class StudyEpisode:
         elif decision not in (S.KEEP, S.REVISE):
             errors.append(S.ERR_UNKNOWN_DECISION.format(decision=decision))
         expected = S.PYTHON_TEST if decision == S.KEEP else S.APPLY_PATCH
-        if decision in (S.KEEP, S.REVISE) and calls[0].tool != expected:
+        if decision in (S.KEEP, S.REVISE) and not calls:  # a FINAL line with both tags: the study's program
+            errors.append(S.ERR_PREDICTION_SHAPE)  # fails here, on calls[0]; glyph's wording for it
+        elif decision in (S.KEEP, S.REVISE) and calls[0].tool != expected:
             errors.append(S.ERR_DECISION_TOOL.format(decision=decision, expected=expected, tool=calls[0].tool))
         if self.budget <= 0:
             errors.append(S.ERR_BUDGET)
@@ -373,8 +391,6 @@ class StudyEpisode:
         return call, status, block
 
     def _target(self, result: Result, prediction, decision, context, reply: str, shadow: bool) -> None:
-        if result.outcome not in OUTCOMES:
-            raise RuntimeError("candidate test did not produce an outcome class")
         source = self._solution()
         if source is None:
             raise RuntimeError("candidate test: solution.py is gone")
@@ -419,6 +435,7 @@ class StudyEpisode:
         if count != 1:
             return _failed(S.PATCH_FIND_COUNT.format(count=count))
         new = text.replace(find, replace, 1)
+        new.encode("utf-8")  # a lone surrogate fails here, before the open empties the file (glyph's rule)
         with open(path, "w", encoding="utf-8") as f:
             f.write(new)
         if path == os.path.join(self.project, S.SOLUTION_FILE):  # each patched solution is a candidate
