@@ -40,7 +40,10 @@ class JsonHandler(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         if not 0 < length <= limit:
             raise ValueError(f"body of {length} bytes (limit {limit})")
-        return json.loads(self.rfile.read(length))
+        try:
+            return json.loads(self.rfile.read(length))
+        except RecursionError:  # nested past the stack: as unreadable as any other body that is not JSON
+            raise ValueError("body nested too deep") from None
 
     def send_json(self, code: int, body: dict) -> None:
         data = json.dumps(body).encode()

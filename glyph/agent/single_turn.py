@@ -14,6 +14,9 @@ Exit status: 0 with ``solution.py`` written; ``ENDPOINT_FAILED`` (97,
 verifiers' reserved ``MODEL_TRANSPORT_ERROR_EXIT_CODE``) when the model call
 failed for good, with the reason on stderr. The harness turns that into an
 errored, unscored rollout: a model that did not answer is not a wrong answer.
+No reply raises: any text (NUL bytes, control characters, a lone surrogate
+from a JSON escape, which ``glyph.text.source_bytes`` writes as bytes Python
+then refuses to compile) becomes ``solution.py``, graded as it is.
 
 ``extract_code`` is the one place a reply becomes a solution; the trusted side
 (``glyph.data.conventions.extract_code``) re-exports it.
@@ -30,6 +33,7 @@ if not __package__:  # run as the shipped script: the root that holds glyph/ is 
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from glyph.agent.program import CONFIG, ENDPOINT_FAILED, EndpointError, chat, read_secret  # noqa: E402,F401
+from glyph.text import source_bytes  # noqa: E402
 
 SOLUTION_FILE = "solution.py"
 
@@ -59,9 +63,8 @@ def run(cfg: dict, secret: str, root: str = ".") -> dict:
     except EndpointError as exc:
         return {"end": "endpoint_error", "error": str(exc)}
     code = extract_code(reply)
-    path = os.path.join(root, SOLUTION_FILE)
-    with open(path, "w", encoding="utf-8", errors="surrogateescape", newline="") as f:
-        f.write(code)
+    with open(os.path.join(root, SOLUTION_FILE), "wb") as f:
+        f.write(source_bytes(code))  # never raises: an escaped lone surrogate becomes bytes Python refuses
     return {"end": "answered", "error": None, "reply_chars": len(reply), "code_chars": len(code),
             "fenced": bool(_FENCE.search(reply))}
 

@@ -79,7 +79,7 @@ class ConventionsHarness(vf.Harness[ConventionsHarnessConfig]):
         raw = await read_text(runtime, program.TRACE, MAX_READ)
         try:
             agent = json.loads(raw) if raw else {}
-        except ValueError:
+        except (ValueError, RecursionError):  # the trace is untrusted: one too deep to read says nothing
             agent = {}
         end, error = (agent.get("end"), agent.get("error")) if isinstance(agent, dict) else (None, None)
         trace.info["glyph_agent_end"] = encodable(end) if isinstance(end, str) else None  # the trace is untrusted
