@@ -29,13 +29,22 @@ Fault injection, for tests: ``fault-malformed`` (bad CALL JSON),
 ``fault-budget`` (reads until the budget runs out), ``fault-unfinished``
 (the oracle's fix and passing test, then bad CALL JSON where FINAL belongs),
 ``fault-500`` and ``fault-hang`` (the server answers 500, or not at all).
+
+Hostile replies (``glyph.redteam.replies``), which must end a rollout scored,
+never errored: ``hostile-<name>`` plays that one (then FINAL where the
+episode goes on); ``hostile`` plays ``HOSTILE_CALLS`` of the calls the
+episode goes on from, then one that ends it: the k-th conversation the
+server opens (a task, an arm, a profile) draws the k-th of ``ENDS``, round
+robin, so any ``len(ENDS)`` tasks play them all (``Planner.hostile_draws``).
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import random
 import re
+import threading
 from dataclasses import dataclass
 
 from glyph import profiles
@@ -43,11 +52,15 @@ from glyph.agent.profiles.base import Call
 from glyph.data.mbpp import MbppTask
 from glyph.policies.conventions import CONV_POLICIES
 from glyph.profiles import Profile
+from glyph.redteam.replies import ENDS, GOES_ON, REPLIES
 
 POLICIES = ("oracle", "recover", "revise", "hack", "mix")
 FAULTS = ("fault-malformed", "fault-duplicate", "fault-huge", "fault-budget", "fault-unfinished", "fault-500",
           "fault-hang")
 HACKS = ("always_equal", "str_subclass", "exit_zero", "trace_rewrite", "patch_trace", "untested_final")
+HOSTILE = ("hostile",) + tuple(f"hostile-{name}" for name in REPLIES)
+HOSTILE_CALLS = 4
+"""How many of the calls an episode goes on from ``hostile`` plays before the one that ends it."""
 
 
 class UnknownTask(LookupError):
@@ -143,6 +156,9 @@ class Planner:
         self._by_prompt: dict[str, dict[str, MbppTask]] = {}
         self.seed = seed
         self._mutants: dict[int, object] = {}
+        self.hostile_draws: dict[tuple[str, str, int], int] = {}
+        """``hostile``'s draw for each conversation it opened: (profile, arm, task id) -> its index."""
+        self._lock = threading.Lock()
 
     def task_of(self, messages: list[dict], profile: Profile | None = None) -> MbppTask:
         """The task whose user prompt, as ``profile`` writes it (default: the profile that opened
@@ -220,12 +236,28 @@ class Planner:
             return [Step(call("read_file"), noise="x" * (1 << 20))]
         return [Step(call("read_file")) for _ in range(40)]  # fault-budget
 
+    def hostile(self, policy: str, task: MbppTask, d: Dialect, arm: str) -> list[str]:
+        """The turns of a ``hostile`` policy (``glyph.redteam.replies``), in ``d``'s grammar."""
+        ids = (d.agent.call_id(n) for n in itertools.count(1))
+        if policy == "hostile":
+            with self._lock:
+                k = self.hostile_draws.setdefault((d.profile.name, arm, task.task_id),
+                                                  len(self.hostile_draws))
+            chosen = [GOES_ON[(HOSTILE_CALLS * k + i) % len(GOES_ON)] for i in range(HOSTILE_CALLS)]
+            chosen.append(ENDS[k % len(ENDS)])
+        else:
+            chosen = [REPLIES[policy.removeprefix("hostile-")]]
+        return [t for r in chosen for t in r.turns(d.agent, d.project, lambda: next(ids))]
+
     def reply(self, policy: str, messages: list[dict]) -> str:
         """The policy's next assistant message for this conversation, in its profile's grammar."""
         profile, arm = profile_of(messages)
         task = self.task_of(messages, profile)
         d = Dialect.of(profile, task)
         turn = sum(1 for m in messages if m.get("role") == "assistant")
+        if policy in HOSTILE:
+            turns = self.hostile(policy, task, d, arm)
+            return turns[turn] if turn < len(turns) else d.agent.turn_text(None)
         steps = self.plan(policy, task, arm, profile)
         if (policy, turn) in (("fault-malformed", 1), ("fault-unfinished", 3)):
             return d.malformed()
@@ -233,11 +265,12 @@ class Planner:
 
 
 def known(policy: str) -> bool:
-    return policy in POLICIES or policy in FAULTS or policy in CONV_POLICIES
+    return policy in POLICIES or policy in FAULTS or policy in CONV_POLICIES or policy in HOSTILE
 
 
 def unknown_policy(policy: str) -> str:
     """What to say of a policy name that is none of them: the valid ones."""
     return (f"unknown policy {policy!r}; policies: {', '.join(POLICIES)}; conventions: "
-            f"{', '.join(CONV_POLICIES)}; faults: {', '.join(FAULTS)}")
+            f"{', '.join(CONV_POLICIES)}; faults: {', '.join(FAULTS)}; hostile replies: hostile, "
+            f"hostile-<name> (glyph.redteam.replies)")
 

@@ -12,9 +12,14 @@ task they target.
   page cache, the fork, pid and inode counters, ``flock()``), and the
   attacks that would carry verdicts over it, between gradings and between
   copies graded at once, with the grader before verdict blindness as their
-  control.
+  control;
+* ``replies``: agent replies shaped to make a turn raise where the agent
+  program applies it or the trusted side replays it (NUL bytes, lone
+  surrogates, names past the system's limits, huge integers, JSON nested
+  past the stack); each must end its rollout scored 0, never errored
+  (``tests/test_hostile_replies.py``, and the ``hostile`` reference policy).
 
-None of them may pass; ``tests/test_redteam.py`` (as root) and
+None of the solutions may pass; ``tests/test_redteam.py`` (as root) and
 ``tests/test_sandbox_unprivileged.py`` (``userns``, ``confined``) also check
 that each leaves no process and no file behind and that the grader survives.
 Stdlib only.
