@@ -134,6 +134,7 @@ SLOW_FILES = frozenset({
     "test_faults.py", "test_flywheel_live.py", "test_flywheel_loop.py", "test_gold_check.py", "test_pin.py",
     "test_plus.py", "test_recipe_smoke.py", "test_redteam.py", "test_render.py", "test_render_study.py",
     "test_report_policies.py", "test_sandbox_unprivileged.py", "test_wheels.py", "test_study_replay.py",
+    "test_hostile_replies.py",
 })
 SLOW_TESTS = {  # file: test names (a parametrized test by its name alone: all its cases; or one case)
     "test_cli.py": ("test_attack_demo_grades_as_expected", "test_check_gold_all_pass",
