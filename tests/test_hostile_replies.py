@@ -32,6 +32,7 @@ from hypothesis import strategies as st
 
 from glyph.agent import program, single_turn
 from glyph.agent.profiles import PROFILES as AGENTS
+from glyph.agent.profiles.base import Call
 from glyph.agent.profiles.base import TesterFault as Fault  # not Test*: pytest would collect it
 from glyph.agent.trace import BUDGET_EXHAUSTED, FINAL, INFRA_ENDS, PROTOCOL_ERROR, Trace
 from glyph.credit import replay as credit
@@ -67,15 +68,16 @@ odd_text = st.lists(odd_char, max_size=30).map("".join)  # ODD holds escape sequ
 NAMES = ["solution.py", "data/blueprints/mbpp_11/solution.py", ".", "..", "../" * 6 + "etc/passwd",
          "/etc/passwd", "/", ".glyph/trace.json", ".glyph", "data", "data/blueprints/mbpp_11",
          "solution.py/x", "a/" * 2100 + "x"]
+DEPTHS = st.sampled_from([2, 100, 990, 1000, 3000, 4000])  # past the stack from about 1,000
 json_value = st.one_of(
     odd_text.map(json.dumps),  # lone surrogates and NUL as JSON escapes
     odd_text.map(lambda t: json.dumps(t, ensure_ascii=False)),  # raw characters in the JSON string
     st.sampled_from(NAMES).map(json.dumps),
-    st.integers(250, 400).map(lambda n: json.dumps("x" * n)),  # a name past NAME_MAX
-    st.integers(4290, 5200).map(lambda n: "9" * n),  # past Python's 4300-digit limit
+    st.sampled_from([255, 256, 300, 4097]).map(lambda n: json.dumps("x" * n)),  # past NAME_MAX, PATH_MAX
+    st.sampled_from([4300, 4301, 5000]).map(lambda n: "9" * n),  # Python reads 4,300 digits at most
     st.sampled_from(["1e999", "-1e999", "NaN", "Infinity", "true", "false", "null", "[]", "{}", "0", "-0.0"]),
-    st.integers(1, 4000).map(lambda n: "[" * n + "]" * n),  # nested past the stack
-    st.integers(1, 4000).map(lambda n: '{"a":' * n + "1" + "}" * n),
+    DEPTHS.map(lambda n: "[" * n + "]" * n),
+    DEPTHS.map(lambda n: '{"a":' * n + "1" + "}" * n),
 )
 KEYS = ["id", "tool", "args", "path", "file_path", "find", "replace", "project_path"]
 key = st.one_of(st.sampled_from(KEYS), odd_text)
@@ -98,14 +100,35 @@ def study_call(draw) -> str:
     return f"CALL {draw(tool)} " + "{" + ", ".join(f"{json.dumps(k)}: {v}" for k, v in args.items()) + "}"
 
 
+_MARK = "@hostile-value@"
+
+
+@st.composite
+def grammar_call(draw) -> str:
+    """A call as a profile's own grammar writes it (``AgentProfile.turn_text``, its tools and keys), with
+    hostile argument values, one of them possibly raw JSON of any kind: what reaches the tools."""
+    agent = AGENTS[draw(st.sampled_from(PROFILES))]
+    name = draw(st.sampled_from(["read_file", "apply_patch", "python_test"]))
+    text = st.one_of(odd_text, st.sampled_from(NAMES), st.sampled_from([256, 300]).map(lambda n: "x" * n))
+    path, find, replace = draw(text), draw(st.one_of(st.none(), text)), draw(st.one_of(st.none(), text))
+    raw = draw(st.one_of(st.none(), json_value))
+    args = agent.args(name, _MARK if raw is not None else path, agent.project(11), find, replace)
+    call_id = draw(st.one_of(st.just(agent.call_id(1)), odd_text))
+    arm_b = st.fixed_dictionaries({"prediction": st.sampled_from(OUTCOMES),
+                                   "decision": st.sampled_from(["KEEP", "REVISE"])})
+    tags = draw(st.one_of(st.just({}), arm_b))
+    turn = agent.turn_text(Call(call_id, name, args), **tags)
+    return turn if raw is None else turn.replace(json.dumps(_MARK), raw)
+
+
 line = st.one_of(
-    glyph_call(), study_call(), odd_text,
+    grammar_call(), grammar_call(), glyph_call(), study_call(), odd_text,
     odd_text.map(lambda t: "FINAL: " + t),
     st.sampled_from(OUTCOMES + ["", "pass", "MAYBE"]).map(lambda o: f"<PREDICTION>{o}</PREDICTION>"),
     st.sampled_from(["KEEP", "REVISE", "", "STOP"]).map(lambda d: f"<DECISION>{d}</DECISION>"),
     st.sampled_from(["<think>", "</think>", "<PREDICTION>", "</DECISION>", "CALL", "CALL {", "FINAL:"]),
 )
-reply = st.lists(line, max_size=5).map("\n".join)
+reply = st.one_of(grammar_call(), st.lists(line, max_size=5).map("\n".join))  # a call alone reaches the tools
 reply_or_big = st.one_of(reply, st.integers(60_000, 70_000).map(lambda n: "x" * n + "\nFINAL: done"))
 
 
@@ -180,7 +203,6 @@ def test_a_testers_failure_is_the_one_exception_a_turn_passes_on(tmp_path, profi
 
 
 def agent_call(agent, tool, project, **args):
-    from glyph.agent.profiles.base import Call
     return Call(agent.call_id(1), tool, agent.args(tool, agent.solution(project), project, **args))
 
 
