@@ -26,6 +26,7 @@ from glyph.data.mbpp import MbppTask
 from glyph.data.replay import grading_tester
 from glyph.profiles.base import OUTCOMES, PASS, Profile, Regrading, TaskRow, rate
 from glyph.sandbox import Limits
+from glyph.semantics import STUDY as STUDY_SEMANTICS
 
 INVALID = "INVALID"  # the study's class for a sampled prediction that is no outcome class (src/glyph/passk.py)
 
@@ -50,6 +51,8 @@ class StudyProfile(Profile):
     switches = tuple(Switches().as_dict())
     split_keys = study.SPLIT_KEYS
     invalid_class = True
+    semantics = STUDY_SEMANTICS  # its classifier's verdicts on honest code (PREDICT src/glyph/program.py)
+    reuse_final_grade = False  # its final_verification re-ran the tests (program.py, end of main)
     definitions = ("the study's (PREDICT src/glyph/taskset.py, passk.py): first patch = the first prediction "
                    "target's outcome, else the first visible python_test's; recovered = a visible PASS after the "
                    "first visible failure, and passed; an invalid prediction label is the class INVALID")
