@@ -67,8 +67,8 @@ from glyph.errors import DataError
 from glyph.outcomes import Outcome
 from glyph.sandbox import Limits, Run, Sandbox, get_sandbox
 from glyph.sandbox.runtime import wire
-from glyph.semantics import (DETAIL_CAP, GLYPH, Semantics, exc_text, failure_outcome, judge, one_file_end, safe_repr,
-                             status_outcome)
+from glyph.semantics import (DETAIL_CAP, GLYPH, Semantics, ended_err, exc_text, failure_outcome, judge, one_file_end,
+                             safe_repr, status_outcome)
 from glyph.text import encodable, source_bytes
 
 MAX_SOLUTION_BYTES = 8 << 20
@@ -559,9 +559,10 @@ def _relay(req: dict, s: Run, n: int, sem: Semantics = GLYPH) -> tuple[dict | No
         info = resp["exc"]
         clean = {"type": str(info.get("type"))[:200], "base": str(info.get("base"))[:100],
                  "msg": str(info.get("msg"))[:DETAIL_CAP]}
-        if sem.rules:  # the rule strings it says were printed, nothing else
+        if sem.rules:  # the rule strings it says were printed, and whether a traceback was: nothing else
             printed = info.get("printed") if type(info.get("printed")) is list else []
             clean["printed"] = sorted({p for p in printed if type(p) is str and p in sem.needles})
+            clean["traceback"] = info.get("traceback") is not False
         return {"exc": clean}, None
     if "overcap" in resp:
         return None, (f"the solution sent an answer of {resp['overcap']!s:.20} bytes, over the answer cap "
@@ -633,7 +634,8 @@ def _referee(sandbox: Sandbox, suite: TestSuite, source: bytes, limits: Limits, 
             if run.status is None:
                 run.finish(kill=True)
             run.release()
-    checks = [_reported_check(i, m, gone, sem) for i, m in enumerate(reports)]
+    err = ended_err(end, s.stderr, sem, ANSWER_BYTES)  # the rule strings in the session's stderr
+    checks = [_reported_check(i, m, gone, sem, err) for i, m in enumerate(reports)]
     first = next((c for c in checks if c.outcome is not Outcome.PASS), None)
     if first is not None:
         outcome, detail = first.outcome, first.detail
@@ -648,7 +650,9 @@ def _referee(sandbox: Sandbox, suite: TestSuite, source: bytes, limits: Limits, 
     return _with_output(Grade(outcome, checks, 0.0, detail), s)
 
 
-def _reported_check(i: int, msg: dict, gone: tuple[Outcome, str] | None, sem: Semantics = GLYPH) -> Check:
+def _reported_check(i: int, msg: dict, gone: tuple[Outcome, str] | None, sem: Semantics = GLYPH,
+                    err: list[str] = ()) -> Check:
+    """Check ``i`` from the referee's report; under ``rules`` a failure's class also reads ``err``."""
     c = Check(i, str(msg.get("source")), msg.get("line") if type(msg.get("line")) is int else None)
     if msg.get("passed"):
         c.outcome = Outcome.PASS
@@ -656,6 +660,6 @@ def _reported_check(i: int, msg: dict, gone: tuple[Outcome, str] | None, sem: Se
         c.outcome, c.detail = gone
     else:
         info = msg.get("exc") if type(msg.get("exc")) is dict else {}
-        c.outcome = failure_outcome(info, sem)
+        c.outcome = failure_outcome(info, sem, also=err)
         c.detail = exc_text(info) + (" (raised by the solution)" if msg.get("remote") else "")
     return c

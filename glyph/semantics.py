@@ -120,14 +120,42 @@ def status_outcome(status: RunStatus, protocol_error: str | None, sem: Semantics
     return Outcome.OTHER, why
 
 
-def failure_outcome(info: dict, sem: Semantics, source: str | None = None, compiling: bool = False) -> Outcome:
+def failure_outcome(info: dict, sem: Semantics, source: str | None = None, compiling: bool = False,
+                    also: list[str] | tuple = ()) -> Outcome:
     """The class of a failure the run reported (``info``: the worker's ``exception_info``): by its
-    builtin class, or under ``rules`` by what it says was printed, with ``source`` (the check the
-    traceback went through, where it printed one)."""
+    builtin class, or under ``rules`` by what it says was printed (and ``also``), with ``source`` (the
+    check the traceback went through, where it printed one)."""
     if not sem.rules:
         return outcome_of_exception(str(info.get("base")), compiling=compiling)
     texts = [source] if source is not None and info.get("traceback") is True else []
-    return sem.classify(info.get("printed"), texts)
+    printed = info.get("printed") if type(info.get("printed")) is list else []
+    return sem.classify([*printed, *also], texts)
+
+
+def ended_err(line: bytes | None, stderr: bytes, sem: Semantics, cap: int) -> list[str]:
+    """Under ``rules``, the rule strings in a referee's solution session's stderr: as its ``end`` says
+    (``line``, at most ``cap`` bytes read), else as far as this side captured it (``stderr``). The
+    whole run's stderr, where the study's process had printed only up to the failing check (the
+    referee runs every check): honest code that prints a rule string after a failure is the
+    difference."""
+    if not sem.rules:
+        return []
+    said = _end(line, cap)
+    if said is not None and type(said.get("err")) is list:
+        return [n for n in said["err"] if type(n) is str]
+    text = stderr.decode("utf-8", "replace")
+    return [n for n in sem.needles if n in text]
+
+
+def _end(line: bytes | None, cap: int) -> dict | None:
+    """The session's ``end`` message, where ``line`` is one."""
+    if line is None or len(line) > cap:
+        return None
+    try:
+        said = wire.loads(line)
+    except wire.WireError:
+        return None
+    return said if said.get("ev") == "end" else None
 
 
 def one_file_end(line: bytes | None, status: RunStatus, run: Run, sem: Semantics,
@@ -135,14 +163,8 @@ def one_file_end(line: bytes | None, status: RunStatus, run: Run, sem: Semantics
     """Under ``as_main``, where every check passed: PASS only where the run then ended as the study's
     file did (its ``end``: the marker the last line of stdout; then exit status 0 within the wall
     limit; ``cap``: the longest line read); else the class the study read from a file that passed its asserts but not that."""
-    said = None
-    if line is not None and len(line) <= cap:
-        try:
-            said = wire.loads(line)
-        except wire.WireError:
-            said = None
-    ended = said is not None and said.get("ev") == "end"
-    if not ended or status.timed_out or status.memory_exceeded or status.exit != 0 or status.signal is not None:
+    said = _end(line, cap)
+    if said is None or status.timed_out or status.memory_exceeded or status.exit != 0 or status.signal is not None:
         return status_outcome(status, run.protocol_error, sem, run.stderr)
     if said.get("stdout") is not True:
         why = "every check passed, but the study's marker would not be the last line of stdout (the solution " \

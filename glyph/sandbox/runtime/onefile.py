@@ -8,8 +8,8 @@ reports what the study read:
 
 * ``as_main``: the solution is module ``__main__`` (also ``solution``), so its
   ``if __name__ == "__main__":`` block runs when it loads, with ``sys.argv``
-  the file's name alone, ``sys.__stdout__`` the captured stdout (encoded
-  strictly, as a UTF-8 locale's is) and stdin at its end (``/dev/null``). After
+  the file's name alone, ``sys.__stdout__`` the captured stdout (UTF-8 with
+  ``surrogateescape``, as under the study's ``LANG=C.UTF-8``) and stdin at its end (``/dev/null``). After
   the last probe (or, in a referee's session, at ``exit``) it ends as the file
   did after its last test: where the study printed its marker it notes whether
   stdout so far ends a line or is all whitespace (the marker is then the last
@@ -145,7 +145,7 @@ class Session:
         """Under ``as_main``: stdout and stderr watched, installed as ``sys``'s own and as its
         ``__stdout__``/``__stderr__`` (the study's marker went to ``sys.__stdout__``)."""
         self.out, self.err = Watched(1), Watched(2, self.needles)
-        out = io.TextIOWrapper(self.out, encoding="utf-8", errors="strict")
+        out = io.TextIOWrapper(self.out, encoding="utf-8", errors="surrogateescape")
         err = io.TextIOWrapper(self.err, encoding="utf-8", errors="backslashreplace")
         sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__ = out, err
         return out, err

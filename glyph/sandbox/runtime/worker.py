@@ -607,8 +607,9 @@ def _failure_info(failure: tuple, needles=(), source: str = "") -> tuple[dict, b
         remote = isinstance(exc, RemoteError)
         info = dict(exc.info) if remote else exception_info(exc)
         shown = "" if remote else onefile.printed(exc)
-    if needles:
-        text = f"Traceback (most recent call last):\n{source}\n{shown}"
+    if needles:  # no traceback where the solution's SystemExit ended the study's file
+        traced = not remote or info.get("traceback") is not False
+        text = f"Traceback (most recent call last):\n{source}\n{shown}" if traced else ""
         theirs = info.get("printed") if remote and type(info.get("printed")) is list else []
         info["printed"] = sorted({n for n in needles if n in text} | {n for n in theirs if n in needles})
     return info, remote
