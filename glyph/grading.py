@@ -55,6 +55,7 @@ import functools
 import hashlib
 import json
 import re
+import secrets
 import symtable
 import sys
 import threading
@@ -67,8 +68,8 @@ from glyph.errors import DataError
 from glyph.outcomes import Outcome
 from glyph.sandbox import Limits, Run, Sandbox, get_sandbox
 from glyph.sandbox.runtime import wire
-from glyph.semantics import (DETAIL_CAP, GLYPH, Semantics, ended_err, exc_text, failure_outcome, judge, one_file_end,
-                             safe_repr, status_outcome)
+from glyph.semantics import (DETAIL_CAP, GLYPH, Semantics, ended_err, exc_text, failure_outcome, judge,
+                             one_file_end, status_outcome)
 from glyph.text import encodable, source_bytes
 
 MAX_SOLUTION_BYTES = 8 << 20
@@ -407,7 +408,7 @@ def grading_key(setup: str, tests: str, limits: Limits, semantics: Semantics = G
     semantics. Two gradings of one source under one key are the same grading:
     the test service records the key of each it ran, and finalize takes a
     recorded grade only under its own key (``glyph.envs.mbpp.finalize``)."""
-    blob = json.dumps([setup, tests, asdict(limits), semantics.name], sort_keys=True)  # ASCII: surrogates escaped
+    blob = json.dumps([setup, tests, asdict(limits), semantics.name], sort_keys=True)  # ASCII: \ud800 escaped
     return hashlib.sha256(blob.encode("ascii")).hexdigest()
 
 
@@ -422,13 +423,17 @@ def _encodable(g: Grade) -> Grade:
 
 
 def _open_solution(sandbox: Sandbox, source: bytes, setup: str, limits: Limits,
-                   probes: list[str] | None = None, sem: Semantics = GLYPH) -> tuple[Run, Grade | None]:
+                   probes: list[str] | None = None, sem: Semantics = GLYPH,
+                   marker: str = "") -> tuple[Run, Grade | None]:
     """Open a solution session (that answers ``probes`` at once, in order,
     after ``ready``) under ``sem``; a Grade if it failed before being ready."""
     blobs = {"source": source, "setup": setup.encode()}
     if probes is not None:
         blobs["probes"] = wire.dumps({"probes": probes})
-    run = sandbox.open({"mode": "solution", "answer_bytes": ANSWER_BYTES, **sem.header()}, blobs, limits)
+    header = {"mode": "solution", "answer_bytes": ANSWER_BYTES, **sem.header()}
+    if marker:  # under as_main: the line the run prints last, as the study's file did
+        header["marker"] = marker
+    run = sandbox.open(header, blobs, limits)
     msg = run.recv()
     if msg is not None and msg.get("ev") == "ready":
         return run, None
@@ -504,7 +509,9 @@ def _fast(sandbox: Sandbox, suite: TestSuite, source: bytes, limits: Limits, sem
     limit); each answer judged after that, here."""
     _references(sandbox, suite, limits, sem)
     checks = [Check(i, c.source, c.line) for i, c in enumerate(suite.checks)]
-    run, failed = _open_solution(sandbox, source, suite.setup, limits, [c.probe for c in suite.checks], sem)
+    marker = secrets.token_hex(16) if sem.as_main else ""  # the study's: a random line printed last
+    probes = [c.probe for c in suite.checks]
+    run, failed = _open_solution(sandbox, source, suite.setup, limits, probes, sem, marker)
     if failed:
         failed.checks = checks
         return failed
@@ -516,8 +523,10 @@ def _fast(sandbox: Sandbox, suite: TestSuite, source: bytes, limits: Limits, sem
         failed_yet = False
         for i, (spec, check, line) in enumerate(zip(suite.checks, checks, answers)):
             with _VERDICT_LOCK:  # one answer decoded at a time in this process
-                expected = spec.expected if spec.expected_expr is None else suite.references[(spec.expected_expr, sem.numbers)]
-                check.outcome, check.detail = judge(line, i, spec, expected, sem, ANSWER_BYTES, not failed_yet)
+                expected = spec.expected if spec.expected_expr is None else \
+                    suite.references[(spec.expected_expr, sem.numbers)]
+                check.outcome, check.detail = judge(line, i, spec, expected, sem, ANSWER_BYTES,
+                                                    not failed_yet)
             failed_yet = failed_yet or check.outcome is not Outcome.PASS
     finally:
         run.release()
@@ -527,7 +536,8 @@ def _fast(sandbox: Sandbox, suite: TestSuite, source: bytes, limits: Limits, sem
     first = next((c for c in checks if c.outcome is not Outcome.PASS), None)
     outcome, detail = (Outcome.PASS, "") if first is None else (first.outcome, first.detail)
     if first is None and sem.as_main:
-        outcome, detail = one_file_end(end[0] if end else None, status, run, sem, ANSWER_BYTES)
+        outcome, detail = one_file_end(end[0] if end else None, status, run, sem, ANSWER_BYTES, marker,
+                                       len(run.stdout) < limits.output_bytes)
     return _with_output(Grade(outcome, checks, 0.0, detail), run)
 
 
@@ -580,13 +590,15 @@ class _RefereeFault(Exception):
     """The referee (trusted: it runs only test code) broke its protocol."""
 
 
-def _referee(sandbox: Sandbox, suite: TestSuite, source: bytes, limits: Limits, sem: Semantics = GLYPH) -> Grade:
+def _referee(sandbox: Sandbox, suite: TestSuite, source: bytes, limits: Limits,
+             sem: Semantics = GLYPH) -> Grade:
     """The test program runs in the referee, the solution in its session;
     every call relayed here, whatever the checks found (the referee records
     them and goes on: ``runtime/worker.py``). Once the program has ended the
     session is killed (under ``as_main``: told to end as one file would, and
     its end read), and only then does the referee describe its checks."""
-    s, failed = _open_solution(sandbox, source, suite.setup, limits, None, sem)
+    marker = secrets.token_hex(16) if sem.as_main else ""
+    s, failed = _open_solution(sandbox, source, suite.setup, limits, None, sem, marker)
     if failed:
         return failed
     referee = {"mode": "referee", "names": list(suite.names), "stdlib": list(suite.stdlib),
@@ -605,7 +617,8 @@ def _referee(sandbox: Sandbox, suite: TestSuite, source: bytes, limits: Limits, 
                 answer, why = _relay(msg, s, n, sem)
                 if answer is None:
                     status = s.finish(kill=True)
-                    gone = (Outcome.OTHER, why) if why else status_outcome(status, s.protocol_error, sem, s.stderr)
+                    gone = (Outcome.OTHER, why) if why else \
+                        status_outcome(status, s.protocol_error, sem, s.stderr)
                     answer = {"gone": True}
                 r.send(answer)
             elif ev == "rpc":
@@ -644,7 +657,8 @@ def _referee(sandbox: Sandbox, suite: TestSuite, source: bytes, limits: Limits, 
     elif outcome is Outcome.PASS and not checks:
         outcome, detail = Outcome.OTHER, "the tests ran no check"
     elif outcome is Outcome.PASS and sem.as_main:
-        outcome, detail = one_file_end(end, s.status, s, sem, ANSWER_BYTES)
+        outcome, detail = one_file_end(end, s.status, s, sem, ANSWER_BYTES, marker,
+                                       len(s.stdout) < limits.output_bytes)
     if outcome is not Outcome.PASS and (first is None) and checks:
         checks.append(Check(len(checks), "(test program)", None, outcome, detail))
     return _with_output(Grade(outcome, checks, 0.0, detail), s)

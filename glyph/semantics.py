@@ -13,8 +13,11 @@ status and stderr, reproduced here without trusting either for a PASS:
   empty stdin fails the same way), and the run ends as that file did after
   its last test (``sandbox/runtime/onefile.py``: ``end``). A PASS needs every
   check passed by this process's own ``==`` (or the referee's) *and* that end:
-  the study's marker the last line of stdout, exit status 0, within the wall
-  limit. The run's report of its end can only turn a PASS into a failure;
+  exit status 0 within the wall limit and a random marker (the grader's, told
+  to the run, which prints it where the study's file did) the last line of
+  stdout, read by the study's rule from the stdout the sandbox captured (past
+  its cap, as the run reports). The marker and the run's report of its end can
+  only turn a PASS into a failure;
 * ``Fraction`` and ``Decimal`` results cross the wire as themselves and are
   compared here with the stdlib's own ``==`` (the study compared the real
   objects; ``wire``), and an answer over the cap is a wrong answer (a value
@@ -114,7 +117,7 @@ def status_outcome(status: RunStatus, protocol_error: str | None, sem: Semantics
     if status.signal is not None:
         why = f"the process was killed by signal {status.signal}"
     else:
-        why = f"the process exited (status {status.exit}) before " + ("its end" if sem.as_main else "answering")
+        why = f"the process exited (status {status.exit}) before {'its end' if sem.as_main else 'answering'}"
     if sem.rules:
         return sem.classify((), [stderr.decode("utf-8", "replace")]), why
     return Outcome.OTHER, why
@@ -147,6 +150,18 @@ def ended_err(line: bytes | None, stderr: bytes, sem: Semantics, cap: int) -> li
     return [n for n in sem.needles if n in text]
 
 
+def _last_line(stdout: bytes) -> str | None:
+    """The study's reading of its stdout (``text=True``: UTF-8, universal newlines; then
+    ``strip().splitlines()[-1:]``): its last line, "" when empty; None where it is not UTF-8 (the
+    study's tool failed there)."""
+    try:
+        text = stdout.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    lines = text.replace("\r\n", "\n").replace("\r", "\n").strip().splitlines()
+    return lines[-1] if lines else ""
+
+
 def _end(line: bytes | None, cap: int) -> dict | None:
     """The session's ``end`` message, where ``line`` is one."""
     if line is None or len(line) > cap:
@@ -158,17 +173,21 @@ def _end(line: bytes | None, cap: int) -> dict | None:
     return said if said.get("ev") == "end" else None
 
 
-def one_file_end(line: bytes | None, status: RunStatus, run: Run, sem: Semantics,
-                 cap: int) -> tuple[Outcome, str]:
+def one_file_end(line: bytes | None, status: RunStatus, run: Run, sem: Semantics, cap: int,
+                 marker: str, complete: bool) -> tuple[Outcome, str]:
     """Under ``as_main``, where every check passed: PASS only where the run then ended as the study's
-    file did (its ``end``: the marker the last line of stdout; then exit status 0 within the wall
-    limit; ``cap``: the longest line read); else the class the study read from a file that passed its asserts but not that."""
+    file did (its ``end``, then exit status 0 within the wall limit; ``cap``: the longest line read)
+    with ``marker`` the last line of its stdout, read by the study's rule from the stdout captured
+    where that is ``complete`` (under the output cap, and UTF-8), else as the run says; else the class
+    the study read from a file that passed its asserts but not that."""
     said = _end(line, cap)
-    if said is None or status.timed_out or status.memory_exceeded or status.exit != 0 or status.signal is not None:
+    if said is None or status.timed_out or status.memory_exceeded or status.exit != 0 \
+            or status.signal is not None:
         return status_outcome(status, run.protocol_error, sem, run.stderr)
-    if said.get("stdout") is not True:
-        why = "every check passed, but the study's marker would not be the last line of stdout (the solution " \
-              "printed text after its last line break, or printed at exit)"
+    last = _last_line(run.stdout) if complete else None
+    if (said.get("stdout") is not True) if last is None else (last != marker):
+        why = ("every check passed, but the study's marker would not be the last line of stdout (the "
+               "solution printed text after its last line break, or printed at exit)")
         return sem.classify(said.get("err"), [run.stderr.decode("utf-8", "replace")]), why
     return Outcome.PASS, ""
 
@@ -200,21 +219,22 @@ def judge(line: bytes, i: int, spec, expected: Any, sem: Semantics, cap: int,
         return Outcome.OTHER, f"malformed result: {exc}"
     if resp.get("ev") != "ret" or resp.get("id") != i:
         return Outcome.OTHER, "the run answered out of turn"
-    wrong = Outcome.ASSERTION_FAILURE if not sem.rules else sem.classify(resp.get("err"), [assert_text(spec.source)])
+    wrong = Outcome.ASSERTION_FAILURE if not sem.rules else \
+        sem.classify(resp.get("err"), [assert_text(spec.source)])
     if type(resp.get("exc")) is dict:
         return failure_outcome(resp["exc"], sem, spec.source), exc_text(resp["exc"])
     if "notplain" in resp:
         return wrong, f"{spec.probe} returned a value that is not plain data ({str(resp['notplain'])[:200]})"
     if "overcap" in resp:
         detail = f"{spec.probe}: an answer of {resp['overcap']!s:.20} bytes, over the answer cap ({cap})"
-        return (wrong, detail) if sem.rules else (Outcome.OTHER, detail)  # too long to equal any expected value
+        return (wrong, detail) if sem.rules else (Outcome.OTHER, detail)  # too long to equal any expected
     try:
         got = wire.decode(resp.get("value"), numbers=sem.numbers)
     except wire.WireError as exc:
         return Outcome.OTHER, f"malformed result: {exc}"
     try:
         equal = got == expected
-    except Exception as exc:  # only a Decimal raises here (a signalling NaN): the study's assert raised it too
+    except Exception as exc:  # only a Decimal raises here (a signalling NaN); the study's assert did too
         shown = f"Traceback (most recent call last):\n{spec.source}\n{type(exc).__name__}: {safe_repr(exc)}\n"
         return sem.classify(resp.get("err"), [shown]), f"{spec.probe}: comparing raised {type(exc).__name__}"
     if equal:

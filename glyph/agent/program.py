@@ -148,7 +148,8 @@ class LocalGrader:
         self.limits = Limits(cpu_s=float(limits["cpu_s"]), wall_s=float(limits["wall_s"]))
         from glyph.semantics import SEMANTICS
         if spec.get("semantics", "glyph") not in SEMANTICS:
-            raise RuntimeError(f"tester.semantics is {spec.get('semantics')!r}, not one of {', '.join(SEMANTICS)}")
+            raise RuntimeError(f"tester.semantics is {spec.get('semantics')!r}, not one of "
+                               f"{', '.join(SEMANTICS)}")
         self.semantics = SEMANTICS[spec.get("semantics", "glyph")]
         self.sandbox = None
         self.record: dict | None = None

@@ -81,14 +81,14 @@ def grade(
     as_json: Annotated[bool, typer.Option("--json", help="print the grade as JSON (outcome, each check, "
                                                           "seconds, path, sandbox)")] = False,
     mbpp_path: MbppPath = None,
-    profile: Annotated[str, typer.Option("--profile", help="grade as this profile's env does: its task rows, "
-                                         "limits and grading semantics (study: the study's classifier's verdicts; "
-                                         "glyph: glyph's)")] = "study",
+    profile: Annotated[str, typer.Option("--profile", help="grade as this profile's env does: its task "
+                                         "rows, limits and grading semantics (study: the study's "
+                                         "classifier's verdicts; glyph: glyph's)")] = "study",
 ) -> None:
     """Grade a solution in the sandbox against hidden tests, as a profile's env grades a python_test."""
-    from glyph import profiles
     from rich.markup import escape
 
+    from glyph import profiles
     from glyph.grading import grade as run_grade
     from glyph.outcomes import Outcome
     from glyph.text import printable

@@ -55,6 +55,8 @@ class Case:
 
 
 _SQ = ("assert f(2) == 4", "assert f(3) == 9")
+_F = "def f(x):\n    return x * x\n"
+_MAIN = _F + "if __name__ == '__main__':\n"
 CRAFTED: dict[str, str] = {
     "plain": "def f(x):\n    return x * x\n",
     "wrong_answer": "def f(x):\n    return x + x\n",
@@ -78,21 +80,26 @@ CRAFTED: dict[str, str] = {
     "main_pass": "def f(x):\n    return x * x\nif __name__ == '__main__':\n    print(f(2))\n",
     "main_exit_0": "import sys\ndef f(x):\n    return x * x\nif __name__ == '__main__':\n    sys.exit(0)\n",
     "main_exit_1": "import sys\ndef f(x):\n    return x * x\nif __name__ == '__main__':\n    sys.exit(1)\n",
-    "main_self_check_fails": "def f(x):\n    return x * x\nif __name__ == '__main__':\n    assert f(1) == 2\n",
-    "main_self_check_passes": "def f(x):\n    return x * x\nif __name__ == '__main__':\n    assert f(1) == 1\n",
+    "main_self_check_fails": _MAIN + "    assert f(1) == 2\n",
+    "main_self_check_passes": _MAIN + "    assert f(1) == 1\n",
     "main_input": "def f(x):\n    return x * x\nif __name__ == '__main__':\n    n = int(input())\n",
-    "main_argv": "import sys\ndef f(x):\n    return x * x\nif __name__ == '__main__':\n    print(sys.argv[1])\n",
+    "main_argv": "import sys\n" + _MAIN + "    print(sys.argv[1])\n",
     "main_unittest": ("import unittest\ndef f(x):\n    return x * x\nclass T(unittest.TestCase):\n"
                       "    def test(self):\n        self.assertEqual(f(2), 4)\nif __name__ == '__main__':\n"
                       "    unittest.main()\n"),
-    "main_raises": "def f(x):\n    return x * x\nif __name__ == '__main__':\n    raise RuntimeError('demo')\n",
+    "main_raises": _MAIN + "    raise RuntimeError('demo')\n",
     "print_no_newline": "def f(x):\n    return x * x\nprint('ready', end='')\n",
     "print_then_pass": "def f(x):\n    print('computing', x)\n    return x * x\n",
+    "os_write_no_newline": "import os\n" + _F + "os.write(1, b'raw')\n",
+    "os_write_at_exit": "import atexit, os\n" + _F + "atexit.register(lambda: os.write(1, b'late'))\n",
+    "big_stdout_no_newline": _F + "print('x' * 100000, end='')\n",
+    "big_stdout": _F + "print('x' * 100000)\n",
     "atexit_prints": "import atexit\ndef f(x):\n    return x * x\natexit.register(lambda: print('bye'))\n",
     "atexit_prints_stderr": ("import atexit, sys\ndef f(x):\n    return x * x\n"
                              "atexit.register(lambda: sys.stderr.write('bye\\n'))\n"),
-    "stderr_says_syntax_then_pass": "import sys\ndef f(x):\n    return x * x\nsys.stderr.write('SyntaxError?\\n')\n",
-    "stderr_says_syntax_then_wrong": "import sys\ndef f(x):\n    return x\nsys.stderr.write('SyntaxError?\\n')\n",
+    "stderr_says_syntax_then_pass": "import sys\n" + _F + "sys.stderr.write('SyntaxError?\\n')\n",
+    "stderr_says_syntax_then_wrong": ("import sys\ndef f(x):\n    return x\n"
+                                      "sys.stderr.write('SyntaxError?\\n')\n"),
     "warning_then_pass": "import warnings\ndef f(x):\n    warnings.warn('careful')\n    return x * x\n",
     "thread_finishes": ("import threading, time\ndef f(x):\n    return x * x\n"
                         "threading.Thread(target=time.sleep, args=(0.3,)).start()\n"),
@@ -113,8 +120,8 @@ CRAFTED: dict[str, str] = {
 KNOWN: dict[str, str] = {
     "lone_surrogate_print": "its stdout is not UTF-8 (a lone surrogate printed under surrogateescape): the "
                             "study's tool failed decoding it and gave no class; glyph reads the run's end",
-    "int_subclass": "glyph crosses only exact builtin types: an int subclass is no plain data, a wrong answer "
-                    "(the study compared it with int's ==)",
+    "int_subclass": "glyph crosses only exact builtin types: an int subclass is no plain data, a wrong "
+                    "answer (the study compared it with int's ==)",
     "own_eq": "the study ran the solution's own __eq__ (always True: PASS); glyph never lets the solution "
               "decide a comparison",
 }
@@ -123,9 +130,10 @@ KNOWN: dict[str, str] = {
 
 _REFEREE = ("for x, y in [(2, 4), (3, 9)]:\n    assert f(x) == y",)
 """The same checks as a loop: graded on the referee path (``glyph.grading``'s docstring)."""
-REFEREE_CASES = ("plain", "wrong_answer", "raises_value_error", "raise_mentions_assertion", "eval_syntax_error",
-                 "exit_in_call", "main_exit_0", "main_self_check_fails", "main_input", "print_no_newline",
-                 "atexit_prints", "stderr_says_syntax_then_wrong", "fraction", "decimal", "decimal_nan", "timeout")
+REFEREE_CASES = ("plain", "wrong_answer", "raises_value_error", "raise_mentions_assertion",
+                 "eval_syntax_error", "exit_in_call", "main_exit_0", "main_self_check_fails", "main_input",
+                 "print_no_newline", "atexit_prints", "stderr_says_syntax_then_wrong", "fraction", "decimal",
+                 "decimal_nan", "timeout")
 
 
 def crafted() -> list[Case]:
@@ -150,7 +158,8 @@ def corpus(tasks: dict[str, mbpp.MbppTask], per_task: int | None = 2, sft_all: b
         for k, m in enumerate(study.mutations(row.code)):
             if per_task is not None and k >= per_task and row.task_id not in sft:
                 break
-            cases.append(Case(f"mbpp_{row.task_id}/m{k}", "mutation", m.apply(row.code), row.setup, row.tests))
+            name = f"mbpp_{row.task_id}/m{k}"
+            cases.append(Case(name, "mutation", m.apply(row.code), row.setup, row.tests))
     return cases
 
 
@@ -179,8 +188,9 @@ class Report:
             if rs:
                 agree = sum(r.oracle == r.study for r in rs)
                 moved = sum(r.oracle != r.glyph for r in rs)
-                out.append(f"  {kind:9}: study profile agrees with the study's classifier on {agree}/{len(rs)} "
-                           f"({100 * agree / len(rs):.2f}%); glyph's semantics would differ on {moved}")
+                out.append(f"  {kind:9}: study profile agrees with the study's classifier on "
+                           f"{agree}/{len(rs)} ({100 * agree / len(rs):.2f}%); glyph's semantics would "
+                           f"differ on {moved}")
         out.append("  the study's classes: " + ", ".join(f"{k} {v}" for k, v in
                                                        Counter(r.oracle for r in self.results).most_common()))
         for r in self.differences():

@@ -51,9 +51,9 @@ import traceback
 
 from glyph.agent.trace import sha256
 from glyph.grading import grade, grading_key
-from glyph.semantics import GLYPH, Semantics
 from glyph.localhttp import JsonHandler, LocalServer
 from glyph.sandbox import Limits
+from glyph.semantics import GLYPH, Semantics
 
 MAX_BODY = 16 << 20
 
@@ -70,7 +70,7 @@ class _Request:
 class _Rollout:
     def __init__(self, setup: str, tests: str, limits: Limits, semantics: Semantics = GLYPH) -> None:
         self.setup, self.tests, self.limits, self.semantics = setup, tests, limits, semantics
-        self.key = grading_key(setup, tests, limits, semantics)  # what every grading of this rollout is graded under
+        self.key = grading_key(setup, tests, limits, semantics)  # every grading of this rollout is under it
         self.log: list[dict] = []
         self.faults: list[dict] = []
         self.end: dict | None = None  # the program's report of how the episode ended

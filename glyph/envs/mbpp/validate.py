@@ -14,9 +14,9 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from glyph import profiles
 from glyph.agent.profiles.glyph import SOLUTION_FILE
 from glyph.envs.mbpp.finalize import Regrader, TaskTests
-from glyph import profiles
 from glyph.envs.mbpp.harness import limits_from_record
 from glyph.outcomes import Outcome
 

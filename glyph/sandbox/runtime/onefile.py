@@ -11,11 +11,13 @@ reports what the study read:
   the file's name alone, ``sys.__stdout__`` the captured stdout (UTF-8 with
   ``surrogateescape``, as under the study's ``LANG=C.UTF-8``) and stdin at its end (``/dev/null``). After
   the last probe (or, in a referee's session, at ``exit``) it ends as the file
-  did after its last test: where the study printed its marker it notes whether
-  stdout so far ends a line or is all whitespace (the marker is then the last
-  line), joins the solution's threads and runs its ``atexit`` functions
-  (``finish``), notes whether anything but whitespace was printed after, and
-  says ``end`` with both facts before exiting 0.
+  did after its last test: it prints the header's ``marker`` line where the
+  study's file printed its own (noting whether stdout so far ends a line or is
+  all whitespace, so that the marker is then a line of its own), joins the
+  solution's threads and runs its ``atexit`` functions (``finish``), notes
+  whether anything but whitespace was printed after, and says ``end`` with
+  both facts before exiting 0 (the grader reads the captured stdout itself
+  where it is whole, these facts where it is not).
 * ``printed``: strings (the study's classifier's) whose presence in stderr
   this run reports: with each failure, those in stderr so far plus the text
   the interpreter would have printed for it (``printed``: a traceback; a
@@ -138,6 +140,7 @@ class Session:
         self.as_main = header.get("mode") == "solution" and bool(header.get("as_main"))
         self.needles = tuple(header.get("printed") or ()) if header.get("mode") == "solution" else ()
         self.flush = flush
+        self.marker = str(header.get("marker") or "")
         self.out: Watched | None = None
         self.err: Watched | None = None
 
@@ -190,6 +193,10 @@ class Session:
         whitespace came after it."""
         self.flush()
         marked = self.out.mark()
+        if self.marker:  # the study's marker line, where its file wrote it (the grader reads it there)
+            data = memoryview((self.marker + "\n").encode())
+            while data:
+                data = data[os.write(1, data):]
         finish()
         self.flush()
         return {"ev": "end", "stdout": marked and self.out.blank, "err": sorted(self.err.found)}

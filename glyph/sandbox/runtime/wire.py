@@ -120,7 +120,8 @@ def encode(value, handles=None, _depth: int = 0, numbers: bool = False):
     if t is frozenset:
         return {"z": [encode(v, handles, d, numbers) for v in value]}
     if t is dict:
-        return {"d": [[encode(k, handles, d, numbers), encode(v, handles, d, numbers)] for k, v in value.items()]}
+        return {"d": [[encode(k, handles, d, numbers), encode(v, handles, d, numbers)]
+                      for k, v in value.items()]}
     if t is Handle:
         return {"h": value.id}
     if t in _DICT_LIKE:
@@ -252,7 +253,8 @@ class _Decoder:
         import fractions
         n, d = self.text(numerator), self.text(denominator)
         if len(n) + len(d) > MAX_FRACTION_DATA:
-            raise WireError(f"a Fraction of more than {MAX_FRACTION_DATA} hex characters (wire.MAX_FRACTION_DATA)")
+            raise WireError(f"a Fraction of more than {MAX_FRACTION_DATA} hex characters "
+                            "(wire.MAX_FRACTION_DATA)")
         return fractions.Fraction(int(n, 16), int(d, 16))  # ZeroDivisionError: malformed
 
 

@@ -225,8 +225,9 @@ def _solution(header: dict, blobs: dict, chan: Channel, one: onefile.Session) ->
             chan.send({"ev": "ret", "id": rid, "exc": failure(exc)})
             continue
         answer(rid, tree)
-    if one.as_main and probes is not None:
-        _end_of_file(chan, one)
+    if one.as_main and probes is not None:  # the run ends as the study's file did (onefile.Session.end)
+        chan.send(one.end())
+        _exit(0)
     handles: list = []
 
     def handle_of(obj) -> int:
@@ -248,7 +249,7 @@ def _solution(header: dict, blobs: dict, chan: Channel, one: onefile.Session) ->
         op, rid = req.get("op"), req.get("id")
         if op == "exit":
             if one.as_main:
-                _end_of_file(chan, one)
+                chan.send(one.end())
             return
         try:
             if op == "eval":
@@ -275,11 +276,6 @@ def _solution(header: dict, blobs: dict, chan: Channel, one: onefile.Session) ->
             chan.send({"ev": "ret", "id": rid, "exc": failure(exc)})
             continue
         answer(rid, tree)
-
-
-def _end_of_file(chan: Channel, one: onefile.Session) -> None:
-    chan.send(one.end())
-    _exit(0)
 
 
 def _missing(name: str):
@@ -690,7 +686,8 @@ def _referee(header: dict, blobs: dict, chan: Channel) -> None:
     chan.recv()  # "report": the solution session is gone (or the request pipe's end: _exit)
     for node, name, failure in units:
         source = "\n".join(lines[node.lineno - 1:node.end_lineno])
-        msg = {"ev": "check", "line": node.lineno, "passed": failure is None, "source": _text(name or source, 500)}
+        msg = {"ev": "check", "line": node.lineno, "passed": failure is None,
+               "source": _text(name or source, 500)}
         if failure is not None:
             if isinstance(failure[-1], SessionGone):
                 msg["gone"] = True
