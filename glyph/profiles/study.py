@@ -71,11 +71,12 @@ class StudyProfile(Profile):
                   sandbox=None) -> tuple[dict, Tester]:
         """The study's SFT traces: its budget, the task's project folder, its test code (the row's),
         graded at the limit the traces were made with (``SFT_TEST_TIMEOUT_S``; a TIMEOUT reads as
-        those traces record it)."""
+        those traces record it) by the study's verdicts."""
         limit = float(S.SFT_TEST_TIMEOUT_S)
         cfg = {"arm": arm, "max_tool_calls": S.MAX_TOOL_CALLS, "timeout_text": "sft",
                "project": S.PROJECT_PATH.format(task_id=row["task_id"]), "limits": {"cpu_s": limit, "wall_s": limit}}
-        return cfg, grading_tester("", row["test_code"], Limits(cpu_s=limit, wall_s=limit), sandbox)
+        limits = Limits(cpu_s=limit, wall_s=limit)
+        return cfg, grading_tester("", row["test_code"], limits, sandbox, self.semantics)
 
     def limits(self, tool_timeout: float) -> Limits:
         """The study's limit is wall clock: ``tool_timeout`` of each."""
