@@ -42,7 +42,9 @@ the solution's reach: it can neither read them (they are not in its process,
 nor in its filesystem view) nor influence the verdict except through the
 plain values it returns. The outcome is the first failing check's class,
 decided from structured facts (exception class, exit status, limits hit),
-never from text the solution printed.
+never from text the solution printed; under the study's semantics
+(``glyph.semantics.STUDY``) the class is the study's, and a PASS still needs
+this process's own ``==``.
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ import functools
 import hashlib
 import json
 import re
+import secrets
 import symtable
 import sys
 import threading
@@ -62,12 +65,13 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from glyph.errors import DataError
-from glyph.outcomes import Outcome, outcome_of_exception
-from glyph.sandbox import Limits, Run, RunStatus, Sandbox, get_sandbox
+from glyph.outcomes import Outcome
+from glyph.sandbox import Limits, Run, Sandbox, get_sandbox
 from glyph.sandbox.runtime import wire
+from glyph.semantics import (DETAIL_CAP, GLYPH, Semantics, ended_err, exc_text, failure_outcome, judge,
+                             one_file_end, status_outcome)
 from glyph.text import encodable, source_bytes
 
-DETAIL_CAP = 300
 MAX_SOLUTION_BYTES = 8 << 20
 MAX_PARSE_BYTES = 64 << 10
 """The most of a solution this process parses (``solution_bindings``): 49 times MBPP's longest reference
@@ -173,14 +177,6 @@ class Grade:
         return d
 
 
-def safe_repr(value: Any, cap: int = DETAIL_CAP) -> str:
-    try:
-        text = repr(value)
-    except ValueError:  # ints beyond the int-to-str digit limit
-        text = f"<int of {value.bit_length()} bits>" if type(value) is int else "<unrepresentable>"
-    return text if len(text) <= cap else text[:cap] + f"... [{len(text) - cap} more chars]"
-
-
 # ---------------------------------------------------------------- test suites
 
 
@@ -208,6 +204,7 @@ class TestSuite:
     imports: tuple[str, ...] = ()
     """The tests' own import statements, but ``from solution``."""
     references: dict = field(default_factory=dict, compare=False, hash=False)
+    """Each non-literal expected value by (its expression, whether numbers crossed as themselves)."""
 
     @property
     def path(self) -> str:
@@ -380,8 +377,9 @@ def suite_for(setup: str, tests: str, solution: bytes | str, filename: str = "<t
 
 
 def grade(solution: bytes | str, setup: str, tests: str, *, limits: Limits = Limits(),
-          sandbox: Sandbox | None = None, filename: str = "<tests>") -> Grade:
-    """Grade ``solution`` against ``setup`` + ``tests`` (Python source)."""
+          sandbox: Sandbox | None = None, filename: str = "<tests>", semantics: Semantics = GLYPH) -> Grade:
+    """Grade ``solution`` against ``setup`` + ``tests`` (Python source) under ``semantics``
+    (``glyph.semantics``: ``GLYPH`` or ``STUDY``)."""
     t0 = time.perf_counter()
     source = source_bytes(solution) if isinstance(solution, str) else solution
     if len(source) > MAX_SOLUTION_BYTES:
@@ -392,7 +390,7 @@ def grade(solution: bytes | str, setup: str, tests: str, *, limits: Limits = Lim
     grader = _fast if suite.program is None else _referee
     for _ in range(SERVER_RETRIES + 1):
         restarts = sandbox.restarts
-        result = _encodable(grader(sandbox, suite, source, limits))
+        result = _encodable(grader(sandbox, suite, source, limits, semantics))
         if sandbox.restarts == restarts:
             break
     else:  # the server died under every attempt: a fault of the grader, never the solution's outcome
@@ -404,13 +402,13 @@ def grade(solution: bytes | str, setup: str, tests: str, *, limits: Limits = Lim
     return result
 
 
-def grading_key(setup: str, tests: str, limits: Limits) -> str:
+def grading_key(setup: str, tests: str, limits: Limits, semantics: Semantics = GLYPH) -> str:
     """The sha256 of what ``grade`` depends on besides the solution: the setup
-    code, the tests (the text ``grade`` is given) and every limit. Two
-    gradings of one source under one key are the same grading: the test
-    service records the key of each it ran, and finalize takes a recorded
-    grade only under its own key (``glyph.envs.mbpp.finalize``)."""
-    blob = json.dumps([setup, tests, asdict(limits)], sort_keys=True)  # ASCII: a lone surrogate is escaped
+    code, the tests (the text ``grade`` is given), every limit and the
+    semantics. Two gradings of one source under one key are the same grading:
+    the test service records the key of each it ran, and finalize takes a
+    recorded grade only under its own key (``glyph.envs.mbpp.finalize``)."""
+    blob = json.dumps([setup, tests, asdict(limits), semantics.name], sort_keys=True)  # ASCII: \ud800 escaped
     return hashlib.sha256(blob.encode("ascii")).hexdigest()
 
 
@@ -424,35 +422,18 @@ def _encodable(g: Grade) -> Grade:
     return g
 
 
-def _status_outcome(status: RunStatus, protocol_error: str | None) -> tuple[Outcome, str]:
-    """Why a run ended without answering: from its exit status alone."""
-    if status.memory_exceeded:  # as a process over its address-space limit is (MemoryError): RUNTIME_ERROR
-        return Outcome.RUNTIME_ERROR, ("MemoryError: the run's processes together went over its memory cap "
-                                       "(Limits.run_memory_bytes); the kernel killed the run")
-    if status.timed_out:
-        how = "wall-clock" if status.wall_timeout else "CPU-time"
-        return Outcome.TIMEOUT, f"{how} limit reached ({status.wall_s:.2f}s wall, {status.cpu_s:.2f}s CPU)"
-    if protocol_error:
-        return Outcome.OTHER, protocol_error
-    if status.server_died:
-        return Outcome.OTHER, "the sandbox server died during the run (it has been restarted)"
-    if status.signal is not None:
-        return Outcome.OTHER, f"the process was killed by signal {status.signal}"
-    return Outcome.OTHER, f"the process exited (status {status.exit}) before answering"
-
-
-def _exc_text(info: dict) -> str:
-    return f"{info.get('type', '?')}: {info.get('msg', '')}"[:DETAIL_CAP]
-
-
 def _open_solution(sandbox: Sandbox, source: bytes, setup: str, limits: Limits,
-                   probes: list[str] | None = None) -> tuple[Run, Grade | None]:
+                   probes: list[str] | None = None, sem: Semantics = GLYPH,
+                   marker: str = "") -> tuple[Run, Grade | None]:
     """Open a solution session (that answers ``probes`` at once, in order,
-    after ``ready``); a Grade if it failed before being ready."""
+    after ``ready``) under ``sem``; a Grade if it failed before being ready."""
     blobs = {"source": source, "setup": setup.encode()}
     if probes is not None:
         blobs["probes"] = wire.dumps({"probes": probes})
-    run = sandbox.open({"mode": "solution", "answer_bytes": ANSWER_BYTES}, blobs, limits)
+    header = {"mode": "solution", "answer_bytes": ANSWER_BYTES, **sem.header()}
+    if marker:  # under as_main: the line the run prints last, as the study's file did
+        header["marker"] = marker
+    run = sandbox.open(header, blobs, limits)
     msg = run.recv()
     if msg is not None and msg.get("ev") == "ready":
         return run, None
@@ -460,12 +441,12 @@ def _open_solution(sandbox: Sandbox, source: bytes, setup: str, limits: Limits,
     run.release()
     if msg is not None and msg.get("ev") == "error" and type(msg.get("exc")) is dict:
         info, phase = msg["exc"], msg.get("phase")
-        outcome = outcome_of_exception(str(info.get("base")), compiling=phase == "compile")
+        outcome = failure_outcome(info, sem, compiling=phase == "compile")
         where = {"compile": "compiling the solution", "load": "loading the solution",
                  "setup": "running the test setup code"}.get(phase, "starting")
-        detail = f"{_exc_text(info)} (while {where})"
+        detail = f"{exc_text(info)} (while {where})"
     else:
-        outcome, detail = _status_outcome(status, run.protocol_error)
+        outcome, detail = status_outcome(status, run.protocol_error, sem, run.stderr)
     return run, _with_output(Grade(outcome, [], 0.0, detail), run)
 
 
@@ -475,14 +456,16 @@ def _with_output(g: Grade, run: Run) -> Grade:
     return g
 
 
-def _references(sandbox: Sandbox, suite: TestSuite, limits: Limits) -> None:
+def _references(sandbox: Sandbox, suite: TestSuite, limits: Limits, sem: Semantics = GLYPH) -> None:
     """Evaluate the non-literal expected values once, in a run with no
     submitted code (so their values are trusted)."""
     pending = list(dict.fromkeys(c.expected_expr for c in suite.checks
-                                 if c.expected_expr is not None and c.expected_expr not in suite.references))
+                                 if c.expected_expr is not None
+                                 and (c.expected_expr, sem.numbers) not in suite.references))
     if not pending:
         return
-    run, failed = _open_solution(sandbox, b"", _imports_only(suite), limits, pending)  # no submitted code
+    clean = Semantics("references", numbers=sem.numbers)  # no submitted code: only how values cross
+    run, failed = _open_solution(sandbox, b"", _imports_only(suite), limits, pending, clean)
     if failed:
         raise InvalidTests(f"the tests' expected values could not be computed: {failed.detail}")
     try:
@@ -494,11 +477,11 @@ def _references(sandbox: Sandbox, suite: TestSuite, limits: Limits) -> None:
             if resp is None or resp.get("id") != i or "value" not in resp:
                 raise InvalidTests(f"expected value {expr!r} could not be computed: {resp}")
             try:
-                value = wire.decode(resp["value"])
+                value = wire.decode(resp["value"], numbers=sem.numbers)
             except wire.WireError as exc:
                 raise InvalidTests(f"expected value {expr!r} could not be decoded: {exc}") from None
             _fits_the_cap(value, expr)
-            suite.references[expr] = value
+            suite.references[(expr, sem.numbers)] = value
     finally:
         run.finish(kill=True)
         run.release()
@@ -507,7 +490,7 @@ def _references(sandbox: Sandbox, suite: TestSuite, limits: Limits) -> None:
 def _fits_the_cap(expected: Any, what: str) -> None:
     """``InvalidTests`` if an answer equal to ``expected`` would be longer
     than ``ANSWER_BYTES``: a right answer would be read as over the cap."""
-    size = len(wire.dumps({"ev": "ret", "id": 0, "value": wire.encode(expected)}))
+    size = len(wire.dumps({"ev": "ret", "id": 0, "value": wire.encode(expected, numbers=True)}))
     if size > ANSWER_BYTES:
         raise InvalidTests(f"{what}: its expected value takes {size} bytes on the wire, over the answer cap "
                            f"(grading.ANSWER_BYTES, {ANSWER_BYTES} bytes)")
@@ -520,72 +503,48 @@ def _imports_only(suite: TestSuite) -> str:
     return "\n".join([f"import {m}" for m in suite.stdlib] + list(suite.imports))
 
 
-def _fast(sandbox: Sandbox, suite: TestSuite, source: bytes, limits: Limits) -> Grade:
+def _fast(sandbox: Sandbox, suite: TestSuite, source: bytes, limits: Limits, sem: Semantics = GLYPH) -> Grade:
     """Every probe sent at once; the run killed once it has answered them all
-    (or ended); each answer judged after that, here."""
-    _references(sandbox, suite, limits)
+    (or ended; under ``as_main`` it ends itself, as one file did, by its wall
+    limit); each answer judged after that, here."""
+    _references(sandbox, suite, limits, sem)
     checks = [Check(i, c.source, c.line) for i, c in enumerate(suite.checks)]
-    run, failed = _open_solution(sandbox, source, suite.setup, limits, [c.probe for c in suite.checks])
+    marker = secrets.token_hex(16) if sem.as_main else ""  # the study's: a random line printed last
+    probes = [c.probe for c in suite.checks]
+    run, failed = _open_solution(sandbox, source, suite.setup, limits, probes, sem, marker)
     if failed:
         failed.checks = checks
         return failed
     try:
-        run.gather(len(checks))
-        status = run.finish(kill=True)
+        run.gather(len(checks) + sem.as_main)  # under as_main, the answers and then the run's end
+        status = run.finish(kill=not sem.as_main)
         answers = list(run.messages)[:len(checks)]
+        end = list(run.messages)[len(checks):len(checks) + 1]
         failed_yet = False
         for i, (spec, check, line) in enumerate(zip(suite.checks, checks, answers)):
             with _VERDICT_LOCK:  # one answer decoded at a time in this process
-                check.outcome, check.detail = _judge(line, i, spec, suite, explain=not failed_yet)
+                expected = spec.expected if spec.expected_expr is None else \
+                    suite.references[(spec.expected_expr, sem.numbers)]
+                check.outcome, check.detail = judge(line, i, spec, expected, sem, ANSWER_BYTES,
+                                                    not failed_yet)
             failed_yet = failed_yet or check.outcome is not Outcome.PASS
     finally:
         run.release()
     if len(answers) < len(checks):  # the run ended (or broke its channel) under this probe
         ended = checks[len(answers)]
-        ended.outcome, ended.detail = _status_outcome(status, run.protocol_error)
+        ended.outcome, ended.detail = status_outcome(status, run.protocol_error, sem, run.stderr)
     first = next((c for c in checks if c.outcome is not Outcome.PASS), None)
     outcome, detail = (Outcome.PASS, "") if first is None else (first.outcome, first.detail)
+    if first is None and sem.as_main:
+        outcome, detail = one_file_end(end[0] if end else None, status, run, sem, ANSWER_BYTES, marker,
+                                       len(run.stdout) < limits.output_bytes)
     return _with_output(Grade(outcome, checks, 0.0, detail), run)
-
-
-def _judge(line: bytes, i: int, spec: ProbeCheck, suite: TestSuite,
-           explain: bool = True) -> tuple[Outcome, str]:
-    """The outcome of check ``i`` from the line that answered it. ``explain``:
-    the got/expected of a wrong answer (the first failing check's; a later
-    one's outcome is enough, and a repr of each would cost the grader)."""
-    if len(line) > ANSWER_BYTES:
-        return Outcome.OTHER, (f"{spec.probe}: an answer of {len(line)} bytes, over the answer cap "
-                               f"({ANSWER_BYTES})")
-    try:
-        resp = wire.loads(line)
-    except wire.WireError as exc:
-        return Outcome.OTHER, f"malformed result: {exc}"
-    if resp.get("ev") != "ret" or resp.get("id") != i:
-        return Outcome.OTHER, "the run answered out of turn"
-    if type(resp.get("exc")) is dict:
-        return outcome_of_exception(str(resp["exc"].get("base"))), _exc_text(resp["exc"])
-    if "notplain" in resp:
-        return (Outcome.ASSERTION_FAILURE,
-                f"{spec.probe} returned a value that is not plain data ({str(resp['notplain'])[:200]})")
-    if "overcap" in resp:
-        return Outcome.OTHER, (f"{spec.probe}: an answer of {resp['overcap']!s:.20} bytes, over the answer "
-                               f"cap ({ANSWER_BYTES})")
-    try:
-        got = wire.decode(resp.get("value"))
-    except wire.WireError as exc:
-        return Outcome.OTHER, f"malformed result: {exc}"
-    expected = spec.expected if spec.expected_expr is None else suite.references[spec.expected_expr]
-    if got == expected:
-        return Outcome.PASS, ""
-    if not explain:
-        return Outcome.ASSERTION_FAILURE, f"{spec.probe}: a wrong answer"
-    return Outcome.ASSERTION_FAILURE, f"{spec.probe}: got {safe_repr(got)}, expected {safe_repr(expected)}"
 
 
 _RPC_OPS = {"get": ("name",), "call": ("fn", "args", "kwargs"), "getattr": ("obj", "name")}
 
 
-def _relay(req: dict, s: Run, n: int) -> tuple[dict | None, str | None]:
+def _relay(req: dict, s: Run, n: int, sem: Semantics = GLYPH) -> tuple[dict | None, str | None]:
     """Forward one referee request to the solution session: the sanitized
     answer for the referee, or (None, why the session is over: None when it
     ended by itself, its status says why)."""
@@ -608,15 +567,20 @@ def _relay(req: dict, s: Run, n: int) -> tuple[dict | None, str | None]:
         return None, "the solution session answered out of turn"
     if type(resp.get("exc")) is dict:
         info = resp["exc"]
-        return {"exc": {"type": str(info.get("type"))[:200], "base": str(info.get("base"))[:100],
-                        "msg": str(info.get("msg"))[:DETAIL_CAP]}}, None
+        clean = {"type": str(info.get("type"))[:200], "base": str(info.get("base"))[:100],
+                 "msg": str(info.get("msg"))[:DETAIL_CAP]}
+        if sem.rules:  # the rule strings it says were printed, and whether a traceback was: nothing else
+            printed = info.get("printed") if type(info.get("printed")) is list else []
+            clean["printed"] = sorted({p for p in printed if type(p) is str and p in sem.needles})
+            clean["traceback"] = info.get("traceback") is not False
+        return {"exc": clean}, None
     if "overcap" in resp:
         return None, (f"the solution sent an answer of {resp['overcap']!s:.20} bytes, over the answer cap "
                       f"({ANSWER_BYTES})")
     # Decoded only to check it (within wire's bounds; decode reads every part of the tree): the tree
     # goes on to the referee as it came. Re-encoding the value would build a second, larger tree.
     try:
-        wire.decode(resp.get("value"), allow_handles=True)
+        wire.decode(resp.get("value"), allow_handles=True, numbers=sem.numbers)
     except wire.WireError as exc:
         return None, f"malformed result from the solution: {exc}"
     return {"value": resp.get("value")}, None
@@ -626,18 +590,23 @@ class _RefereeFault(Exception):
     """The referee (trusted: it runs only test code) broke its protocol."""
 
 
-def _referee(sandbox: Sandbox, suite: TestSuite, source: bytes, limits: Limits) -> Grade:
+def _referee(sandbox: Sandbox, suite: TestSuite, source: bytes, limits: Limits,
+             sem: Semantics = GLYPH) -> Grade:
     """The test program runs in the referee, the solution in its session;
     every call relayed here, whatever the checks found (the referee records
     them and goes on: ``runtime/worker.py``). Once the program has ended the
-    session is killed, and only then does the referee describe its checks."""
-    s, failed = _open_solution(sandbox, source, suite.setup, limits)
+    session is killed (under ``as_main``: told to end as one file would, and
+    its end read), and only then does the referee describe its checks."""
+    marker = secrets.token_hex(16) if sem.as_main else ""
+    s, failed = _open_solution(sandbox, source, suite.setup, limits, None, sem, marker)
     if failed:
         return failed
-    r = sandbox.open({"mode": "referee", "names": list(suite.names), "stdlib": list(suite.stdlib)},
-                     {"program": suite.program.encode()}, limits)
+    referee = {"mode": "referee", "names": list(suite.names), "stdlib": list(suite.stdlib),
+               **{k: v for k, v in sem.header().items() if k != "as_main"}}
+    r = sandbox.open(referee, {"program": suite.program.encode()}, limits)
     reports: list[dict] = []
     gone: tuple[Outcome, str] | None = None  # the session's end, where it ended under a call
+    end: bytes | None = None  # under as_main, the session's end, where it said one
     outcome, detail, n = Outcome.PASS, "", 0
     try:
         while True:
@@ -645,37 +614,41 @@ def _referee(sandbox: Sandbox, suite: TestSuite, source: bytes, limits: Limits) 
             ev = None if msg is None else msg.get("ev")
             if ev == "rpc" and gone is None:
                 n += 1
-                answer, why = _relay(msg, s, n)
+                answer, why = _relay(msg, s, n, sem)
                 if answer is None:
                     status = s.finish(kill=True)
-                    gone = (Outcome.OTHER, why) if why else _status_outcome(status, s.protocol_error)
+                    gone = (Outcome.OTHER, why) if why else \
+                        status_outcome(status, s.protocol_error, sem, s.stderr)
                     answer = {"gone": True}
                 r.send(answer)
             elif ev == "rpc":
                 r.send({"gone": True})
             elif ev == "ran":
+                if s.status is None and sem.as_main and s.send({"op": "exit"}):
+                    end = s.recv_line()
                 if s.status is None:
-                    s.finish(kill=True)
+                    s.finish(kill=not sem.as_main)
                 r.send({"op": "report"})
             elif ev == "check":
                 reports.append(msg)
             elif ev == "done":
                 break
             else:
-                why = _status_outcome(r.finish(kill=True), r.protocol_error)[1] if msg is None else \
+                why = status_outcome(r.finish(kill=True), r.protocol_error)[1] if msg is None else \
                     f"the referee sent {ev!r}"
                 raise _RefereeFault(why)
     except _RefereeFault as exc:
         outcome, detail = Outcome.OTHER, f"the referee: {exc}"
         if msg is None and r.status is not None:
-            outcome = _status_outcome(r.status, r.protocol_error)[0]
+            outcome = status_outcome(r.status, r.protocol_error)[0]
         reports = []
     finally:
         for run in (r, s):
             if run.status is None:
                 run.finish(kill=True)
             run.release()
-    checks = [_reported_check(i, m, gone) for i, m in enumerate(reports)]
+    err = ended_err(end, s.stderr, sem, ANSWER_BYTES)  # the rule strings in the session's stderr
+    checks = [_reported_check(i, m, gone, sem, err) for i, m in enumerate(reports)]
     first = next((c for c in checks if c.outcome is not Outcome.PASS), None)
     if first is not None:
         outcome, detail = first.outcome, first.detail
@@ -683,12 +656,17 @@ def _referee(sandbox: Sandbox, suite: TestSuite, source: bytes, limits: Limits) 
         outcome, detail = gone
     elif outcome is Outcome.PASS and not checks:
         outcome, detail = Outcome.OTHER, "the tests ran no check"
+    elif outcome is Outcome.PASS and sem.as_main:
+        outcome, detail = one_file_end(end, s.status, s, sem, ANSWER_BYTES, marker,
+                                       len(s.stdout) < limits.output_bytes)
     if outcome is not Outcome.PASS and (first is None) and checks:
         checks.append(Check(len(checks), "(test program)", None, outcome, detail))
     return _with_output(Grade(outcome, checks, 0.0, detail), s)
 
 
-def _reported_check(i: int, msg: dict, gone: tuple[Outcome, str] | None) -> Check:
+def _reported_check(i: int, msg: dict, gone: tuple[Outcome, str] | None, sem: Semantics = GLYPH,
+                    err: list[str] = ()) -> Check:
+    """Check ``i`` from the referee's report; under ``rules`` a failure's class also reads ``err``."""
     c = Check(i, str(msg.get("source")), msg.get("line") if type(msg.get("line")) is int else None)
     if msg.get("passed"):
         c.outcome = Outcome.PASS
@@ -696,6 +674,6 @@ def _reported_check(i: int, msg: dict, gone: tuple[Outcome, str] | None) -> Chec
         c.outcome, c.detail = gone
     else:
         info = msg.get("exc") if type(msg.get("exc")) is dict else {}
-        c.outcome = outcome_of_exception(str(info.get("base")))
-        c.detail = _exc_text(info) + (" (raised by the solution)" if msg.get("remote") else "")
+        c.outcome = failure_outcome(info, sem, also=err)
+        c.detail = exc_text(info) + (" (raised by the solution)" if msg.get("remote") else "")
     return c

@@ -20,7 +20,7 @@ PACKAGE = Path(__file__).resolve().parent
 
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("outcomes", "sandbox", "text", "errors"),  # the ground floor: imports nothing from glyph
-    ("grading",),  # the trusted grader
+    ("semantics", "grading"),  # the trusted grader and how it reads a run (glyph's or the study's)
     ("agent",),  # the agent program, its protocol and tools
     ("layers", "pins", "record", "localhttp", "vfcompat", "render", "render_study", "redteam", "recipe",
      "export"),

@@ -16,13 +16,14 @@ import glyph
 from glyph.grading import grade
 from glyph.redteam import ATTACKS, DEMO_SOLUTION, DEMO_TESTS, aimed_at_a_listener
 from glyph.sandbox import Limits
+from glyph.semantics import GLYPH, STUDY
 
 SECRET = "glyph-redteam-secret-4c1d"
 os.environ["GLYPH_REDTEAM_SECRET"] = SECRET  # before any sandbox starts: it must not leak into runs
 LIMITS = Limits(cpu_s=2, wall_s=4)
 WATCHED_DIRS = [Path("/tmp"), Path("/var/tmp"), Path("/dev/shm"), Path.home(), Path.cwd(),
                 Path(glyph.__file__).parent]
-TRUSTED_FILES = [Path(glyph.__file__).parent / "grading.py",
+TRUSTED_FILES = [Path(glyph.__file__).parent / "grading.py", Path(glyph.__file__).parent / "semantics.py",
                  *sorted((Path(glyph.__file__).parent / "sandbox").rglob("*.py")), Path(os.__file__)]
 
 
@@ -42,12 +43,15 @@ def test_an_attacks_own_tests_pass_the_reference(attack, sandbox):
     assert grade(DEMO_SOLUTION, "", attack.tests, limits=LIMITS, sandbox=sandbox).passed
 
 
+@pytest.mark.parametrize("semantics", [GLYPH, STUDY], ids=["glyph", "study"])
 @pytest.mark.parametrize("attack", ATTACKS, ids=[a.name for a in ATTACKS])
-def test_attack_is_contained(attack, sandbox):
+def test_attack_is_contained(attack, semantics, sandbox):
+    """Under either profile's semantics (``glyph.semantics``: the study's runs the solution as
+    ``__main__`` and reads the run's own report of what it printed)."""
     source, listener = aimed_at_a_listener(attack)
     before = snapshot()
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    g = grade(source, "", attack.tests, limits=LIMITS, sandbox=sandbox)
+    g = grade(source, "", attack.tests, limits=LIMITS, sandbox=sandbox, semantics=semantics)
 
     assert not g.passed, f"{attack.name} was rewarded: {g.detail}"
     assert sandbox_processes(sandbox) == [], "processes left behind"

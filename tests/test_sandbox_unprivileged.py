@@ -4,8 +4,10 @@ root without CAP_SYS_ADMIN (``confined``), and nowhere silently ``bare``.
 Each case runs a driver script in a subprocess with a Python installed for
 all users (the repo's ``.venv`` Python may live under a home other uids
 cannot read). The driver imports a copy of the stdlib-only part of glyph
-(``glyph/sandbox``, ``glyph/redteam``, ``errors.py``, ``grading.py``, ``outcomes.py``, ``text.py``) from a
-directory that uid can read, grades every attack of ``glyph.redteam`` and
+(``glyph/sandbox``, ``glyph/redteam``, ``errors.py``, ``grading.py``, ``semantics.py``, ``outcomes.py``,
+``text.py``) from a
+directory that uid can read, grades every attack of ``glyph.redteam`` (under both profiles' verdicts,
+``glyph.semantics``) and
 checks, from outside, what ``tests/test_redteam.py`` checks under root: not
 rewarded, no process left, no file changed outside the run, no secret in the
 output, no connection to the host's loopback, the server alive. When CI runs
@@ -39,6 +41,7 @@ import json, os, socket, sys, time, hashlib
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from glyph.sandbox import Limits, Sandbox, SandboxUnavailable
 from glyph.grading import grade
+from glyph.semantics import GLYPH, STUDY
 from glyph.redteam import ATTACKS, DEMO_SOLUTION, DEMO_TESTS, aimed_at_a_listener
 
 cfg = json.loads(sys.stdin.read())  # not argv: /proc/<pid>/cmdline is world-readable
@@ -65,7 +68,7 @@ def descendants(root):
     return found
 
 WATCHED = ["/tmp", "/var/tmp", "/dev/shm", "/run/lock", here]
-TRUSTED = [os.path.join(here, "glyph", "grading.py")] + sorted(
+TRUSTED = [os.path.join(here, "glyph", n) for n in ("grading.py", "semantics.py")] + sorted(
     os.path.join(d, f) for d, _, fs in os.walk(os.path.join(here, "glyph", "sandbox")) for f in fs if f.endswith(".py"))
 
 def snapshot():
@@ -185,12 +188,12 @@ elif cfg["do"] == "data":
 elif cfg["do"] == "attacks":
     os.environ["GLYPH_REDTEAM_SECRET"] = cfg["secret"]
     limits = Limits(cpu_s=2, wall_s=4)
-    for attack in ATTACKS:
+    for attack, semantics in [(a, s) for a in ATTACKS for s in (GLYPH, STUDY)]:
         if attack.name in cfg.get("skip", ()):
             continue
         source, listener = aimed_at_a_listener(attack)
         before = snapshot()
-        g = grade(source, "", attack.tests, limits=limits, sandbox=sb)
+        g = grade(source, "", attack.tests, limits=limits, sandbox=sb, semantics=semantics)
         problems = []
         if g.passed:
             problems.append("rewarded")
@@ -216,7 +219,7 @@ elif cfg["do"] == "attacks":
         if not grade(DEMO_SOLUTION, "", DEMO_TESTS, sandbox=sb).passed:
             problems.append("grader broken after the attack")
         if problems:
-            out["failures"].append([attack.name, problems])
+            out["failures"].append([f"{attack.name} ({semantics.name})", problems])
 out["seconds"] = time.monotonic() - t0
 if cfg.get("kill_server"):  # the client's cleanup after a dead server, not the server's own
     os.kill(server, 9)
@@ -275,7 +278,7 @@ def copy(python):
         pkg = root / "glyph"
         for name in ("sandbox", "redteam"):
             shutil.copytree(GLYPH / name, pkg / name, ignore=shutil.ignore_patterns("__pycache__"))
-        for name in ("errors.py", "grading.py", "outcomes.py", "text.py"):
+        for name in ("errors.py", "grading.py", "semantics.py", "outcomes.py", "text.py"):
             shutil.copy(GLYPH / name, pkg / name)
         (pkg / "__init__.py").write_text("")
         (root / "driver.py").write_text(DRIVER)

@@ -167,6 +167,11 @@ class LocalGrader:
         tests = spec.get("tests", [])
         self.tests = tests if isinstance(tests, str) else "\n".join(tests)  # as glyph.envs.mbpp.test_service joins them
         self.limits = Limits(cpu_s=float(limits["cpu_s"]), wall_s=float(limits["wall_s"]))
+        from glyph.semantics import SEMANTICS
+        if spec.get("semantics", "glyph") not in SEMANTICS:
+            raise RuntimeError(f"tester.semantics is {spec.get('semantics')!r}, not one of "
+                               f"{', '.join(SEMANTICS)}")
+        self.semantics = SEMANTICS[spec.get("semantics", "glyph")]
         self.sandbox = None
         self.record: dict | None = None
 
@@ -189,7 +194,8 @@ class LocalGrader:
     def __call__(self, source: str) -> str:
         from glyph.grading import grade
         sandbox = self.sandbox or self._start()
-        return grade(source, self.setup, self.tests, limits=self.limits, sandbox=sandbox).outcome.value
+        return grade(source, self.setup, self.tests, limits=self.limits, sandbox=sandbox,
+                     semantics=self.semantics).outcome.value
 
     def close(self) -> None:
         if self.sandbox is not None:

@@ -81,16 +81,24 @@ def grade(
     as_json: Annotated[bool, typer.Option("--json", help="print the grade as JSON (outcome, each check, "
                                                           "seconds, path, sandbox)")] = False,
     mbpp_path: MbppPath = None,
+    profile: Annotated[str, typer.Option("--profile", help="grade as this profile's env does: its task "
+                                         "rows, limits and grading semantics (study: the study's "
+                                         "classifier's verdicts; glyph: glyph's)")] = "study",
 ) -> None:
-    """Grade a solution in the sandbox against hidden tests."""
+    """Grade a solution in the sandbox against hidden tests, as a profile's env grades a python_test."""
     from rich.markup import escape
 
+    from glyph import profiles
     from glyph.grading import grade as run_grade
     from glyph.outcomes import Outcome
     from glyph.text import printable
 
     if (task is None) == (tests is None):
         fail("give exactly one of --task or --tests")
+    if profile not in profiles.names():
+        fail(f"--profile {profile}: no such profile (use one of {', '.join(profiles.names())})")
+    prof = profiles.get(profile)
+    limits, semantics = prof.grading()
     if plus and (task is None or challenge):
         fail("--plus goes with --task, without --challenge")
     _check_file("--solution", solution)
@@ -110,7 +118,9 @@ def grade(
         row = known[task]
         if challenge and not row.challenge_test_list:
             fail(f"{task} has no challenge tests")
-        setup, program, filename = row.test_setup_code, row.tests(challenge), f"<{task} tests>"
+        rows = prof.row(row)
+        program = "\n".join(rows.challenge if challenge else rows.tests)
+        setup, filename = rows.setup, f"<{task} tests>"
         if plus:
             from glyph.data import plus as plus_tests
             extra = plus_tests.load_tests(plus_path, row)
@@ -120,7 +130,8 @@ def grade(
     from glyph.grading import MAX_SOLUTION_BYTES
 
     too_big = len(source) > MAX_SOLUTION_BYTES
-    result = _too_big(solution, size) if too_big else run_grade(source, setup, program, filename=filename)
+    result = (_too_big(solution, size) if too_big else
+              run_grade(source, setup, program, filename=filename, limits=limits, semantics=semantics))
     ours = lambda text: _WORKER_NAME.sub(solution.name, text)  # the user's file, by its name
     if as_json:
         print(json.dumps(result.to_json(), indent=2))

@@ -48,11 +48,15 @@ def read_rows(path: Path) -> list[dict]:
         return [json.loads(line) for line in f if line.strip()]
 
 
-def grading_tester(setup: str, tests: str, limits, sandbox=None) -> Tester:
-    """``tester(source, shadow)``: glyph's grader on ``tests`` after ``setup``, under ``limits``."""
+def grading_tester(setup: str, tests: str, limits, sandbox=None, semantics=None) -> Tester:
+    """``tester(source, shadow)``: glyph's grader on ``tests`` after ``setup``, under ``limits`` and
+    ``semantics`` (``glyph.semantics``; None: glyph's)."""
     from glyph.grading import grade
+    from glyph.semantics import GLYPH
 
-    return lambda source, shadow: grade(source, setup, tests, limits=limits, sandbox=sandbox).outcome.value
+    sem = semantics or GLYPH
+    return lambda source, shadow: grade(source, setup, tests, limits=limits, sandbox=sandbox,
+                                        semantics=sem).outcome.value
 
 
 def _view(message: dict | None):

@@ -29,8 +29,9 @@ are ``glyph.agent.study``'s; this module is the algorithm):
   line that occurs twice, where the changed line already occurs, or where
   the mutated code would hold the changed line twice.
 * **Grading.** A mutation fails when glyph's grader (``glyph.grading.grade``,
-  in the sandbox) gives it any outcome but PASS, under the study's 5 s limit;
-  the outcome recorded is the grader's class.
+  in the sandbox, with the study's verdicts: ``glyph.semantics.STUDY``) gives
+  it any outcome but PASS, under the study's 5 s limit; the outcome recorded
+  is the grader's class.
 
 Arm A and Arm B traces of a task share the candidate, the patches and the
 outcomes; only the turns around ``python_test`` differ.
@@ -209,8 +210,8 @@ class DeepRecovery:
 
 @dataclass
 class Grader:
-    """Grades candidates with glyph's grader under the study's limit, each
-    distinct (task, code) once."""
+    """Grades candidates with glyph's grader under the study's limit and verdicts
+    (``glyph.semantics.STUDY``), each distinct (task, code) once."""
 
     limit_s: float = S.SFT_TEST_TIMEOUT_S
     cache: dict = field(default_factory=dict)
@@ -222,9 +223,11 @@ class Grader:
         if key not in self.cache:
             from glyph.grading import grade
             from glyph.sandbox import Limits
+            from glyph.semantics import STUDY
 
             t0 = time.perf_counter()
-            g = grade(code, task.setup, "\n".join(task.tests), limits=Limits(cpu_s=self.limit_s, wall_s=self.limit_s))
+            limits = Limits(cpu_s=self.limit_s, wall_s=self.limit_s)
+            g = grade(code, task.setup, "\n".join(task.tests), limits=limits, semantics=STUDY)
             self.seconds += time.perf_counter() - t0
             self.gradings += 1
             self.cache[key] = g.outcome.value

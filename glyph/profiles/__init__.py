@@ -18,9 +18,11 @@ from __future__ import annotations
 
 from glyph.agent import profiles as agent_profiles
 from glyph.agent.profiles.base import Registry
-from glyph.profiles.base import Profile
+from glyph.profiles.base import TOOL_TIMEOUT_S, Profile
 from glyph.profiles.glyph import GLYPH_PROFILE
 from glyph.profiles.study import STUDY_PROFILE
+
+__all__ = ["DEFAULT", "PROFILES", "TOOL_TIMEOUT_S", "Profile", "get", "names", "of_conversation", "register"]
 
 DEFAULT = "study"
 """The profile glyph runs unless told otherwise: the study's."""

@@ -19,8 +19,11 @@ from glyph.data.mbpp import MbppTask
 from glyph.data.replay import Replay, replay
 from glyph.outcomes import Outcome
 from glyph.sandbox import Limits
+from glyph.semantics import GLYPH, Semantics
 
 PASS = Outcome.PASS.value
+TOOL_TIMEOUT_S = 10.0
+"""``GlyphHarnessConfig.tool_timeout`` where neither a config nor a profile's ``settings`` set it."""
 OUTCOMES = frozenset(o.value for o in Outcome)
 
 
@@ -67,6 +70,11 @@ class Profile(ABC):
     """The report's confusion counts a sampled label that is no outcome class (an ``INVALID`` column)."""
     definitions: ClassVar[str]
     """What its episode metrics and predictions mean, as the report says it."""
+    semantics: ClassVar[Semantics] = GLYPH
+    """How its gradings read a solution's run (``glyph.semantics``): every python_test and finalize's."""
+    reuse_final_grade: ClassVar[bool] = True
+    """finalize takes the final solution's base grade from the test service's record where it has one
+    (``finalize.regrade``); False: the final verification re-runs the tests."""
 
     # ------------------------------------------------------------ tasks and harness
 
@@ -89,6 +97,11 @@ class Profile(ABC):
         """The grading limits of a python_test and of finalize: ``tool_timeout`` of CPU, twice that of
         wall clock."""
         return Limits(cpu_s=float(tool_timeout), wall_s=2 * float(tool_timeout))
+
+    def grading(self) -> tuple[Limits, Semantics]:
+        """The limits and semantics its env grades a python_test under by default (its ``settings``'
+        ``tool_timeout``): what ``glyph grade --profile`` grades with."""
+        return self.limits(float(self.settings.get("tool_timeout", TOOL_TIMEOUT_S))), self.semantics
 
     def switch_values(self, given: dict[str, Any]) -> dict | None:
         """The switches the program runs under (``given``: the harness's switches that are set); a

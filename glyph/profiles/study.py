@@ -26,6 +26,7 @@ from glyph.data.mbpp import MbppTask
 from glyph.data.replay import grading_tester
 from glyph.profiles.base import OUTCOMES, PASS, Profile, Regrading, TaskRow, rate
 from glyph.sandbox import Limits
+from glyph.semantics import STUDY as STUDY_SEMANTICS
 
 INVALID = "INVALID"  # the study's class for a sampled prediction that is no outcome class (src/glyph/passk.py)
 
@@ -50,6 +51,8 @@ class StudyProfile(Profile):
     switches = tuple(Switches().as_dict())
     split_keys = study.SPLIT_KEYS
     invalid_class = True
+    semantics = STUDY_SEMANTICS  # its classifier's verdicts on honest code (PREDICT src/glyph/program.py)
+    reuse_final_grade = False  # its final_verification re-ran the tests (program.py, end of main)
     definitions = ("the study's (PREDICT src/glyph/taskset.py, passk.py): first patch = the first prediction "
                    "target's outcome, else the first visible python_test's; recovered = a visible PASS after the "
                    "first visible failure, and passed; an invalid prediction label is the class INVALID")
@@ -68,11 +71,12 @@ class StudyProfile(Profile):
                   sandbox=None) -> tuple[dict, Tester]:
         """The study's SFT traces: its budget, the task's project folder, its test code (the row's),
         graded at the limit the traces were made with (``SFT_TEST_TIMEOUT_S``; a TIMEOUT reads as
-        those traces record it)."""
+        those traces record it) by the study's verdicts."""
         limit = float(S.SFT_TEST_TIMEOUT_S)
         cfg = {"arm": arm, "max_tool_calls": S.MAX_TOOL_CALLS, "timeout_text": "sft",
                "project": S.PROJECT_PATH.format(task_id=row["task_id"]), "limits": {"cpu_s": limit, "wall_s": limit}}
-        return cfg, grading_tester("", row["test_code"], Limits(cpu_s=limit, wall_s=limit), sandbox)
+        limits = Limits(cpu_s=limit, wall_s=limit)
+        return cfg, grading_tester("", row["test_code"], limits, sandbox, self.semantics)
 
     def limits(self, tool_timeout: float) -> Limits:
         """The study's limit is wall clock: ``tool_timeout`` of each."""

@@ -118,10 +118,11 @@ class Rollouts:
         for name, text in (files or {}).items():
             (workspace / name).write_text(text)
         secret = secrets.token_hex(16)
-        self.service.register(secret, setup, visible, limits)
+        self.service.register(secret, setup, visible, limits, profile.semantics)
         spec = ({"kind": "service", "url": service_url or self.service.url, "end_url": self.service.end_url}
                 if tester == "service" else
-                {"kind": "local", "sandbox": LOCAL_SANDBOX, "setup": setup, "tests": visible})
+                {"kind": "local", "sandbox": LOCAL_SANDBOX, "setup": setup, "tests": visible,
+                 "semantics": profile.semantics.name})
         served = model or self.policies
         cfg = program_config(self.harness, arm, row.text, setup, visible, task.task_id, spec,
                              {"base_url": served.base_url, "model": policy})

@@ -106,7 +106,7 @@ class GlyphHarnessConfig(vf.HarnessConfig):
     answers ``status: failed``, costs 1, and the episode goes on."""
     max_tool_calls: int = Field(DEFAULT_BUDGET, ge=1)
     """Tool calls an episode may make: the system prompt names it (glyph's profile)."""
-    tool_timeout: float = Field(10.0, gt=0)
+    tool_timeout: float = Field(profiles.TOOL_TIMEOUT_S, gt=0)
     """Seconds of CPU one grading may use (wall clock: twice that; the study's: the same): each
     python_test and finalize's gradings of the rollout (``limits()``)."""
     test_cost: int = Field(DEFAULT_TEST_COST, ge=1)
@@ -194,7 +194,8 @@ class GlyphHarness(vf.Harness[GlyphHarnessConfig]):
         if data.profile != cfg.profile:
             raise ValueError(f"the harness's profile is {cfg.profile!r}, the task's {data.profile!r}: set "
                              f"--env.taskset.profile and --env.agent.harness.profile to the same")
-        agent = profiles.get(cfg.profile).agent
+        p = profiles.get(cfg.profile)
+        agent = p.agent
         local = isinstance(runtime, _subprocess_runtime())
         limits = cfg.limits()
         project = agent.project(data.task_id)
@@ -206,11 +207,11 @@ class GlyphHarness(vf.Harness[GlyphHarnessConfig]):
         if local:
             from glyph.envs.mbpp.test_service import get_service
             service = get_service()
-            service.register(secret, data.hidden_setup, data.visible_tests, limits)
+            service.register(secret, data.hidden_setup, data.visible_tests, limits, p.semantics)
             tester = {"kind": "service", "url": service.url, "end_url": service.end_url}
         else:  # a container runtime: the container is the isolation
             tester = {"kind": "local", "sandbox": LOCAL_SANDBOX, "setup": data.hidden_setup,
-                      "tests": data.visible_tests}
+                      "tests": data.visible_tests, "semantics": p.semantics.name}
         config = program_config(cfg, data.arm, data.task_text, data.hidden_setup, data.visible_tests, data.task_id,
                                 tester, {"base_url": endpoint, "model": ctx.model})
         warm = cfg.start == "warm" and local and start.workspace_of(runtime) is not None

@@ -53,6 +53,7 @@ from glyph.agent.trace import sha256
 from glyph.grading import grade, grading_key
 from glyph.localhttp import JsonHandler, LocalServer
 from glyph.sandbox import Limits
+from glyph.semantics import GLYPH, Semantics
 
 MAX_BODY = 16 << 20
 
@@ -67,9 +68,9 @@ class _Request:
 
 
 class _Rollout:
-    def __init__(self, setup: str, tests: str, limits: Limits) -> None:
-        self.setup, self.tests, self.limits = setup, tests, limits
-        self.key = grading_key(setup, tests, limits)  # what every grading of this rollout is graded under
+    def __init__(self, setup: str, tests: str, limits: Limits, semantics: Semantics = GLYPH) -> None:
+        self.setup, self.tests, self.limits, self.semantics = setup, tests, limits, semantics
+        self.key = grading_key(setup, tests, limits, semantics)  # every grading of this rollout is under it
         self.log: list[dict] = []
         self.faults: list[dict] = []
         self.end: dict | None = None  # the program's report of how the episode ended
@@ -93,7 +94,7 @@ class _Rollout:
         try:
             with self.lock:
                 self.gradings += 1
-            graded = grade(source, self.setup, self.tests, limits=self.limits)
+            graded = grade(source, self.setup, self.tests, limits=self.limits, semantics=self.semantics)
             outcome = graded.outcome.value
         except BaseException as exc:
             req.error = f"{type(exc).__name__}: {exc}"
@@ -168,8 +169,10 @@ class SandboxTestService:
         """Where the program reports how its episode ended."""
         return f"http://127.0.0.1:{self.server.port}/end"
 
-    def register(self, secret: str, setup: str, tests: list[str], limits: Limits) -> None:
-        self.rollouts[secret] = _Rollout(setup, "\n".join(tests), limits)
+    def register(self, secret: str, setup: str, tests: list[str], limits: Limits,
+                 semantics: Semantics = GLYPH) -> None:
+        """Grade the rollout ``secret``'s tests under ``limits`` and ``semantics`` (its profile's)."""
+        self.rollouts[secret] = _Rollout(setup, "\n".join(tests), limits, semantics)
 
     def unregister(self, secret: str) -> list[dict]:
         """The rollout's log (what it graded, in order), forgetting the rollout."""

@@ -2,7 +2,8 @@
 at the pin; ``glyph.vfcompat``, 7.): the task's reference solution, put where
 the agent's ``solution.py`` goes and read back from there as finalize reads
 it, passes the suite the reward grades (``base`` or ``plus``), graded by
-finalize's own call (``Regrader.hidden``) under the default harness's limits.
+finalize's own call (``Regrader.hidden``) under the default harness's limits
+and the task's profile's grading semantics.
 A reference that does not pass is ``invalid`` (its outcome and the grader's
 detail logged); a grading that raises (a sandbox fault) reads as ``error``.
 It runs no agent program and no test service.
@@ -13,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from glyph import profiles
 from glyph.agent.profiles.glyph import SOLUTION_FILE
 from glyph.envs.mbpp.finalize import Regrader, TaskTests
 from glyph.envs.mbpp.harness import limits_from_record
@@ -37,7 +39,8 @@ async def gold_outcome(task, runtime) -> tuple[str, str]:
     raw = await runtime.read(SOLUTION_FILE, max_bytes=MAX_SOLUTION_BYTES)
     source = raw.decode("utf-8", "surrogateescape")
     tests = task_tests(data)
-    suites = await asyncio.to_thread(Regrader(tests, limits_from_record(None)).hidden, source)
+    rg = Regrader(tests, limits_from_record(None), semantics=profiles.get(data.profile).semantics)
+    suites = await asyncio.to_thread(rg.hidden, source)
     return suites[tests.reward]
 
 

@@ -12,6 +12,15 @@ trusted. MBPP's reference solutions for tasks 40, 88, 653 and 902 return
 such values and ``==`` on them means content equality. Sessions that need to
 refer to an object living in the sandbox use an opaque integer handle.
 
+With ``numbers`` (the study's semantics, ``glyph.grading.STUDY``: its one file
+compared a result with ``==`` on the real object), two exact stdlib number types
+cross too: ``fractions.Fraction`` as its numerator and denominator (``q``) and
+``decimal.Decimal`` as its ``str`` (``m``), which both name the value exactly.
+``decode`` builds the real ``Fraction`` and ``Decimal`` from those ints and that
+text, so ``==`` on the trusted side is the stdlib's own, between values no
+submitted code made. Without ``numbers`` those tags are refused as any unknown
+one, and ``encode`` rejects the types as not plain data (glyph's semantics).
+
 ``encode`` runs on the untrusted side (its type checks give honest code a clear
 reason); ``decode`` runs on the trusted side and is the actual guarantee: it
 only ever builds the plain types above, whatever bytes it is given, within
@@ -41,7 +50,10 @@ Bounds (the sender may write any bytes, bypassing ``encode``; each bound's
   plus 4 bytes a character of data (a UCS-4 str; an int or bytes takes less
   than its text): ``MAX_BYTES``, 45 MiB. Its strs are the JSON tree's own.
   ``decode`` reads every part of the tree (a handle's name must be a str),
-  so a tree it accepts may be passed on as it is.
+  so a tree it accepts may be passed on as it is. A ``Fraction`` takes at
+  most ``MAX_FRACTION_DATA`` characters of hex text for its two ints (its
+  ``gcd`` is quadratic in their length: 64 Ki characters, the grader's whole
+  answer cap, take milliseconds), and is one value whose ints count as data.
 
 Stdlib only: this file is imported by the sandbox server.
 """
@@ -51,12 +63,14 @@ from __future__ import annotations
 import base64
 import collections
 import json
+import sys
 
 MAX_DEPTH = 100
 MAX_NODES = 1 << 17  # values in one decoded tree, a ceiling (the grader reads up to grading.ANSWER_BYTES)
 MAX_TOKENS = 4 * MAX_NODES  # brackets, commas and colons in one message (a value takes 1 to 5)
 MAX_DATA = 4 << 20  # characters of str, bytes and number text in one decoded tree
 MAX_SAME_HASH = 64  # items of one set (keys of one dict) that may share a hash
+MAX_FRACTION_DATA = 1 << 16  # hex characters of one Fraction's numerator and denominator together
 BYTES_PER_VALUE = 232  # the most one decoded value takes: an empty set (216) and its reference, with slack
 MAX_BYTES = BYTES_PER_VALUE * MAX_NODES + 4 * MAX_DATA  # the most one decoded value holds: 45 MiB
 
@@ -78,10 +92,11 @@ class Handle:
         return f"<sandbox object {self.type_name or '?'} #{self.id}>"
 
 
-def encode(value, handles=None, _depth: int = 0):
+def encode(value, handles=None, _depth: int = 0, numbers: bool = False):
     """Encode plain data to a JSON-able tree. With ``handles`` (a callable
     taking an object and returning an int id), non-plain objects become
-    handles; without it they raise ``WireError`` naming the type."""
+    handles; without it they raise ``WireError`` naming the type. With
+    ``numbers``, a ``Fraction`` or ``Decimal`` is plain data too."""
     if _depth > MAX_DEPTH:
         raise WireError(f"nested deeper than {MAX_DEPTH} levels")
     t = type(value)
@@ -97,27 +112,44 @@ def encode(value, handles=None, _depth: int = 0):
         return {"b": base64.b64encode(value).decode("ascii")}
     d = _depth + 1
     if t is list:
-        return [encode(v, handles, d) for v in value]
+        return [encode(v, handles, d, numbers) for v in value]
     if t is tuple:
-        return {"t": [encode(v, handles, d) for v in value]}
+        return {"t": [encode(v, handles, d, numbers) for v in value]}
     if t is set:
-        return {"s": [encode(v, handles, d) for v in value]}
+        return {"s": [encode(v, handles, d, numbers) for v in value]}
     if t is frozenset:
-        return {"z": [encode(v, handles, d) for v in value]}
+        return {"z": [encode(v, handles, d, numbers) for v in value]}
     if t is dict:
-        return {"d": [[encode(k, handles, d), encode(v, handles, d)] for k, v in value.items()]}
+        return {"d": [[encode(k, handles, d, numbers), encode(v, handles, d, numbers)]
+                      for k, v in value.items()]}
     if t is Handle:
         return {"h": value.id}
     if t in _DICT_LIKE:
-        return {"d": [[encode(k, handles, d), encode(v, handles, d)] for k, v in dict.items(value)]}
+        return {"d": [[encode(k, handles, d, numbers), encode(v, handles, d, numbers)]
+                      for k, v in dict.items(value)]}
     if _is_namedtuple(t):
-        return {"t": [encode(v, handles, d) for v in tuple.__iter__(value)]}
+        return {"t": [encode(v, handles, d, numbers) for v in tuple.__iter__(value)]}
+    if numbers:
+        number = _number(value, t)
+        if number is not None:
+            return number
     if handles is not None:
         return {"h": handles(value), "n": _type_name(value)}
     raise WireError(f"value of type {_type_name(value)} is not plain data")
 
 
 _DICT_LIKE = (collections.Counter, collections.defaultdict, collections.OrderedDict)
+
+
+def _number(value, t: type) -> dict | None:
+    """A ``Fraction`` or ``Decimal`` (exact types) as its tree; None for any other. The modules are
+    looked up, not imported: a run that made such a value has imported them."""
+    fractions, decimal = sys.modules.get("fractions"), sys.modules.get("decimal")
+    if fractions is not None and t is getattr(fractions, "Fraction", None):
+        return {"q": [hex(value.numerator), hex(value.denominator)]}
+    if decimal is not None and t is getattr(decimal, "Decimal", None):
+        return {"m": str(value)}
+    return None
 
 
 def _is_namedtuple(t: type) -> bool:
@@ -135,20 +167,22 @@ def _type_name(value) -> str:
         return "<unnamed type>"
 
 
-def decode(tree, allow_handles: bool = False):
+def decode(tree, allow_handles: bool = False, numbers: bool = False):
     """Build plain data from an ``encode`` tree; ``WireError`` on anything
     else, or when the tree goes over a bound (see the module docstring; the
-    error names the bound)."""
-    return _Decoder(allow_handles).value(tree, 0)
+    error names the bound). ``numbers``: a ``Fraction`` or ``Decimal`` tree
+    is accepted (else refused as an unknown tag)."""
+    return _Decoder(allow_handles, numbers).value(tree, 0)
 
 
 class _Decoder:
     """One ``decode``: the budgets left for the whole tree."""
 
-    __slots__ = ("allow_handles", "data", "nodes")
+    __slots__ = ("allow_handles", "data", "nodes", "numbers")
 
-    def __init__(self, allow_handles: bool) -> None:
+    def __init__(self, allow_handles: bool, numbers: bool = False) -> None:
         self.allow_handles = allow_handles
+        self.numbers = numbers
         self.nodes = MAX_NODES
         self.data = MAX_DATA
 
@@ -204,11 +238,24 @@ class _Decoder:
                 return dict(zip(keys, [self.value(pair[1], d) for pair in body]))
             if tag == "h" and self.allow_handles and type(body) is int:
                 return Handle(body, self.text(tree.get("n", "")))
+            if tag == "q" and self.numbers and type(body) is list and len(body) == 2:
+                return self.fraction(*body)
+            if tag == "m" and self.numbers:
+                import decimal
+                return decimal.Decimal(self.text(body))
         except WireError:
             raise
-        except (ValueError, TypeError, OverflowError, AttributeError) as exc:
+        except (ValueError, TypeError, OverflowError, AttributeError, ArithmeticError) as exc:
             raise WireError(f"malformed value for tag {tag!r}: {exc}") from None
         raise WireError(f"unknown or disallowed tag {tag!r}")
+
+    def fraction(self, numerator, denominator):
+        import fractions
+        n, d = self.text(numerator), self.text(denominator)
+        if len(n) + len(d) > MAX_FRACTION_DATA:
+            raise WireError(f"a Fraction of more than {MAX_FRACTION_DATA} hex characters "
+                            "(wire.MAX_FRACTION_DATA)")
+        return fractions.Fraction(int(n, 16), int(d, 16))  # ZeroDivisionError: malformed
 
 
 def _few_share_a_hash(items: list, what: str) -> None:

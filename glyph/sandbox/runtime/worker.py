@@ -32,6 +32,10 @@ Two modes, chosen by the payload header:
     describe each check (values' reprs, tracebacks) and say ``done``. Its
     reports are trusted.
 
+One file (the header's ``as_main``, ``numbers`` and ``printed``): the PREDICT
+study's semantics, ``glyph.semantics.STUDY``; what a run under them does is
+``onefile``'s docstring.
+
 Messages are JSON lines: this process writes to fd ``result_fd`` and reads
 requests from ``request_fd``. Stdlib only.
 """
@@ -49,8 +53,9 @@ import traceback
 import types
 
 if __package__:  # imported as glyph.sandbox.runtime.worker
-    from . import wire
+    from . import onefile, wire
 else:  # a sibling of server.py, which is started as a script
+    import onefile
     import wire
 
 TEXT_CAP = 2000
@@ -150,14 +155,20 @@ def _read_payload(fd: int) -> tuple[dict, dict]:
 
 def main(payload_fd: int, result_fd: int, request_fd: int) -> None:
     header, blobs = _read_payload(payload_fd)
-    out = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8", errors="backslashreplace")
-    err = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8", errors="backslashreplace")
-    sys.stdout, sys.stderr = out, err
+    one = onefile.Session(header, _flush_std)
+    if one.as_main:
+        out, err = one.streams()
+    else:
+        out = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8", errors="backslashreplace")
+        err = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8", errors="backslashreplace")
+        sys.stdout, sys.stderr = out, err
     sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8")
+    if one.as_main:
+        sys.__stdin__ = sys.stdin
     _STD[:] = [out, err]
     chan = Channel(result_fd, request_fd)
     if header["mode"] == "solution":
-        _solution(header, blobs, chan)
+        _solution(header, blobs, chan, one)
     else:
         _referee(header, blobs, chan)
     _exit(0)
@@ -166,49 +177,57 @@ def main(payload_fd: int, result_fd: int, request_fd: int) -> None:
 # ---------------------------------------------------------------- solution
 
 
-def _solution(header: dict, blobs: dict, chan: Channel) -> None:
-    source = blobs["source"]
+def _solution(header: dict, blobs: dict, chan: Channel, one: onefile.Session) -> None:
+    source, numbers, said = blobs["source"], bool(header.get("numbers")), one.said
+
+    def failure(exc: BaseException, compiling: bool = False) -> dict:
+        return one.failure(exception_info(exc), exc, compiling)
+
     try:
         code = compile(source, "solution.py", "exec", dont_inherit=True)
         setup = compile(blobs.get("setup", b""), "<test setup>", "exec", dont_inherit=True)
     except (SyntaxError, ValueError, MemoryError, RecursionError, OverflowError) as exc:
-        info = exception_info(exc)
+        info = failure(exc, compiling=True)
         info["base"] = "SyntaxError"  # null bytes raise ValueError in 3.11; still a compile failure
         chan.send({"ev": "error", "phase": "compile", "exc": info})
         return
     text = source.decode("utf-8", "replace")
     linecache.cache["solution.py"] = (len(text), None, text.splitlines(True), "solution.py")
-    mod = types.ModuleType("solution")
+    mod = types.ModuleType("__main__" if one.as_main else "solution")
     mod.__file__ = "solution.py"
     sys.modules["solution"] = mod
+    one.load(mod)
     for phase, obj in (("load", code), ("setup", setup)):
         try:
             exec(obj, mod.__dict__)
         except BaseException as exc:  # the submitted code's failure is a result to report
-            chan.send({"ev": "error", "phase": phase, "exc": exception_info(exc)})
+            chan.send({"ev": "error", "phase": phase, "exc": failure(exc)})
             return
     chan.send({"ev": "ready"})
     cap = header.get("answer_bytes")
 
     def answer(rid, tree) -> None:
-        line = wire.dumps({"ev": "ret", "id": rid, "value": tree})
+        line = wire.dumps(said({"ev": "ret", "id": rid, "value": tree}))
         if cap is not None and len(line) > cap:
-            line = wire.dumps({"ev": "ret", "id": rid, "overcap": len(line)})
+            line = wire.dumps(said({"ev": "ret", "id": rid, "overcap": len(line)}))
         chan.send_line(line)
 
     ns = mod.__dict__
-    probes = wire.loads(blobs["probes"], max_tokens=None)["probes"] if "probes" in blobs else ()
-    for rid, expr in enumerate(probes):
+    probes = wire.loads(blobs["probes"], max_tokens=None)["probes"] if "probes" in blobs else None
+    for rid, expr in enumerate(probes or ()):
         try:
             value = eval(compile(expr, f"<check {rid}>", "eval", dont_inherit=True), ns)
-            tree = wire.encode(value)
+            tree = wire.encode(value, numbers=numbers)
         except wire.WireError as exc:
-            chan.send({"ev": "ret", "id": rid, "notplain": _text(exc, 200)})
+            chan.send(said({"ev": "ret", "id": rid, "notplain": _text(exc, 200)}))
             continue
         except BaseException as exc:  # the submitted code's failure is a result to report
-            chan.send({"ev": "ret", "id": rid, "exc": exception_info(exc)})
+            chan.send({"ev": "ret", "id": rid, "exc": failure(exc)})
             continue
         answer(rid, tree)
+    if one.as_main and probes is not None:  # the run ends as the study's file did (onefile.Session.end)
+        chan.send(one.end())
+        _exit(0)
     handles: list = []
 
     def handle_of(obj) -> int:
@@ -222,34 +241,39 @@ def _solution(header: dict, blobs: dict, chan: Channel) -> None:
             return type(value)(resolve(v) for v in value)
         return value
 
+    def plain(tree):
+        return wire.decode(tree, allow_handles=True, numbers=numbers)
+
     while True:
         req = chan.recv()
         op, rid = req.get("op"), req.get("id")
         if op == "exit":
+            if one.as_main:
+                chan.send(one.end())
             return
         try:
             if op == "eval":
                 value = eval(compile(req["expr"], f"<check {rid}>", "eval", dont_inherit=True), ns)
                 try:
-                    tree = wire.encode(value)
+                    tree = wire.encode(value, numbers=numbers)
                 except wire.WireError as exc:
-                    chan.send({"ev": "ret", "id": rid, "notplain": str(exc)})
+                    chan.send(said({"ev": "ret", "id": rid, "notplain": str(exc)}))
                     continue
             elif op == "get":
                 value = ns[req["name"]] if req["name"] in ns else _missing(req["name"])
-                tree = wire.encode(value, handle_of)
+                tree = wire.encode(value, handle_of, numbers=numbers)
             elif op == "call":
-                fn = resolve(wire.decode(req["fn"], allow_handles=True))
-                args = [resolve(wire.decode(a, allow_handles=True)) for a in req["args"]]
-                kwargs = {k: resolve(wire.decode(v, allow_handles=True)) for k, v in req["kwargs"]}
-                tree = wire.encode(fn(*args, **kwargs), handle_of)
+                fn = resolve(plain(req["fn"]))
+                args = [resolve(plain(a)) for a in req["args"]]
+                kwargs = {k: resolve(plain(v)) for k, v in req["kwargs"]}
+                tree = wire.encode(fn(*args, **kwargs), handle_of, numbers=numbers)
             elif op == "getattr":
-                obj = resolve(wire.decode(req["obj"], allow_handles=True))
-                tree = wire.encode(getattr(obj, req["name"]), handle_of)
+                obj = resolve(plain(req["obj"]))
+                tree = wire.encode(getattr(obj, req["name"]), handle_of, numbers=numbers)
             else:
                 raise ValueError(f"unknown request {op!r}")
         except BaseException as exc:  # the submitted code's failure is a result to report
-            chan.send({"ev": "ret", "id": rid, "exc": exception_info(exc)})
+            chan.send({"ev": "ret", "id": rid, "exc": failure(exc)})
             continue
         answer(rid, tree)
 
@@ -301,9 +325,10 @@ class SessionGone(BaseException):
 
 
 class RPC:
-    def __init__(self, chan: Channel) -> None:
+    def __init__(self, chan: Channel, numbers: bool = False) -> None:
         self.chan = chan
         self.n = 0
+        self.numbers = numbers
 
     def request(self, op: str, **fields):
         self.n += 1
@@ -313,7 +338,7 @@ class RPC:
             raise SessionGone()
         if "exc" in resp:
             raise _remote_exception(resp["exc"])
-        return self.wrap(wire.decode(resp["value"], allow_handles=True))
+        return self.wrap(wire.decode(resp["value"], allow_handles=True, numbers=self.numbers))
 
     def wrap(self, value):
         if type(value) is wire.Handle:
@@ -326,7 +351,7 @@ class RPC:
 
     def encode(self, value):
         try:
-            return wire.encode(value, _no_local_objects)
+            return wire.encode(value, _no_local_objects, numbers=self.numbers)
         except wire.WireError as exc:
             raise TypeError(f"the tests passed a non-plain value to the solution: {exc}") from None
 
@@ -555,8 +580,11 @@ class Checks:
             self.failure = ("raised", line, exc)
 
 
-def _failure_info(failure: tuple) -> tuple[dict, bool]:
-    """(exception facts, raised by the solution) of a unit's first failure."""
+def _failure_info(failure: tuple, needles=(), source: str = "") -> tuple[dict, bool]:
+    """(exception facts, raised by the solution) of a unit's first failure. ``needles``
+    (``printed``): the facts also say which of them the study's file would have printed for it
+    (a traceback through the unit's ``source``; an exception of the solution's adds what its
+    session found in its own part of that traceback and its stderr)."""
     kind = failure[0]
     if kind in ("compare", "truth"):
         given = failure[-1]
@@ -567,11 +595,20 @@ def _failure_info(failure: tuple) -> tuple[dict, bool]:
             msg = f"got {_text(_repr(left), 300)}, expected {op} {_text(_repr(right), 300)}"
         else:
             msg = ""
-        return {"type": "AssertionError", "base": "AssertionError", "msg": msg, "tb": ""}, False
-    exc = failure[2]
-    if isinstance(exc, RemoteError):
-        return exc.info, True
-    return exception_info(exc), False
+        info, remote = {"type": "AssertionError", "base": "AssertionError", "msg": msg, "tb": ""}, False
+        own = "" if given is None or given is _NoMessage else f": {_text(given, 1 << 20)}"
+        shown = f"AssertionError{own}\n"
+    else:
+        exc = failure[2]
+        remote = isinstance(exc, RemoteError)
+        info = dict(exc.info) if remote else exception_info(exc)
+        shown = "" if remote else onefile.printed(exc)
+    if needles:  # no traceback where the solution's SystemExit ended the study's file
+        traced = not remote or info.get("traceback") is not False
+        text = f"Traceback (most recent call last):\n{source}\n{shown}" if traced else ""
+        theirs = info.get("printed") if remote and type(info.get("printed")) is list else []
+        info["printed"] = sorted({n for n in needles if n in text} | {n for n in theirs if n in needles})
+    return info, remote
 
 
 def _repr(value) -> str:
@@ -583,7 +620,8 @@ def _repr(value) -> str:
 
 def _referee(header: dict, blobs: dict, chan: Channel) -> None:
     program = blobs["program"].decode("utf-8")
-    rpc = RPC(chan)
+    needles = tuple(header.get("printed") or ())
+    rpc = RPC(chan, bool(header.get("numbers")))
     checks = Checks()
     ns: dict = {"__name__": "__glyph_tests__", "__builtins__": builtins, "__glyph_compare__": checks.compare,
                 "__glyph_truth__": checks.truth, "__glyph_raised__": checks.raised,
@@ -647,12 +685,13 @@ def _referee(header: dict, blobs: dict, chan: Channel) -> None:
     chan.send({"ev": "ran"})
     chan.recv()  # "report": the solution session is gone (or the request pipe's end: _exit)
     for node, name, failure in units:
+        source = "\n".join(lines[node.lineno - 1:node.end_lineno])
         msg = {"ev": "check", "line": node.lineno, "passed": failure is None,
-               "source": _text(name or "\n".join(lines[node.lineno - 1:node.end_lineno]), 500)}
+               "source": _text(name or source, 500)}
         if failure is not None:
             if isinstance(failure[-1], SessionGone):
                 msg["gone"] = True
             else:
-                msg["exc"], msg["remote"] = _failure_info(failure)
+                msg["exc"], msg["remote"] = _failure_info(failure, needles, source)
         chan.send(msg)
     chan.send({"ev": "done"})

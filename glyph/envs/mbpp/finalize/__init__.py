@@ -84,7 +84,7 @@ def verify(trace: object, final_source: str | None, tests: TaskTests, limits: Li
             out.metrics.tampered = 1.0
         return out
     placeholder = p.agent.placeholder
-    rg = Regrader(tests, limits)
+    rg = Regrader(tests, limits, semantics=p.semantics, reuse_final=p.reuse_final_grade)
     logged = None if service_log is None else logged_entries(service_log)
     if service_log is not None:
         rg.seed_grades(service_log)  # the final solution's grade may be the service's: whatever the trace says

@@ -30,6 +30,7 @@ from glyph.agent.trace import sha256
 from glyph.grading import InvalidTests, grade, grading_key
 from glyph.outcomes import Outcome
 from glyph.sandbox import Limits
+from glyph.semantics import GLYPH, Semantics
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,11 @@ class Regrader:
 
     tests: TaskTests
     limits: Limits
+    semantics: Semantics = GLYPH
+    """How every grading here reads a run (the profile's: ``glyph.semantics``)."""
+    reuse_final: bool = True
+    """The base suite's grade of the final solution may be the service's record (the module
+    docstring); False: the final verification re-runs the tests, as the study's did."""
     cache: dict = field(default_factory=dict)
     trusted: dict[str, set[str]] = field(default_factory=dict)
     """Every outcome the trusted record (the service log) gives each sha256."""
@@ -74,7 +80,7 @@ class Regrader:
 
     def base_key(self) -> str:
         """The ``grading_key`` of the base suite under the rollout's limits."""
-        return grading_key(self.tests.setup, "\n".join(self.tests.hidden), self.limits)
+        return grading_key(self.tests.setup, "\n".join(self.tests.hidden), self.limits, self.semantics)
 
     def seed_grades(self, service_log: list[dict]) -> None:
         """Take the service log's full grades made under the base suite's key (an entry
@@ -104,7 +110,7 @@ class Regrader:
     def _grade_visible(self, source: str) -> str:
         self.gradings += 1
         tests = "\n".join(self.tests.visible)
-        g = grade(source, self.tests.setup, tests, limits=self.limits)
+        g = grade(source, self.tests.setup, tests, limits=self.limits, semantics=self.semantics)
         if tests == "\n".join(self.tests.hidden):  # a grade of the base suite too
             self.recorded.setdefault(sha256(source), set()).add((g.outcome.value, g.detail))
         return g.outcome.value
@@ -143,12 +149,12 @@ class Regrader:
         base_text = "\n".join(t.hidden)
 
         def base_alone() -> tuple[str, str]:
-            recorded = self._recorded_base(source)
+            recorded = self._recorded_base(source) if self.reuse_final else None
             if recorded is not None:
                 self.final_reused = True
                 return recorded
             self.final_gradings += 1
-            g = grade(source, t.setup, base_text, limits=self.limits)
+            g = grade(source, t.setup, base_text, limits=self.limits, semantics=self.semantics)
             return g.outcome.value, g.detail
 
         if not t.plus:
@@ -156,13 +162,15 @@ class Regrader:
             return {"base": base, "plus": None if t.plus is None else base}
         try:
             self.final_gradings += 1
-            p = grade(source, t.setup, base_text + "\n" + "\n".join(t.plus), limits=self.limits)
+            p = grade(source, t.setup, base_text + "\n" + "\n".join(t.plus), limits=self.limits,
+                      semantics=self.semantics)
         except InvalidTests as exc:
             if t.reward == "plus":
                 raise
             return {"base": base_alone(), "plus": (Outcome.OTHER.value, f"the plus tests are unusable: {exc}")}
         plus = (p.outcome.value, p.detail)
-        if p.path != "fast":  # the referee runs test_* functions last: no prefix to read
+        if p.path != "fast" or self.semantics.as_main:  # the referee runs test_* functions last; one file's
+            # PASS needs its end too: no prefix to read
             return {"base": base_alone(), "plus": plus}
         failed = next((c for c in p.checks if c.outcome is not None and not c.passed), None)
         if failed is not None and failed.line is not None and failed.line > base_text.count("\n") + 1:
