@@ -195,6 +195,9 @@ def _overlap_span(starts: list[int], gt: int, label_at: int, label_end: int) -> 
 
 
 SPAN_RULES = {"decision": _decision_span, "study": _overlap_span}
+CE_RULES: dict[str, bool] = {"in_place": False, "study": True}
+"""Per :data:`CeRule`, whether it trains one CE-only sample per recorded prediction target
+(:func:`study_sample`) instead of the policy's own tokens."""
 
 
 def _rule_span(starts: list[int], gt: int, label_at: int, label_end: int, rule: SpanRule) -> tuple[int, int]:
@@ -476,7 +479,7 @@ class Annotation:
     ce_dropped: int = 0  # labels whose CE the adapter dropped (a uniform-reward group, the study's rule)
     graft_tokens: int = 0  # tokens in the grafted nodes' branches (extra trainer tokens)
     aux_samples: int = 0  # study rule: CE-only samples re-rendered from a target's messages
-    aux_unlabelled: int = 0  # study rule: of those, targets whose sampled label was missing or no outcome class
+    aux_unlabelled: int = 0  # study rule: of those, targets whose sampled label was missing or invalid
     aux_context_differs: int = 0  # study rule: re-rendered context != the policy's own tokens before the turn
     aux_too_long: int = 0  # study rule: samples longer than max_tokens: dropped
     aux_tokens: int = 0  # study rule: tokens in the auxiliary samples (extra trainer tokens)
@@ -528,8 +531,9 @@ def annotate(
     with the generation prompt."""
     if not alpha >= 0:
         raise ValueError(f"alpha must be >= 0, not {alpha}")
-    if ce_rule not in ("in_place", "study"):
-        raise ValueError(f"unknown CE rule {ce_rule!r} (in_place or study)")
+    if ce_rule not in CE_RULES:
+        raise ValueError(f"unknown CE rule {ce_rule!r} ({' or '.join(CE_RULES)})")
+    per_target = CE_RULES[ce_rule]
     out = Annotation()
     original = len(nodes)
     rl: dict[int, list[float]] = {}
@@ -567,8 +571,9 @@ def annotate(
                 out.invalid += 1
             else:
                 prediction.add((i, loc.start))
-    if ce_rule == "study":
-        _study_samples(out, nodes, original, candidates, token_bytes, encode, render, alpha, max_tokens, new_node)
+    if per_target:
+        _study_samples(out, nodes, original, candidates, token_bytes, encode, render, alpha, max_tokens,
+                       new_node)
         candidates = ()  # nothing trains in place, nothing is grafted
     named: set[tuple[int, int]] = set()
     for cand in candidates:
@@ -624,7 +629,7 @@ def annotate(
         except DuplicateRecord as exc:
             out.duplicates += 1
             out.errors.append(f"{type(exc).__name__}: {exc}")
-    out.unverified = len(prediction - named) if ce_rule == "in_place" else 0
+    out.unverified = 0 if per_target else len(prediction - named)
     for i, weights in rl.items():
         nodes[i].loss_weights = {**(nodes[i].loss_weights or {}), "rl": weights}
     return out
@@ -657,9 +662,10 @@ def _study_samples(
             continue
         try:
             if target.context is None or template is None:
-                raise PredictionNotFound("no context recorded" if template else "the graph has no sampled node")
-            token_ids, ce, prefix_len = study_sample(target.context, target.verified_label, render, token_bytes,
-                                                     encode, alpha)
+                why = "no context recorded" if template else "the graph has no sampled node"
+                raise PredictionNotFound(why)
+            token_ids, ce, prefix_len = study_sample(target.context, target.verified_label, render,
+                                                     token_bytes, encode, alpha)
         except PredictionNotFound as exc:
             out.unlocated += 1
             out.errors.append(f"target {k}: {exc}")

@@ -24,7 +24,7 @@ from prime_rl.orchestrator.algo.routing import assign_advantages
 from prime_rl.utils.logger import get_logger
 
 from glyph import profiles
-from glyph.predict.annotate import Annotation, TokenBytes, annotate
+from glyph.predict.annotate import CE_RULES, Annotation, TokenBytes, annotate
 from glyph.predict.prime_rl_config import GlyphGRPOAlgoConfig, PredictAlgoConfig
 from glyph.record import harness_record, mbpp_record
 from glyph.render import renderer
@@ -77,6 +77,7 @@ class PredictAlgorithm(GlyphGRPOAlgorithm):
         self.ce_in_uniform_groups = config.ce_in_uniform_groups
         self.max_aux_tokens = config.max_aux_tokens
         self.ce_rule = config.ce_rule
+        self.per_target = CE_RULES[config.ce_rule]  # the study's rule: a CE-only sample per target
         self.tokenizer_name = config.tokenizer
         self.tokenizer = None
         self.token_bytes: TokenBytes | None = None
@@ -109,7 +110,7 @@ class PredictAlgorithm(GlyphGRPOAlgorithm):
         assert self.token_bytes is not None, "PredictAlgorithm.setup() must run first"
         found = mbpp_record(trace.info)
         candidates = found.candidates if found is not None else []
-        if self.ce_rule == "study":  # every recorded target; a profile without targets predicts on candidates
+        if self.per_target:  # every recorded target; a profile without targets predicts on candidates
             candidates = (found.prediction_targets if found is not None else []) or [
                 c for c in candidates if c.prediction_turn is not None]
         out = annotate(
@@ -121,7 +122,7 @@ class PredictAlgorithm(GlyphGRPOAlgorithm):
             max_tokens=self.max_aux_tokens,
             rule=self.label_span,
             ce_rule=self.ce_rule,
-            render=self.render(trace) if self.ce_rule == "study" else None,
+            render=self.render(trace) if self.per_target else None,
         )
         trace.metrics.update(out.metrics())
         for error in out.errors:
@@ -146,7 +147,8 @@ class PredictAlgorithm(GlyphGRPOAlgorithm):
 def drop_ce(trace: vf.Trace) -> None:
     """Take PREDICT's CE out of ``trace`` (the study's uniform-reward groups):
     the grafted CE-only nodes and the study rule's auxiliary samples go (they
-    hang at the end of ``trace.nodes``, as ``annotate`` appends them) and no node keeps a ``ce`` stream, so with
+    hang at the end of ``trace.nodes``, as ``annotate`` appends them) and no
+    node keeps a ``ce`` stream, so with
     zero advantages nothing of the rollout reaches the trainer."""
     trained = trace.metrics.get("predict_labels_trained", 0.0)
     trace.nodes[:] = [n for n in trace.nodes if n.sampled or not (n.loss_weights or {}).get("ce")]
