@@ -19,7 +19,7 @@ from glyph.agent import study as S
 from glyph.agent.profiles.base import Call
 from glyph.agent.profiles.study import STUDY
 from glyph.agent.trace import PredictionTarget, VerifiedCandidate
-from glyph.predict.annotate import Annotation, TokenBytes, annotate
+from glyph.predict.annotate import CE_RULES, Annotation, TokenBytes, annotate
 from glyph.testing.graph_layout import Node, rendered_layout
 
 KINDS = ("right", "wrong", "invalid", "missing")
@@ -92,8 +92,8 @@ def rollout(renderer, kinds: list[str], first_verified: int = 0,
     targets, candidates = [], []
     for k, (at, sampled, verified, decision) in enumerate(predictions):
         context = [{"role": r, "content": c} for r, c in turns[:at]]
-        common = dict(sampled_label=sampled, verified_label=verified, decision=decision, shadow=decision != S.KEEP,
-                      context=context, prediction_turn=turns[at][1])
+        common = {"sampled_label": sampled, "verified_label": verified, "decision": decision,
+                  "shadow": decision != S.KEEP, "context": context, "prediction_turn": turns[at][1]}
         targets.append(PredictionTarget(candidate_sha256=f"{k:064x}", **common))
         candidates.append(VerifiedCandidate(index=k, sha256=f"{k:064x}", **common))
     return Rollout(turns, nodes, targets, candidates)
@@ -104,7 +104,7 @@ def annotated(tokenizer, renderer, ro: Rollout, ce_rule: str, alpha: float = 0.1
     """A fresh copy of ``ro``'s graph annotated under ``ce_rule``, with the study's span rule, as
     the adapter would: the study's targets under its rule, glyph's candidates under glyph's."""
     nodes = [Node(n.parent, dict(n.message), n.sampled, list(n.token_ids), list(n.mask)) for n in ro.nodes]
-    out = annotate(nodes, ro.targets if ce_rule == "study" else ro.candidates, TokenBytes(tokenizer),
+    out = annotate(nodes, ro.targets if CE_RULES[ce_rule] else ro.candidates, TokenBytes(tokenizer),
                    lambda text: list(tokenizer.encode(text, add_special_tokens=False)), alpha=alpha,
                    max_tokens=max_tokens, rule="study", ce_rule=ce_rule,
                    render=lambda messages: list(renderer.render_ids(messages, add_generation_prompt=True)))
@@ -138,3 +138,155 @@ def branches(nodes: list[Node]) -> list[tuple[list[int], list[bool], dict[str, l
         seen.update(j for j in path if nodes[j].loss_weights)
         out.append((ids, mask, streams))
     return out
+
+
+# ---------------------------------------------------------------- through PRIME-RL at the pin
+
+
+def pin_samples(nodes: list[Node], inference: dict[int, list[float]], advantage: float,
+                temperature: float) -> list:
+    """The samples PRIME-RL's orchestrator ships for an annotated graph: the nodes as
+    verifiers ``MessageNode``s (``inference[i]``: node ``i``'s sampling logprobs; GRPO's
+    ``advantage`` on every sampled token) through the pin's ``trace_to_samples``, each
+    stamped with the env's ``temperature`` as ``TrainSink`` does, as ``reference_loss.Sample``s.
+    Needs the pinned stack (verifiers 0.3.1.dev62, PRIME-RL's ``src``)."""
+    import verifiers.v1 as vf
+    from prime_rl.orchestrator.trajectories import trace_to_samples
+
+    from glyph.testing.pin_loss import from_training_sample
+
+    graph = [
+        vf.MessageNode.model_construct(
+            parent=n.parent, message=n.message, sampled=n.sampled, token_ids=list(n.token_ids),
+            mask=list(n.mask),
+            logprobs=list(inference.get(i, [])), advantages=[advantage] * sum(n.mask) if n.sampled else None,
+            loss_weights=n.loss_weights)
+        for i, n in enumerate(nodes)
+    ]
+    out = []
+    for sample in trace_to_samples(vf.Trace.model_construct(nodes=graph, calls=[])):
+        sample.temperatures = [temperature] * len(sample.token_ids)
+        out.append(from_training_sample(sample))
+    return out
+
+
+def sampling_logprobs(model, nodes: list[Node], temperature: float, seed: int = 0) -> dict[int, list[float]]:
+    """Per sampled node of the original chain, logprobs near the model's own (the trainer's
+    plus noise: an importance ratio that is not 1), as the inference server would report them."""
+    import torch
+
+    from glyph.testing.pin_loss import prime_rl_logprobs
+    from glyph.testing.reference_loss import Sample
+
+    ids = [t for n in nodes for t in n.token_ids]
+    with torch.no_grad():
+        lp = prime_rl_logprobs(model, Sample(token_ids=ids, mask=[False] * len(ids), temperature=temperature))
+    noise = torch.randn(len(ids), generator=torch.Generator().manual_seed(seed)) * 0.05
+    out, at = {}, 0
+    for i, n in enumerate(nodes):
+        out[i] = [float(lp[at + j] + noise[at + j]) for j, m in enumerate(n.mask) if m]
+        at += len(n.token_ids)
+    return out
+
+
+@dataclass
+class Step:
+    """One trainer step's loss on a batch, through the pin's ``compute_loss``."""
+
+    loss: float
+    rl: float  # rl_sum / N_rl
+    ce: float  # ce_sum / N_ce
+    rl_tokens: int  # N_rl
+    ce_tokens: int  # N_ce
+    samples: int
+    tokens: int
+    grad: object  # every parameter's gradient, flattened into one vector
+
+
+def pin_step(model, samples: list) -> Step:
+    """``compute_loss`` (the pin's, default loss config) on ``samples`` and its gradient; the parts
+    from the reference loss, which must agree with it."""
+    import torch
+    from prime_rl.configs.trainer import DefaultLossConfig
+
+    from glyph.testing.pin_loss import prime_rl_compute_loss, prime_rl_logprobs
+    from glyph.testing.reference_loss import predict_loss
+
+    model.zero_grad()
+    lps = [prime_rl_logprobs(model, s) for s in samples]
+    loss, _ = prime_rl_compute_loss(lps, samples, DefaultLossConfig())
+    _, parts = predict_loss(lps, samples)
+    if not torch.allclose(parts.rl + parts.ce, loss.detach(), rtol=1e-5, atol=1e-7):
+        raise AssertionError(f"the reference loss {parts.rl + parts.ce} is not the pin's {loss}")
+    loss.backward()
+    grad = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]).clone()
+    return Step(float(loss.detach()), float(parts.rl.detach()), float(parts.ce.detach()), parts.rl_tokens,
+                parts.ce_tokens, len(samples),
+                sum(len(s) for s in samples), grad)
+
+
+def agreement(a: Step, b: Step) -> tuple[float, float]:
+    """(cosine, |g_b - g_a| / |g_a|) of two steps' gradients."""
+    import torch
+
+    ga, gb = a.grad.double(), b.grad.double()  # float32 sums over ~5M entries are off by ~1e-5
+    cos = torch.nn.functional.cosine_similarity(ga, gb, dim=0)
+    return float(cos), float((gb - ga).norm() / ga.norm())
+
+
+SCENARIOS: dict[str, list[list[str]]] = {
+    "valid": [["right", "wrong", "right"], ["wrong", "right"], ["right", "wrong"]],
+    "invalid_missing": [["right", "wrong", "right"], ["wrong", "invalid"], ["right", "missing"]],
+    "retokenized": [["right", "wrong", "right"], ["wrong", "right"], ["right", "wrong"]],
+}
+"""The batches compared: each a list of rollouts, each a list of prediction kinds. ``valid``:
+every label an outcome class, every token canonical. ``invalid_missing``: one rollout ends on a
+label that is no outcome class, one on a turn without a label. ``retokenized``: ``valid``, but in
+each rollout the policy sampled its first turn in another tokenization of the same text (its
+first token split in two), so every later context the policy saw differs from a re-rendering."""
+ADVANTAGES = (0.6, -0.4, 0.25)
+
+
+def split_first(tokenizer, ids: list[int]) -> list[int]:
+    """``ids`` with its first token split into two tokens of the same bytes: the same text,
+    another tokenization (a policy may sample one)."""
+    text = tokenizer.decode(ids[:1])
+    head, rest = (list(tokenizer.encode(t, add_special_tokens=False)) for t in (text[:1], text[1:]))
+    if not rest or head + rest == ids[:1]:
+        raise ValueError(f"the token {text!r} cannot be split")
+    return head + rest + ids[1:]
+
+
+def batch(tokenizer, renderer, kinds: list[list[str]], retokenized: bool = False) -> list[Rollout]:
+    """One rollout per entry of ``kinds``, rollout ``k`` starting its verified labels at ``2k`` in
+    the cycle; ``retokenized``: each rollout's first turn sampled in another tokenization of the
+    same text (``split_first``)."""
+    out = []
+    for k, ks in enumerate(kinds):
+        ro = rollout(renderer, ks, first_verified=2 * k)
+        if retokenized:
+            first = next(i for i, (role, _) in enumerate(ro.turns) if role == "assistant")
+            node = next(n for n in ro.nodes if n.sampled)
+            sampled = [t for t, m in zip(node.token_ids, node.mask) if m]
+            ro = rollout(renderer, ks, first_verified=2 * k,
+                         sampled_ids={first: split_first(tokenizer, sampled)})
+        out.append(ro)
+    return out
+
+
+def scenario(tokenizer, renderer, name: str) -> list[Rollout]:
+    """The rollouts of ``SCENARIOS[name]``."""
+    return batch(tokenizer, renderer, SCENARIOS[name], retokenized=name == "retokenized")
+
+
+def rule_step(tokenizer, renderer, model, rollouts: list[Rollout], ce_rule: str, alpha: float = 0.1,
+              temperature: float = 0.8) -> tuple[Step, list[Annotation]]:
+    """One step of PREDICT on ``rollouts`` under ``ce_rule`` through the pin: annotate, the
+    pin's samples, its loss and gradient; the annotations' counts beside."""
+    samples, notes = [], []
+    for k, ro in enumerate(rollouts):
+        inference = sampling_logprobs(model, ro.nodes, temperature, seed=k)
+        nodes, note = annotated(tokenizer, renderer, ro, ce_rule, alpha=alpha)
+        samples += pin_samples(nodes, inference, ADVANTAGES[k % len(ADVANTAGES)], temperature)
+        notes.append(note)
+    return pin_step(model, samples), notes
