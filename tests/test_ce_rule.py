@@ -12,23 +12,17 @@ import pytest
 from glyph.agent.trace import Candidate, PredictionTarget, StudyTrace, sha256
 from glyph.predict.annotate import annotate
 from glyph.profiles.study import StudyProfile
+from glyph.render import load_tokenizer, renderer
 from glyph.testing import ce_rules as C
 
 ALPHA = 0.1
 
 
 @pytest.fixture(scope="module")
-def tok():
-    from glyph.render import load_tokenizer
-
-    return load_tokenizer()
-
-
-@pytest.fixture(scope="module")
-def study_renderer(tok):
-    from glyph.render import renderer
-
-    return renderer(tok, "study")
+def fmt():
+    """The Qwen3 tokenizer and the study's renderer over it (what the study profile's configs set)."""
+    tokenizer = load_tokenizer()
+    return tokenizer, renderer(tokenizer, "study")
 
 
 def aux_nodes(nodes, original):
@@ -36,7 +30,8 @@ def aux_nodes(nodes, original):
 
 
 @pytest.mark.parametrize("kinds", [["right", "wrong", "invalid"], ["wrong", "right", "missing"], ["right"]])
-def test_the_study_rule_builds_one_ce_only_sample_per_target_as_the_study_did(tok, study_renderer, kinds):
+def test_the_study_rule_builds_one_ce_only_sample_per_target_as_the_study_did(fmt, kinds):
+    tok, study_renderer = fmt
     ro = C.rollout(study_renderer, kinds)
     nodes, out = C.annotated(tok, study_renderer, ro, "study", alpha=ALPHA)
     original = len(ro.nodes)
@@ -59,7 +54,8 @@ def test_the_study_rule_builds_one_ce_only_sample_per_target_as_the_study_did(to
         assert not trained.startswith("<PRED") and not trained.endswith("</")
 
 
-def test_the_in_place_rule_trains_no_invalid_or_missing_label(tok, study_renderer):
+def test_the_in_place_rule_trains_no_invalid_or_missing_label(fmt):
+    tok, study_renderer = fmt
     for kinds in (["right", "wrong", "invalid"], ["wrong", "right", "missing"]):
         ro = C.rollout(study_renderer, kinds)
         _, out = C.annotated(tok, study_renderer, ro, "in_place", alpha=ALPHA)
@@ -67,10 +63,11 @@ def test_the_in_place_rule_trains_no_invalid_or_missing_label(tok, study_rendere
         assert out.labels_trained == 2, "the third target (no outcome class or no label) gets no CE"
 
 
-def test_a_context_the_policy_tokenized_otherwise_is_counted(tok, study_renderer):
+def test_a_context_the_policy_tokenized_otherwise_is_counted(fmt):
     """The re-rendered context is what the study trained on; where the policy's own tokens before the
     prediction differ (here its first turn sampled in another tokenization), the sample still trains
     and the difference is counted."""
+    tok, study_renderer = fmt
     kinds = ["right", "wrong"]
     plain = C.rollout(study_renderer, kinds)
     first = next(i for i, (role, _) in enumerate(plain.turns) if role == "assistant")
@@ -81,19 +78,22 @@ def test_a_context_the_policy_tokenized_otherwise_is_counted(tok, study_renderer
     assert (out.aux_samples, out.aux_context_differs) == (2, 2)
 
 
-def test_a_sample_over_max_tokens_is_dropped_and_counted(tok, study_renderer):
+def test_a_sample_over_max_tokens_is_dropped_and_counted(fmt):
+    tok, study_renderer = fmt
     ro = C.rollout(study_renderer, ["right", "wrong"])
     nodes, out = C.annotated(tok, study_renderer, ro, "study", alpha=ALPHA, max_tokens=50)
     assert (out.aux_samples, out.aux_too_long, len(nodes)) == (0, 2, len(ro.nodes))
 
 
-def test_alpha_zero_builds_no_sample(tok, study_renderer):
+def test_alpha_zero_builds_no_sample(fmt):
+    tok, study_renderer = fmt
     ro = C.rollout(study_renderer, ["right", "invalid"])
     nodes, out = C.annotated(tok, study_renderer, ro, "study", alpha=0.0)
     assert (out.aux_samples, out.ce_off, len(nodes)) == (0, 2, len(ro.nodes))
 
 
-def test_an_unknown_rule_or_a_missing_renderer_is_an_error(tok, study_renderer):
+def test_an_unknown_rule_or_a_missing_renderer_is_an_error(fmt):
+    tok, study_renderer = fmt
     from glyph.predict.annotate import TokenBytes
 
     ro = C.rollout(study_renderer, ["right"])
