@@ -94,6 +94,8 @@ class Profile:
     """PREDICT's ``label_span``: the study's span or glyph's (``glyph.predict.prime_rl_config``)."""
     ce_in_uniform_groups: bool
     """PREDICT's CE in groups whose rewards are all equal: the study dropped those groups."""
+    ce_rule: str
+    """PREDICT's ``ce_rule``: which samples carry the CE, the study's or glyph's (``annotate.CeRule``)."""
     sft_scheduler: dict
     sft_scheduler_note: tuple[str, ...]
     sft_batch_size: dict[str, int]
@@ -133,6 +135,7 @@ STUDY = Profile(
     renderer_note="the study's chat format (its configs/chat_template.jinja, rendered by glyph)",
     label_span="study",
     ce_in_uniform_groups=False,
+    ce_rule="study",
     # The study's configs/arm_{a,b}_sft.toml [scheduler]: linear, 2 warmup steps, decay to 0 over 58.
     sft_scheduler={"type": "linear", "warmup_steps": 2, "decay_steps": SFT_STEPS - 2, "min_lr": 0.0},
     sft_scheduler_note=("the study's (its configs/arm_{a,b}_sft.toml): linear warmup over 2 steps,",
@@ -163,6 +166,7 @@ GLYPH = Profile(
     renderer_note="the Qwen3 renderer, thinking off: the model is not in renderers' map, so name it",
     label_span="decision",
     ce_in_uniform_groups=True,
+    ce_rule="in_place",
     sft_scheduler={"type": "constant"},
     sft_scheduler_note=("glyph's: constant (PRIME-RL's default); the study's linear schedule is",
                         "configs/study/sft_arm_*.toml"),
@@ -240,6 +244,7 @@ def algo_items(arm: str, p: Profile, alpha: float = 0.1) -> list[Item]:
         ("max_aux_tokens", RL_SEQ_LEN, "= seq_len: longer CE-only samples are dropped, never truncated"),
         ("label_span", p.label_span, "the tokens PREDICT treats as the label"),
         ("ce_in_uniform_groups", p.ce_in_uniform_groups, "CE in groups whose rewards are all equal"),
+        ("ce_rule", p.ce_rule, "study: a CE-only sample per target; in_place: CE on the policy's tokens"),
         *keep_out,
     ]
 

@@ -31,7 +31,7 @@ from typing import Any
 
 import msgspec
 
-from glyph.agent.trace import INFRA_ENDS, VerifiedCandidate
+from glyph.agent.trace import INFRA_ENDS, PredictionTarget, VerifiedCandidate
 from glyph.errors import RunError
 from glyph.text import encodable_data
 
@@ -189,6 +189,9 @@ class MbppRecord(msgspec.Struct, kw_only=True):
     """For a container's endpoint fault: the trusted record that confirmed it."""
     tamper: list[str] = []
     candidates: list[VerifiedCandidate] = []
+    prediction_targets: list[PredictionTarget] = []
+    """A profile that records its predictions as targets (the study's): each target of a candidate the
+    trace recorded, its ``verified_label`` the trusted one. What PREDICT's study CE rule trains."""
     final_outcome: str | None = None
     final_detail: str | None = None
     base_outcome: str | None = None

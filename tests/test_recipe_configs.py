@@ -165,7 +165,7 @@ def test_the_profiles_differ_only_by_their_switches():
                     "orchestrator.renderer.enable_thinking",
                     "orchestrator.eval.sampling.extra_body.chat_template_kwargs.enable_thinking"}
         if arm == "b":
-            switches |= {"orchestrator.algo.label_span", "orchestrator.algo.ce_in_uniform_groups"}
+            switches |= {f"orchestrator.algo.{k}" for k in ("label_span", "ce_in_uniform_groups", "ce_rule")}
         assert set(d) == switches, d
         d = diff(load(f"study/sft_arm_{arm}"), load(f"glyph/sft_arm_{arm}"))
         d = {k: v for k, v in d.items() if not k.endswith(".profile")}
@@ -179,8 +179,9 @@ def test_the_profiles_differ_only_by_their_switches():
         assert set(d) == {"env.agent.max_total_tokens", "client.type", "client.renderer_model_name",
                           "client.renderer.name", "client.renderer.enable_thinking"}, d
     study, glyph = load("study/arm_b")["orchestrator"]["algo"], load("glyph/arm_b")["orchestrator"]["algo"]
-    assert (study["label_span"], study["ce_in_uniform_groups"]) == ("study", False)
-    assert (glyph["label_span"], glyph["ce_in_uniform_groups"]) == ("decision", True)
+    switches = ("label_span", "ce_in_uniform_groups", "ce_rule")
+    assert tuple(study[k] for k in switches) == ("study", False, "study")
+    assert tuple(glyph[k] for k in switches) == ("decision", True, "in_place")
 
 
 def test_the_study_profile_takes_the_studys_renderer_and_sft_schedule():
@@ -211,7 +212,8 @@ def test_the_arms_share_everything_but_model_run_algorithm_and_sources(profile):
     d = diff(a, b)
     assert {k.split(".")[0] for k in d} == {"run", "model", "orchestrator"}
     assert {k for k in d if k.startswith("orchestrator")} == (
-        {f"orchestrator.algo.{k}" for k in ("type", "alpha", "max_aux_tokens", "label_span", "ce_in_uniform_groups")}
+        {f"orchestrator.algo.{k}" for k in ("type", "alpha", "max_aux_tokens", "label_span",
+                                            "ce_in_uniform_groups", "ce_rule")}
         | {f"orchestrator.{w}.source.0.{k}" for w in ("train", "eval") for k in ("name", "env.taskset.arm")}
     )
     assert a["orchestrator"]["algo"] == {"type": "glyph_grpo", "exclude_truncated": True, "max_rollout_tokens": 4096}

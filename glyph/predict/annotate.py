@@ -41,6 +41,15 @@ What it guarantees, for each Arm B prediction the environment verified
   conversation.
 * alpha = 0: no CE anywhere and no graft (``ce_off`` counts the labels);
   the label spans stay out of RL credit.
+* The CE rule (:data:`CeRule`) says which samples carry that CE. The bullets
+  above are glyph's, ``"in_place"``. Under the study's, ``"study"``
+  (:func:`study_sample`), no label trains in place and nothing is grafted:
+  every recorded prediction target, right or wrong, its sampled label
+  valid, invalid or missing, becomes a CE-only sample of its own, its
+  context re-rendered from the target's messages. It hangs in the graph as a
+  root node (a branch of one node). Where the policy's own tokens before
+  that prediction differ from the re-rendering, it is counted
+  (``aux_context_differs``).
 * A prediction that cannot be located raises ``PredictionNotFound`` in
   :func:`locate`; :func:`annotate` records it (``unlocated``) and goes on. A
   second record naming a label already named is a :class:`DuplicateRecord`:
@@ -60,7 +69,7 @@ from functools import lru_cache
 from typing import Any, Literal
 
 from glyph.agent.profiles.base import scan
-from glyph.agent.trace import VerifiedCandidate
+from glyph.agent.trace import Prediction, VerifiedCandidate
 from glyph.outcomes import Outcome
 
 OPEN = b"<PREDICTION>"
@@ -68,6 +77,19 @@ CLOSE = "</PREDICTION>"
 LABELS = frozenset(o.value for o in Outcome)
 METRIC_PREFIX = "predict_"
 SpanRule = Literal["decision", "study"]
+CeRule = Literal["in_place", "study"]
+"""Which samples carry PREDICT's CE (``PredictAlgoConfig.ce_rule``):
+
+* ``"in_place"`` (glyph's): the policy's own tokens. A right label gets CE
+  in place, on the tokens the policy sampled. A wrong one gets a CE-only node
+  grafted beside the sampled one at the same token prefix. An invalid or
+  missing label gets none: no record names it.
+* ``"study"`` (the PREDICT study's ``PredictAlgorithm.score_rollout`` and
+  ``_auxiliary_sample``, its ``src/glyph/prime_rl.py`` at ``9eefac7``): one
+  auxiliary CE-only sample for every recorded prediction target, right or
+  wrong, whatever the sampled label was (missing, not an outcome class),
+  built by :func:`study_sample`. The policy's tokens then carry no CE.
+"""
 """Which tokens of a label PREDICT holds out of RL and trains with CE:
 
 * ``"decision"`` (glyph's): from the token holding the ``>`` of
@@ -173,6 +195,9 @@ def _overlap_span(starts: list[int], gt: int, label_at: int, label_end: int) -> 
 
 
 SPAN_RULES = {"decision": _decision_span, "study": _overlap_span}
+CE_RULES: dict[str, bool] = {"in_place": False, "study": True}
+"""Per :data:`CeRule`, whether it trains one CE-only sample per recorded prediction target
+(:func:`study_sample`) instead of the policy's own tokens."""
 
 
 def _rule_span(starts: list[int], gt: int, label_at: int, label_end: int, rule: SpanRule) -> tuple[int, int]:
@@ -387,6 +412,45 @@ def graft_tokens(
     return loc.first_sampled + keep_sampled, continuation, (label_start, label_end)
 
 
+def study_sample(
+    context: Sequence[dict],
+    verified: str,
+    render: Callable[[list[dict]], list[int]],
+    token_bytes: TokenBytes,
+    encode: Callable[[str], list[int]],
+    alpha: float,
+) -> tuple[list[int], list[float], int]:
+    """The study's auxiliary CE-only sample for one prediction target (:data:`CeRule`
+    ``"study"``): ``(token_ids, ce, prefix_len)``. The prefix is ``render(context)``:
+    the messages before the prediction turn rendered again, with the generation
+    prompt (the study: its policy renderer's ``render_ids(context,
+    add_generation_prompt=True)``). Then the tokenizer's encoding, on its own, of
+    ``<PREDICTION>VERIFIED</PREDICTION>``. ``ce`` is alpha on that encoding's tokens
+    overlapping the label's characters (the span rule ``"study"``), 0 elsewhere.
+    Nothing in it is sampled; nothing of the policy's own tokens is read."""
+    if verified not in LABELS:
+        raise PredictionNotFound(f"no verified label ({verified!r})")
+    prefix = list(render(list(context)))
+    text = f"{OPEN.decode()}{verified}{CLOSE}"
+    continuation = list(encode(text))
+    data, starts = token_bytes.offsets(continuation)
+    if data != text.encode():
+        raise PredictionNotFound(f"the tokenizer does not round-trip {text!r}")
+    at = len(OPEN)
+    a, b = _overlap_span(starts, at - 1, at, at + len(verified))
+    ce = [0.0] * (len(prefix) + len(continuation))
+    ce[len(prefix) + a : len(prefix) + b] = [alpha] * (b - a)
+    return prefix + continuation, ce, len(prefix)
+
+
+def policy_prefix(nodes: Sequence[Any], index: int) -> list[int]:
+    """The token ids the policy was given before it sampled node ``index``: its path's
+    tokens, then the node's own tokens before its first sampled one."""
+    node = nodes[index]
+    first = next((i for i, m in enumerate(node.mask) if m), len(node.mask))
+    return [t for j in _path(nodes, index)[:-1] for t in nodes[j].token_ids] + list(node.token_ids[:first])
+
+
 class DuplicateRecord(ValueError):
     """Two verified records name the same sampled label (the same node and
     span). :func:`annotate` trains the label once, counts the others in
@@ -414,6 +478,11 @@ class Annotation:
     ce_tokens: int = 0  # tokens with a CE weight
     ce_dropped: int = 0  # labels whose CE the adapter dropped (a uniform-reward group, the study's rule)
     graft_tokens: int = 0  # tokens in the grafted nodes' branches (extra trainer tokens)
+    aux_samples: int = 0  # study rule: CE-only samples re-rendered from a target's messages
+    aux_unlabelled: int = 0  # study rule: of those, targets whose sampled label was missing or invalid
+    aux_context_differs: int = 0  # study rule: re-rendered context != the policy's own tokens before the turn
+    aux_too_long: int = 0  # study rule: samples longer than max_tokens: dropped
+    aux_tokens: int = 0  # study rule: tokens in the auxiliary samples (extra trainer tokens)
     errors: list[str] = field(default_factory=list)
 
     def metrics(self) -> dict[str, float]:
@@ -448,14 +517,23 @@ def annotate(
     max_tokens: int | None = None,
     rule: SpanRule = "decision",
     new_node: Callable[..., Any] = default_graft_node,
+    ce_rule: CeRule = "in_place",
+    render: Callable[[list[dict]], list[int]] | None = None,
 ) -> Annotation:
     """Write PREDICT's ``rl``/``ce`` weights onto ``nodes`` (appending grafts).
 
     Every label span the policy sampled, closed or not, valid or not,
     quoted or not, gets ``rl`` 0 and is counted. ``alpha`` 0 writes no CE
-    and grafts nothing (labels still out of RL credit)."""
+    and grafts nothing (labels still out of RL credit). ``ce_rule``
+    (:data:`CeRule`) says where the CE goes; ``"study"`` reads every
+    prediction in ``candidates`` (the study's prediction targets) and needs
+    ``render``: messages -> the prompt ids the policy's renderer gives them,
+    with the generation prompt."""
     if not alpha >= 0:
         raise ValueError(f"alpha must be >= 0, not {alpha}")
+    if ce_rule not in CE_RULES:
+        raise ValueError(f"unknown CE rule {ce_rule!r} ({' or '.join(CE_RULES)})")
+    per_target = CE_RULES[ce_rule]
     out = Annotation()
     original = len(nodes)
     rl: dict[int, list[float]] = {}
@@ -493,6 +571,10 @@ def annotate(
                 out.invalid += 1
             else:
                 prediction.add((i, loc.start))
+    if per_target:
+        _study_samples(out, nodes, original, candidates, token_bytes, encode, render, alpha, max_tokens,
+                       new_node)
+        candidates = ()  # nothing trains in place, nothing is grafted
     named: set[tuple[int, int]] = set()
     for cand in candidates:
         sampled, verified = cand.sampled_label, cand.verified_label
@@ -547,7 +629,62 @@ def annotate(
         except DuplicateRecord as exc:
             out.duplicates += 1
             out.errors.append(f"{type(exc).__name__}: {exc}")
-    out.unverified = len(prediction - named)
+    out.unverified = 0 if per_target else len(prediction - named)
     for i, weights in rl.items():
         nodes[i].loss_weights = {**(nodes[i].loss_weights or {}), "rl": weights}
     return out
+
+
+def _study_samples(
+    out: Annotation,
+    nodes: list[Any],
+    original: int,
+    targets: Sequence[Prediction],
+    token_bytes: TokenBytes,
+    encode: Callable[[str], list[int]],
+    render: Callable[[list[dict]], list[int]] | None,
+    alpha: float,
+    max_tokens: int | None,
+    new_node: Callable[..., Any],
+) -> None:
+    """The study's CE rule: one :func:`study_sample` per target, appended to ``nodes``
+    as a root node. A target whose prediction turn cannot be found in the graph
+    (``unlocated``) still trains; only the comparison of its context with the
+    policy's own tokens is missing."""
+    if render is None:
+        raise ValueError("the study's CE rule needs render (the policy renderer's prompt ids)")
+    template = next((n for n in nodes[:original] if n.sampled), None)
+    for k, target in enumerate(targets):
+        if target.sampled_label is not None:
+            out.labels += 1
+        if alpha == 0:
+            out.ce_off += 1
+            continue
+        try:
+            if target.context is None or template is None:
+                why = "no context recorded" if template else "the graph has no sampled node"
+                raise PredictionNotFound(why)
+            token_ids, ce, prefix_len = study_sample(target.context, target.verified_label, render,
+                                                     token_bytes, encode, alpha)
+        except PredictionNotFound as exc:
+            out.unlocated += 1
+            out.errors.append(f"target {k}: {exc}")
+            continue
+        try:
+            index = find_node(nodes[:original], target.context, target.prediction_turn)
+            if policy_prefix(nodes, index) != token_ids[:prefix_len]:
+                out.aux_context_differs += 1
+        except PredictionNotFound as exc:
+            out.unlocated += 1
+            out.errors.append(f"target {k}: {exc}; its context is not compared")
+        if max_tokens is not None and len(token_ids) > max_tokens:
+            out.aux_too_long += 1
+            continue
+        node = new_node(template, token_ids, f"{OPEN.decode()}{target.verified_label}{CLOSE}", ce)
+        node.parent = None  # a sample of its own: the re-rendered context is its whole prefix
+        nodes.append(node)
+        out.aux_samples += 1
+        out.aux_unlabelled += target.sampled_label not in LABELS
+        out.labels_trained += 1
+        out.ce_tokens += sum(1 for w in ce if w)
+        out.aux_tokens += len(token_ids)

@@ -23,9 +23,11 @@ from prime_rl.orchestrator.algo.grpo import GRPOAlgorithm
 from prime_rl.orchestrator.algo.routing import assign_advantages
 from prime_rl.utils.logger import get_logger
 
-from glyph.predict.annotate import Annotation, TokenBytes, annotate
+from glyph import profiles
+from glyph.predict.annotate import CE_RULES, Annotation, TokenBytes, annotate
 from glyph.predict.prime_rl_config import GlyphGRPOAlgoConfig, PredictAlgoConfig
-from glyph.record import mbpp_record
+from glyph.record import harness_record, mbpp_record
+from glyph.render import renderer
 
 if TYPE_CHECKING:
     import verifiers.v1 as vf
@@ -74,9 +76,12 @@ class PredictAlgorithm(GlyphGRPOAlgorithm):
         self.label_span = config.label_span
         self.ce_in_uniform_groups = config.ce_in_uniform_groups
         self.max_aux_tokens = config.max_aux_tokens
+        self.ce_rule = config.ce_rule
+        self.per_target = CE_RULES[config.ce_rule]  # the study's rule: a CE-only sample per target
         self.tokenizer_name = config.tokenizer
         self.tokenizer = None
         self.token_bytes: TokenBytes | None = None
+        self.renderers: dict[str, object] = {}
 
     async def setup(self) -> None:
         from renderers.base import load_tokenizer
@@ -86,6 +91,17 @@ class PredictAlgorithm(GlyphGRPOAlgorithm):
     def use_tokenizer(self, tokenizer) -> None:
         self.tokenizer = tokenizer
         self.token_bytes = TokenBytes(tokenizer)
+        self.renderers = {}
+
+    def render(self, trace: vf.Trace):
+        """Messages -> prompt ids (generation prompt added) by the renderer of ``trace``'s profile
+        (its trusted harness record), for the study's CE rule."""
+        protocol = harness.protocol if (harness := harness_record(trace.info)) is not None else None
+        name = profiles.get(protocol.profile if protocol is not None else profiles.DEFAULT).renderer
+        if name not in self.renderers:
+            self.renderers[name] = renderer(self.tokenizer, name)
+        found = self.renderers[name]
+        return lambda messages: list(found.render_ids(messages, add_generation_prompt=True))
 
     def encode(self, text: str) -> list[int]:
         return list(self.tokenizer.encode(text, add_special_tokens=False))
@@ -94,6 +110,9 @@ class PredictAlgorithm(GlyphGRPOAlgorithm):
         assert self.token_bytes is not None, "PredictAlgorithm.setup() must run first"
         found = mbpp_record(trace.info)
         candidates = found.candidates if found is not None else []
+        if self.per_target:  # every recorded target; a profile without targets predicts on candidates
+            candidates = (found.prediction_targets if found is not None else []) or [
+                c for c in candidates if c.prediction_turn is not None]
         out = annotate(
             trace.nodes,
             candidates,
@@ -102,6 +121,8 @@ class PredictAlgorithm(GlyphGRPOAlgorithm):
             alpha=self.alpha,
             max_tokens=self.max_aux_tokens,
             rule=self.label_span,
+            ce_rule=self.ce_rule,
+            render=self.render(trace) if self.per_target else None,
         )
         trace.metrics.update(out.metrics())
         for error in out.errors:
@@ -125,8 +146,9 @@ class PredictAlgorithm(GlyphGRPOAlgorithm):
 
 def drop_ce(trace: vf.Trace) -> None:
     """Take PREDICT's CE out of ``trace`` (the study's uniform-reward groups):
-    the grafted CE-only nodes go (they hang at the end of ``trace.nodes``, as
-    ``annotate`` appends them) and no node keeps a ``ce`` stream, so with
+    the grafted CE-only nodes and the study rule's auxiliary samples go (they
+    hang at the end of ``trace.nodes``, as ``annotate`` appends them) and no
+    node keeps a ``ce`` stream, so with
     zero advantages nothing of the rollout reaches the trainer."""
     trained = trace.metrics.get("predict_labels_trained", 0.0)
     trace.nodes[:] = [n for n in trace.nodes if n.sampled or not (n.loss_weights or {}).get("ce")]
@@ -139,4 +161,6 @@ def drop_ce(trace: vf.Trace) -> None:
         predict_labels_trained=0.0,
         predict_ce_tokens=0.0,
         predict_graft_tokens=0.0,
+        predict_aux_samples=0.0,
+        predict_aux_tokens=0.0,
     )

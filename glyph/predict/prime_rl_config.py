@@ -83,6 +83,17 @@ class PredictAlgoConfig(GlyphGRPOAlgoConfig):
     counted in ``predict_graft_too_long``), never truncated; an in-place label
     beyond it is counted in ``predict_past_limit`` (the trainer truncates)."""
 
+    ce_rule: Literal["in_place", "study"] = "in_place"
+    """Which samples carry the CE (``glyph.predict.annotate.CeRule``). ``"in_place"``
+    (glyph's): the policy's own tokens, in place on a right label, on a CE-only node
+    grafted at the same token prefix for a wrong one, none for an invalid or missing
+    label. ``"study"`` (the study's ``PredictAlgorithm.score_rollout``, its
+    ``src/glyph/prime_rl.py``): one CE-only sample per recorded prediction target,
+    right or wrong, valid label or not, its context re-rendered from the target's
+    messages by the renderer of the rollout's profile (``glyph.profiles``:
+    ``Profile.renderer``, what glyph's configs set ``[orchestrator.renderer]`` to),
+    then ``<PREDICTION>VERIFIED</PREDICTION>`` as the tokenizer encodes it alone."""
+
     tokenizer: str | None = None
     """Tokenizer (hub name or path) whose vocabulary locates labels and
     tokenizes corrected labels; default: the policy model's. It must be the

@@ -14,7 +14,7 @@ from abc import ABC, abstractmethod
 from typing import Any, ClassVar, NamedTuple, Protocol
 
 from glyph.agent.profiles.base import AgentProfile, Tester
-from glyph.agent.trace import Trace, VerifiedCandidate
+from glyph.agent.trace import PredictionTarget, Trace, VerifiedCandidate
 from glyph.data.mbpp import MbppTask
 from glyph.data.replay import Replay, replay
 from glyph.outcomes import Outcome
@@ -127,6 +127,11 @@ class Profile(ABC):
 
     def check_trace(self, trace: Trace, regrader: Regrading) -> list[str]:
         """The tamper reasons of what this profile's trace adds to ``Trace``."""
+        return []
+
+    def verified_targets(self, trace: Trace, regrader: Regrading) -> list[PredictionTarget]:
+        """The prediction targets its trace records (none: the profile records predictions on its
+        candidates only), each with its trusted ``verified_label``."""
         return []
 
     def model_errors(self, trace: Trace) -> tuple[str, ...]:

@@ -17,10 +17,12 @@ whatever the reward.
 
 from __future__ import annotations
 
+import dataclasses
+
 from glyph.agent import study as S
 from glyph.agent.profiles.base import Tester
 from glyph.agent.profiles.study import STUDY, Switches
-from glyph.agent.trace import StudyTrace, VerifiedCandidate, sha256
+from glyph.agent.trace import PredictionTarget, StudyTrace, VerifiedCandidate, sha256
 from glyph.data import study
 from glyph.data.mbpp import MbppTask
 from glyph.data.replay import grading_tester
@@ -40,6 +42,24 @@ def study_episode(first_target: str | None, visible: list[str]) -> tuple[bool, b
     first_fail = next((i for i, v in enumerate(visible) if v != PASS), None)
     first = first_target == PASS if first_target is not None else bool(visible) and visible[0] == PASS
     return first, first_fail is not None, first_fail is not None and PASS in visible[first_fail + 1:]
+
+
+def _targets(trace: StudyTrace, regrader: Regrading) -> tuple[list[PredictionTarget], list[str]]:
+    """The prediction targets of a recorded candidate, each with its trusted outcome, and the tamper
+    reasons: a target that names no recorded candidate, an outcome no trusted grading gives it."""
+    known = {c.sha256: c.source for c in trace.candidates if sha256(c.source) == c.sha256}
+    verified, tamper = [], []
+    for k, t in enumerate(trace.prediction_targets):
+        source = known.get(t.candidate_sha256)
+        if source is None:
+            tamper.append(f"prediction target {k}: its candidate is no recorded candidate")
+            continue
+        label = t.verified_label
+        if not regrader.agrees(source, label):
+            label = regrader.visible(source)
+            tamper.append(f"prediction target {k}: recorded {t.verified_label}, re-grade {label}")
+        verified.append(dataclasses.replace(t, verified_label=label))
+    return verified, tamper
 
 
 class StudyProfile(Profile):
@@ -88,18 +108,15 @@ class StudyProfile(Profile):
     def check_trace(self, trace: StudyTrace, regrader: Regrading) -> list[str]:
         """A prediction target that names no recorded candidate, or an outcome no trusted grading
         gives it; a trace that ends with FINAL and lists protocol errors (the episode never does)."""
-        known = {c.sha256: c.source for c in trace.candidates if sha256(c.source) == c.sha256}
-        tamper = []
-        for k, t in enumerate(trace.prediction_targets):
-            source = known.get(t.candidate_sha256)
-            if source is None:
-                tamper.append(f"prediction target {k}: its candidate is no recorded candidate")
-            elif not regrader.agrees(source, t.verified_label):
-                tamper.append(f"prediction target {k}: recorded {t.verified_label}, "
-                              f"re-grade {regrader.visible(source)}")
+        tamper = _targets(trace, regrader)[1]
         if trace.protocol_errors and (trace.final or trace.end == "final"):
             tamper.append("the trace says the episode ended with FINAL and lists protocol errors")
         return tamper
+
+    def verified_targets(self, trace: StudyTrace, regrader: Regrading) -> list[PredictionTarget]:
+        """Every prediction target whose candidate the trace recorded, with its trusted outcome (the
+        recorded one where a trusted grading gives it): what the study's CE rule trains."""
+        return _targets(trace, regrader)[0]
 
     def model_errors(self, trace: StudyTrace) -> tuple[str, ...]:
         return tuple(trace.protocol_errors)

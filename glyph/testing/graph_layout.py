@@ -57,3 +57,56 @@ def layout(
             ids = encode(f"{lead}<|im_start|>{role}\n{content}<|im_end|>\n")
             nodes.append(Node(parent, {"role": role, "content": content}, False, ids, [False] * len(ids)))
     return nodes
+
+
+def rendered_layout(
+    renderer, turns: list[tuple[str, str]], sampled_ids: dict[int, list[int]] | None = None
+) -> list[Node]:
+    """The graph of ``turns`` as the pin's train client and verifiers build it with
+    ``renderer`` (a ``renderers`` renderer, e.g. ``glyph.render_study.StudyRenderer``):
+    the first turn's prompt rendered, each later one bridged
+    (``renderer.bridge_to_next_turn``: the previous prompt and completion kept
+    verbatim) or, where the renderer does not bridge, rendered again (and, if its
+    tokens part from the stored prefix, forked there as verifiers forks). One node
+    per prompt message, its tokens from the end of the previous node through the
+    message's own; a sampled node holds the generation prompt, then the completion.
+    A completion is the canonical one (the tokens the renderer samples of that
+    assistant turn) unless ``sampled_ids[i]`` replaces it (through ``<|im_end|>``)."""
+    nodes: list[Node] = []
+    path: list[int] = []  # the node ids of the current branch, one a message
+    prev: tuple[list[int], list[int], int] | None = None  # prompt, completion, messages before the tail
+    for i, (role, content) in enumerate(turns):
+        if role != "assistant":
+            continue
+        messages = [{"role": r, "content": c} for r, c in turns[:i]]
+        rendered, shift = None, 0
+        if prev is not None:
+            rendered, shift = renderer.bridge_to_next_turn(prev[0], prev[1], messages[prev[2]:]), prev[2]
+        if rendered is None:
+            rendered, shift = renderer.render(messages, add_generation_prompt=True), 0
+        prompt = list(rendered.token_ids)
+        keep, cursor = 0, 0
+        for j in path:  # reuse whole nodes within the common token prefix, fork at the first divergence
+            if prompt[cursor:cursor + len(nodes[j].token_ids)] != nodes[j].token_ids:
+                break
+            cursor += len(nodes[j].token_ids)
+            keep += 1
+        path = path[:keep]
+        indices = list(rendered.message_indices)
+        for m in range(len(path), len(messages)):
+            ends = [p + 1 for p, k in enumerate(indices) if k >= 0 and k + shift == m]
+            end = ends[-1] if ends else cursor
+            ids = prompt[cursor:end]
+            nodes.append(Node(path[-1] if path else None, messages[m], False, ids, [False] * len(ids)))
+            path.append(len(nodes) - 1)
+            cursor = end
+        full = renderer.render(messages + [{"role": role, "content": content}])
+        canonical = [t for t, s, k in zip(full.token_ids, full.sampled_mask, full.message_indices)
+                     if s and k == len(messages)]
+        comp = (sampled_ids or {}).get(i) or canonical
+        gen = prompt[cursor:]
+        nodes.append(Node(path[-1] if path else None, {"role": role, "content": content}, True, gen + comp,
+                          [False] * len(gen) + [True] * len(comp)))
+        path.append(len(nodes) - 1)
+        prev = (prompt, comp, i + 1)
+    return nodes

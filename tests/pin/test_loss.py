@@ -13,6 +13,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from glyph.render import load_tokenizer, render_ids  # noqa: E402
+from glyph.testing.pin_loss import QWEN3_VOCAB, prime_rl_compute_loss, prime_rl_logprobs, tiny_qwen3  # noqa: E402
 from glyph.testing.reference_loss import (  # noqa: E402
     Sample,
     predict_loss,
@@ -21,22 +22,12 @@ from glyph.testing.reference_loss import (  # noqa: E402
     token_logprobs,
 )
 
-QWEN3_VOCAB = 151936  # Qwen3's embedding rows (the tokenizer's 151669 ids, padded)
 ALPHA = 0.5
 
 
 @pytest.fixture(scope="module")
 def tok():
     return load_tokenizer()
-
-
-def tiny_qwen3(seed: int = 0):
-    config = transformers.Qwen3Config(
-        vocab_size=QWEN3_VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=512,
-        tie_word_embeddings=True, attn_implementation="eager")
-    torch.manual_seed(seed)
-    return transformers.AutoModelForCausalLM.from_config(config).eval()
 
 
 @pytest.fixture(scope="module")
@@ -326,60 +317,6 @@ def prime_rl_loss_module():
                                reason="PRIME-RL at the pin is not importable (put its src on PYTHONPATH)")
 
 
-def prime_rl_logprobs(model, sample: Sample):
-    """Trainer logprobs the way train.py:381-454 makes them, for one sample:
-    shifted labels, logits / per-token temperatures, log-softmax at the label
-    (the compiled ``selective_log_softmax``'s two lines), shifted right with the
-    ``log(1 / vocab)`` pad."""
-    loss_mod = prime_rl_loss_module()
-    input_ids = sample.token_ids.unsqueeze(0)
-    labels = loss_mod.shift_tensor_left(input_ids)
-    temperatures = torch.full(input_ids.shape, sample.temperature)
-    logits = model(input_ids=input_ids, use_cache=False).logits
-    scaled = logits / temperatures.unsqueeze(-1)
-    logprobs = torch.gather(scaled.log_softmax(dim=-1), dim=-1, index=labels.unsqueeze(-1)).squeeze(-1)
-    vocab_size = model.config.vocab_size
-    pad = torch.log(torch.tensor(1.0 / vocab_size)).item()
-    return loss_mod.shift_tensor_right(logprobs, pad_value=pad)[0]
-
-
-def prime_rl_compute_loss(trainer_logprobs, samples, loss_config, *, pack: bool = True):
-    """``compute_loss`` on the streams as a packed micro batch carries them
-    (absent streams filled per ``batch.py``'s STREAM_FILL once one sample has
-    them; ``pack=False`` passes each sample's ``None`` through), normalised by
-    the scales train.py:309-323 computes."""
-    loss_mod = prime_rl_loss_module()
-    from prime_rl.trainer.batch import STREAM_FILL
-
-    streams = {}
-    for name in ("rl_weights", "ce_weights"):
-        per_sample = [getattr(s, name) for s in samples]
-        if all(w is None for w in per_sample):
-            streams[name] = None
-        elif pack:
-            streams[name] = [w if w is not None else torch.full((len(s),), STREAM_FILL[name])
-                             for s, w in zip(samples, per_sample)]
-        else:
-            streams[name] = per_sample
-    rl_scale = sum(int((s.mask & (w != 0)).sum()) if w is not None else int(s.mask.sum())
-                   for s, w in zip(samples, streams["rl_weights"] or [None] * len(samples)))
-    ce_scale = sum(int((w != 0).sum()) for w in streams["ce_weights"] or [] if w is not None)
-    return loss_mod.compute_loss(
-        trainer_logprobs=list(trainer_logprobs),
-        inference_logprobs=[s.inference_logprobs for s in samples],
-        ref_logprobs=None,
-        advantages=[s.advantages for s in samples],
-        loss_mask=[s.mask for s in samples],
-        rl_weights=streams["rl_weights"],
-        ce_weights=streams["ce_weights"],
-        ref_kl_weights=None,
-        rl_loss_fn=loss_mod.setup_rl_loss_fn(loss_config),
-        rl_scale=max(rl_scale, 1),
-        ce_scale=max(ce_scale, 1),
-        ref_kl_scale=1,
-    )
-
-
 def loss_config_kwargs(config) -> dict:
     return {k: getattr(config, k) for k in ("dppo_mask_low", "dppo_mask_high", "adv_tau", "kl_tau")}
 
@@ -508,3 +445,59 @@ def test_prune_zero_advantages_matches_prime_rl_orchestrator():
             assert got == expected
         outcomes.append(ours is None or ours is case)
     assert outcomes == [False, False, True, False, True]
+
+
+# PREDICT's CE rules (glyph.predict.annotate.CeRule) through the pin: the study's auxiliary CE-only
+# sample per prediction target against glyph's in-place CE and grafts, on Arm B rollouts laid out with
+# the study renderer, through the pin's trace_to_samples and compute_loss (benchmarks/ce_rule.py
+# prints the numbers on larger batches).
+
+CE_RULE_BATCHES = {
+    "valid": ([["right", "wrong"], ["wrong", "right"]], False),
+    "invalid_missing": ([["wrong", "invalid"], ["right", "missing"]], False),
+    "retokenized": ([["right", "wrong"]], True),
+}
+
+
+@pytest.fixture(scope="module")
+def study_renderer(tok):
+    from glyph.render import renderer
+
+    return renderer(tok, "study")
+
+
+@pytest.mark.parametrize("name", list(CE_RULE_BATCHES))
+def test_the_study_ce_rule_against_in_place_through_compute_loss(tok, model, study_renderer, name):
+    """Where every label is an outcome class and the policy's tokens are the renderer's own, the
+    study's separate samples and glyph's in-place CE and grafts give the same loss and gradient
+    (the same CE tokens on the same contexts; the auxiliary samples add no RL tokens, and
+    compute_loss normalises CE by the step's CE tokens either way). An invalid or missing label
+    trains under the study's rule only, and a context the policy tokenized otherwise trains on the
+    re-rendering under the study's rule and on the policy's own tokens under glyph's: both move
+    the loss or the gradient."""
+    prime_rl_loss_module()
+    from glyph.testing import ce_rules as C
+
+    kinds, retokenized = CE_RULE_BATCHES[name]
+    rollouts = C.batch(tok, study_renderer, kinds, retokenized=retokenized)
+    ours, ours_notes = C.rule_step(tok, study_renderer, model, rollouts, "in_place")
+    study, study_notes = C.rule_step(tok, study_renderer, model, rollouts, "study")
+    cos, rel = C.agreement(study, ours)
+    targets = sum(len(ks) for ks in kinds)
+    assert sum(n.aux_samples for n in study_notes) == targets
+    assert study.samples == ours.samples - sum(n.grafted for n in ours_notes) + targets
+    assert study.rl_tokens == ours.rl_tokens and study.rl == pytest.approx(ours.rl, rel=1e-6)
+    assert study.ce > 0 and ours.ce > 0
+    differs = sum(n.aux_context_differs for n in study_notes)
+    if name == "valid":
+        assert differs == 0 and study.ce_tokens == ours.ce_tokens
+        assert study.loss == pytest.approx(ours.loss, rel=1e-6)
+        assert cos > 1 - 1e-6 and rel < 1e-5
+    elif name == "invalid_missing":
+        unlabelled = sum(n.aux_unlabelled for n in study_notes)
+        assert unlabelled == 2 and sum(n.labels_trained for n in ours_notes) == targets - unlabelled
+        assert study.ce_tokens > ours.ce_tokens
+        assert abs(study.loss - ours.loss) > 1e-4 and rel > 1e-2
+    else:
+        assert differs == targets and study.ce_tokens == ours.ce_tokens
+        assert rel > 1e-3

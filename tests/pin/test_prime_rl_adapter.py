@@ -410,6 +410,41 @@ def test_the_study_span_rule_through_prime_rls_train_sink(runs, tokdir, tok):
     loss_equals_reference(samples)
 
 
+def test_the_study_ce_rule_through_prime_rls_train_sink(runs, tokdir, tok):
+    """ce_rule = "study" on the study profile's rollouts: one CE-only sample per prediction target
+    finalize recorded (right or wrong), as the study's _auxiliary_sample built it (its
+    src/glyph/prime_rl.py at 9eefac7): the target's context rendered by the study renderer with the
+    generation prompt, then <PREDICTION>VERIFIED</PREDICTION> encoded alone; no CE on the policy's
+    own samples; the shipped samples still equal the reference loss."""
+    from glyph.record import mbpp_record
+    from glyph.render import renderer
+
+    study_renderer = renderer(tok, "study")
+    algo = build(tokdir, ce_rule="study", label_span="study")
+    recover, hack = (episodes(runs, p, "study-ce-rule") for p in ("recover", "hack"))
+    groups = [[recover[t], hack[t]] for t in sorted(recover)]
+    samples = train_batch(algo, groups, 2).samples
+    expected = []
+    for ep in (ep for g in groups for ep in g):
+        (trace,) = ep.traces
+        targets = mbpp_record(trace.info).prediction_targets
+        assert trace.metrics["predict_aux_samples"] == len(targets)
+        for t in targets:
+            tag = f"<PREDICTION>{t.verified_label}</PREDICTION>"
+            expected.append(list(study_renderer.render_ids(t.context, add_generation_prompt=True))
+                            + list(tok.encode(tag, add_special_tokens=False)))
+    assert len(expected) >= 2 * TASKS, "recover predicts twice a task (a wrong PASS, then a right one)"
+    main = [s for s in samples if any(s.mask)]
+    ce_only = [s for s in samples if not any(s.mask)]
+    assert len(main) == 2 * TASKS and all(not s.ce_weights or not any(s.ce_weights) for s in main)
+    assert sorted(s.token_ids for s in ce_only) == sorted(expected)
+    for s in ce_only:
+        on = [i for i, w in enumerate(s.ce_weights) if w]
+        assert on and all(s.ce_weights[i] == ALPHA for i in on) and on[-1] < len(s.token_ids) - 1
+        assert s.rl_weights is None or not any(s.rl_weights)
+    loss_equals_reference(samples)
+
+
 def test_alpha_zero_through_prime_rls_train_sink(runs, tokdir, tok):
     """The alpha-0 control: no CE at all, the sampled labels still out of RL credit."""
     tb = TokenBytes(tok)

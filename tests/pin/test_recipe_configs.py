@@ -181,8 +181,8 @@ def test_rl_resolves_to_the_study_settings(profile, arm, seed, variant, tmp_path
     else:
         assert (algo.type, algo.alpha, algo.max_aux_tokens) == ("predict", 0.0 if variant == "alpha0" else 0.1,
                                                                o.seq_len)
-        assert (algo.label_span, algo.ce_in_uniform_groups) == (
-            ("study", False) if profile == "study" else ("decision", True))
+        assert (algo.label_span, algo.ce_in_uniform_groups, algo.ce_rule) == (
+            ("study", False, "study") if profile == "study" else ("decision", True, "in_place"))
     check_glyph_source(train, profile, arm, "rl", variant == "costly")
     [val] = o.eval.source
     assert (val.interval, val.num_examples, val.group_size) == (25, -1, 1)

@@ -110,6 +110,7 @@ def verify(trace: object, final_source: str | None, tests: TaskTests, limits: Li
         visible, found = verify_tests(t, rg, placeholder)
         tamper += found
         tamper += p.check_trace(t, rg)
+        out.prediction_targets = p.verified_targets(t, rg)
         tamper += check_final_source(t, final_source, placeholder)
     out.candidates = candidates
     suites = grade_hidden(rg, final_source)
