@@ -49,6 +49,7 @@ from __future__ import annotations
 import argparse
 import copy
 import dataclasses
+import functools
 import random
 import statistics
 import sys
@@ -86,12 +87,15 @@ class World:
         self.renderer = renderer(tok, "glyph")
         self.turns = Turns(tok)
 
-    def render(self, name: str, number: int, sampled: str, verified: str, observed: str | None = None) -> dict:
+    @functools.lru_cache(maxsize=None)  # noqa: B019  (one World a run; held-out contexts render again each eval)
+    def render(self, name: str, number: int, sampled: str, verified: str,
+               observed: str | None = None) -> dict:
         """The episode whose context cues ``verified``, whose turn predicts ``sampled`` and whose test
         says ``observed`` (default: ``verified``): its ids, sampled mask, ECHO's positions (the observation's
         body, the renderer's ``is_content`` of the message after the reply) and where the prediction turn's
         text starts (after the context and the empty think block)."""
-        msgs = [{"role": "user", "content": f"Task {number}: fix {name}. Log of the candidate: {CUES[verified]}."},
+        task = f"Task {number}: fix {name}. Log of the candidate: {CUES[verified]}."
+        msgs = [{"role": "user", "content": task},
                 {"role": "assistant", "content": Turns.TEXT.format(label=sampled)},
                 {"role": "user", "content": OBSERVATION.format(outcome=observed or verified)}]
         full = self.renderer.render(msgs)
@@ -126,7 +130,8 @@ def observation_scores(model, world: World, contexts: list[tuple[str, int, str]]
             cut = next(i for i in body if world.tok.decode(r["ids"][body[0]:i]) == head)
             samples.append(Sample.ce_only(r["ids"][:cut], r["ids"][cut:body[-1] + 1], 1.0))
     lps = token_logprobs(model, samples, weighted_only=True)
-    return torch.stack([lp[s.ce_tokens].sum() for s, lp in zip(samples, lps)]).view(len(contexts), len(LABELS))
+    scores = torch.stack([lp[s.ce_tokens].sum() for s, lp in zip(samples, lps)])
+    return scores.view(len(contexts), len(LABELS))
 
 
 def evaluate(model, world: World, held_out: list[tuple[str, int, str]]) -> dict:
@@ -155,8 +160,9 @@ def warm_up(model, world: World, rng: random.Random, steps: int, batch: int, lr:
     ids = world.turns.ids["PASS"]
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     for _ in range(steps):
-        samples = [Sample.ce_only(world.prefix(rng.choice(TRAIN_NAMES), rng.randrange(100, 1000), rng.choice(LABELS))
-                                  + ids[:span[0]], ids[span[0]:span[-1] + 1], ALPHA) for _ in range(batch)]
+        prefixes = [world.prefix(rng.choice(TRAIN_NAMES), rng.randrange(100, 1000), rng.choice(LABELS))
+                    for _ in range(batch)]
+        samples = [Sample.ce_only(p + ids[:span[0]], ids[span[0]:span[-1] + 1], ALPHA) for p in prefixes]
         loss, _ = predict_loss(token_logprobs(model, samples, weighted_only=True), samples)
         optimizer.zero_grad()
         loss.backward()
@@ -224,7 +230,8 @@ def train(model, world: World, rng: random.Random, steps: int, batch: int, lr: f
 
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     for _ in range(steps):
-        samples = [s for s in map(prune_zero_advantages, step_samples(model, world, rng, batch, arm)) if s is not None]
+        drawn = step_samples(model, world, rng, batch, arm)
+        samples = [s for s in map(prune_zero_advantages, drawn) if s is not None]
         if not samples:
             continue
         lps = token_logprobs(model, samples, weighted_only=True)
@@ -280,8 +287,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     def mean(rows: list[dict], what: str, key: str | None = None) -> float:
         return statistics.fmean(r[what]["recall"][key] if key else r[what]["weighted"] for r in rows)
 
-    table = Table(title=f"held-out accuracy after {args.warmup} warm-up + {args.steps} steps (batch {args.batch}, "
-                        f"alpha {ALPHA}), mean over {args.seeds} seed(s)")
+    table = Table(title=f"held-out accuracy after {args.warmup} warm-up + {args.steps} steps "
+                        f"(batch {args.batch}, alpha {ALPHA}), mean over {args.seeds} seed(s)")
     table.add_column("CE")
     for what in ("prediction", "observation"):
         table.add_column(f"{what}\nmix-weighted", justify="right")

@@ -65,7 +65,8 @@ def test_the_four_cells_and_every_pair_by_profile_and_seed(four_cells):
         assert [prop(c["pass_at_1"]) for c in g["cells"]] == [(2, 6), (3, 6), (4, 6), (5, 6)]
         lo, hi = g["cells"][0]["pass_at_1"]["ci"]
         assert lo < 2 / 6 < hi
-        for c in g["cells"]:  # the prediction figures are arm B's: one prediction a rollout, right iff it passed
+        # the prediction figures are arm B's: one prediction a rollout, right iff it passed
+        for c in g["cells"]:
             if c["arm"] == "a":
                 assert c["prediction_accuracy"] is None
             else:

@@ -75,7 +75,8 @@ def renderer_args(profile: str) -> list[str]:
     r = RENDERERS[profile]
     if r["name"] == "custom":
         return ["--client.renderer.name", "custom", "--client.renderer.import-path", r["import_path"]]
-    return ["--client.renderer.name", r["name"], "--client.renderer.enable-thinking", str(r["enable_thinking"]).lower()]
+    thinking = str(r["enable_thinking"]).lower()
+    return ["--client.renderer.name", r["name"], "--client.renderer.enable-thinking", thinking]
 
 
 @pytest.fixture(scope="module")
@@ -88,10 +89,11 @@ def cells(tmp_path_factory, tokdir, mbpp_path) -> dict[tuple[str, str], dict[str
     from glyph.vfcompat import eval_command
 
     cache = os.environ.get("GLYPH_EVAL_CACHE")
-    runs = [(p, arm, policy) for p in PROFILES for arm, policies in ARM_POLICIES.items() for policy in policies]
+    runs = [(p, arm, pol) for p in PROFILES for arm, policies in ARM_POLICIES.items() for pol in policies]
 
     def read(folder: Path) -> list[str]:
-        return [line for path in sorted(folder.glob("**/traces.jsonl")) for line in path.read_text().splitlines()]
+        paths = sorted(folder.glob("**/traces.jsonl"))
+        return [line for path in paths for line in path.read_text().splitlines()]
 
     out: dict[tuple[str, str], dict[str, list[str]]] = {}
     if cache and all(any((Path(cache) / f"{p}-{a}" / pol).glob("**/traces.jsonl")) for p, a, pol in runs):
@@ -108,10 +110,11 @@ def cells(tmp_path_factory, tokdir, mbpp_path) -> dict[tuple[str, str], dict[str
                 "glyph-mbpp", "-m", pol, "--client.base-url", server.base_url, "--client.type", "train",
                 "--client.renderer-model-name", str(tokdir), *renderer_args(p), "--no-push", "--no-rich",
                 "-n", str(TASKS), "-o", str(base / f"{p}-{a}" / pol), "--env.taskset.arm", a,
-                "--env.taskset.data-path", mbpp_path, "--env.agent.harness.tool-timeout", "3", *profile_args(p),
+                "--env.taskset.data-path", mbpp_path, "--env.agent.harness.tool-timeout", "3",
+                *profile_args(p),
             )
-            procs[p, a, pol] = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                                env=env)
+            procs[p, a, pol] = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                                text=True, env=env)
         for (p, a, pol), proc in procs.items():
             stdout, stderr = proc.communicate(timeout=900)
             assert proc.returncode == 0, stderr[-3000:]
@@ -122,7 +125,8 @@ def cells(tmp_path_factory, tokdir, mbpp_path) -> dict[tuple[str, str], dict[str
 
 
 def rl_config(profile: str, name: str, tmp_path: Path) -> RLConfig:
-    return cli(RLConfig, args=["@", str(REPO / "configs" / profile / f"{name}.toml"), "--output-dir", str(tmp_path)])
+    path = REPO / "configs" / profile / f"{name}.toml"
+    return cli(RLConfig, args=["@", str(path), "--output-dir", str(tmp_path)])
 
 
 def recipe_algorithm(profile: str, arm: str, tokdir: Path, tmp_path: Path, **override):
@@ -157,12 +161,13 @@ def ce_of(node) -> list[float]:
 def test_the_registry_resolves_both_echo_algorithms():
     a = _ALGO.validate_python({"type": "glyph_echo"})
     assert isinstance(a, GlyphEchoAlgoConfig) and a.roles.tool.alpha == 0.1 and a.roles.user is None
-    b = _ALGO.validate_python({"type": "predict_echo", "max_aux_tokens": 4096, "roles": {"user": {"alpha": 0.1}}})
+    predict_echo = {"type": "predict_echo", "max_aux_tokens": 4096}
+    b = _ALGO.validate_python(predict_echo | {"roles": {"user": {"alpha": 0.1}}})
     assert isinstance(b, PredictEchoAlgoConfig) and b.ce_balance == "separate" and b.roles.tool is None
     with pytest.raises(pydantic.ValidationError, match="roles.assistant"):
-        _ALGO.validate_python({"type": "predict_echo", "max_aux_tokens": 4096, "roles": {"assistant": {"alpha": 0.1}}})
+        _ALGO.validate_python(predict_echo | {"roles": {"assistant": {"alpha": 0.1}}})
     with pytest.raises(pydantic.ValidationError, match="ce_balance"):
-        _ALGO.validate_python({"type": "predict_echo", "max_aux_tokens": 4096, "ce_balance": "mean"})
+        _ALGO.validate_python(predict_echo | {"ce_balance": "mean"})
 
 
 @pytest.mark.parametrize("profile", PROFILES)
@@ -179,7 +184,8 @@ def test_an_echo_cell_resolves_to_its_arm_with_echos_observation_ce_only(profile
     theirs = plain.orchestrator.train.source[0].algo.model_dump()
     ours = source.algo.model_dump()
     added = {"type", "roles", "filter"} | ({"ce_balance"} if arm == "b" else set())
-    assert {k: v for k, v in ours.items() if k not in added} == {k: v for k, v in theirs.items() if k != "type"}
+    kept = {k: v for k, v in theirs.items() if k != "type"}
+    assert {k: v for k, v in ours.items() if k not in added} == kept
     assert set(ours) - set(theirs) == added - {"type"}
 
     def rest(c: RLConfig) -> dict:
@@ -232,9 +238,8 @@ def test_echo_ce_lands_on_exactly_the_observation_bodies(profile, arm, cells, to
             content = node.message.content.rstrip() if profile == "study" else node.message.content
             # BPE: the body's last token may carry the scaffold's first character with it (the study's
             # closing line break), never more than that token.
-            assert body == content or (body.startswith(content) and
-                                       len(tok.decode([node.token_ids[j] for j in on[:-1]])) < len(content)), (
-                body, content)
+            short = len(tok.decode([node.token_ids[j] for j in on[:-1]])) < len(content)
+            assert body == content or (body.startswith(content) and short), (body, content)
             assert "<|im_start|>" not in body and "<|im_end|>" not in body
             observations += 1
             echo_tokens += len(on)
@@ -258,18 +263,19 @@ def test_echo_ce_lands_on_exactly_the_observation_bodies(profile, arm, cells, to
 @pytest.mark.parametrize("profile", PROFILES)
 def test_arm_b_echo_carries_predicts_and_echos_weights_each_once(profile, cells, tokdir, tmp_path):
     """The batch ``arm_b_echo`` ships = PREDICT's CE positions (``predict`` on the same episodes) plus ECHO's
-    (``glyph_echo`` with the profile's role on them), disjoint, none dropped; each term's weights scaled to its
-    own per-token mean (``ce_balance = "separate"``); ``compute_loss`` equals the reference."""
+    (``glyph_echo`` with the profile's role on them), disjoint, none dropped; each term's weights scaled to
+    its own per-token mean (``ce_balance = "separate"``); ``compute_loss`` equals the reference."""
     runs = cells[profile, "b"]
     both = recipe_algorithm(profile, "b", tokdir, tmp_path)
     plain = rl_config(profile, "arm_b", tmp_path).orchestrator.train.source[0].algo
     predict = build_algorithm(plain, _Pool(str(tokdir)))
     asyncio.run(predict.setup())
     role = recipe.PROFILES[profile].observation_role
-    echo = build_algorithm(_ALGO.validate_python({"type": "glyph_echo", "roles": {role: {"alpha": recipe.ECHO_ALPHA}},
-                                                  "max_rollout_tokens": plain.max_rollout_tokens}),
-                           _Pool(str(tokdir)))
-    batches = {name: train_batch(algo, groups_of(runs, "b", f"together-{name}"), len(ARM_POLICIES["b"])).samples
+    echo_config = {"type": "glyph_echo", "roles": {role: {"alpha": recipe.ECHO_ALPHA}},
+                   "max_rollout_tokens": plain.max_rollout_tokens}
+    echo = build_algorithm(_ALGO.validate_python(echo_config), _Pool(str(tokdir)))
+    size = len(ARM_POLICIES["b"])
+    batches = {name: train_batch(algo, groups_of(runs, "b", f"together-{name}"), size).samples
                for name, algo in (("both", both), ("predict", predict), ("echo", echo))}
     ours, theirs_p, theirs_e = batches["both"], batches["predict"], batches["echo"]
     assert [s.token_ids for s in ours] == [s.token_ids for s in theirs_p], "the same samples, grafts included"
@@ -311,8 +317,9 @@ def test_separate_balance_gives_each_ce_term_its_own_mean(cells, tokdir, tmp_pat
         algo = recipe_algorithm("glyph", "b", tokdir, tmp_path, ce_balance=balance)
         [group] = groups_of(runs, "b", f"balance-{balance}")[:1]
         samples = train_batch(algo, [group], len(ARM_POLICIES["b"])).samples
+        # ECHO on the tool role, which glyph's protocol never uses: PREDICT's CE alone, its positions
         predict_only = recipe_algorithm("glyph", "b", tokdir, tmp_path, ce_balance=balance,
-                                        roles={"tool": {"alpha": 0.1}})  # no tool messages in glyph's protocol
+                                        roles={"tool": {"alpha": 0.1}})
         [group_p] = groups_of(runs, "b", f"balance-{balance}-p")[:1]
         label = [{i for i, w in enumerate(s.ce_weights or []) if w}
                  for s in train_batch(predict_only, [group_p], len(ARM_POLICIES["b"])).samples]
