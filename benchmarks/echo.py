@@ -46,7 +46,6 @@ mean over seeds), then on the same line ``observation_accuracy`` likewise.
 
 from __future__ import annotations
 
-import argparse
 import copy
 import dataclasses
 import functools
@@ -68,8 +67,10 @@ from label_span import (  # noqa: E402  (the label-span benchmark's toy: mix, cu
     TRAIN_NAMES,
     Turns,
     label_scores,
+    on_policy_step,
     span_tokens,
     tiny_qwen3,
+    toy_arguments,
 )
 
 ARMS = ("none", "echo", "predict", "both")
@@ -226,35 +227,13 @@ def step_samples(model, world: World, rng: random.Random, batch: int, arm: str):
 def train(model, world: World, rng: random.Random, steps: int, batch: int, lr: float, arm: str) -> None:
     import torch
 
-    from glyph.testing.reference_loss import predict_loss, prune_zero_advantages, token_logprobs
-
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     for _ in range(steps):
-        drawn = step_samples(model, world, rng, batch, arm)
-        samples = [s for s in map(prune_zero_advantages, drawn) if s is not None]
-        if not samples:
-            continue
-        lps = token_logprobs(model, samples, weighted_only=True)
-        samples = [dataclasses.replace(s, inference_logprobs=torch.where(s.mask, lp.detach(), 0.0))
-                   for s, lp in zip(samples, lps)]
-        loss, _ = predict_loss(lps, samples)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
+        on_policy_step(model, optimizer, step_samples(model, world, rng, batch, arm))
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--steps", type=int, default=30, help="training steps per arm and seed")
-    parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--warmup", type=int, default=15, help="always-PASS warm-up steps")
-    parser.add_argument("--batch", type=int, default=12)
-    parser.add_argument("--lr", type=float, default=1e-2)
-    parser.add_argument("--hidden", type=int, default=32)
-    parser.add_argument("--quick", action="store_true", help="a smoke run: 1 seed, 8 warm-up and 8 steps")
-    args = parser.parse_args(argv)
-    if args.quick:
-        args.seeds, args.warmup, args.steps = 1, 8, 8
+    args = toy_arguments(__doc__.split("\n\n")[0], "training steps per arm and seed", argv)
 
     import torch
     from rich.console import Console

@@ -56,20 +56,6 @@ ARM_POLICIES = {"a": ("recover", "hack"), "b": ("recover", "hack", "revise")}
 _ALGO = pydantic.TypeAdapter(AlgoConfig)
 
 
-@pytest.fixture(scope="module")
-def tokdir() -> Path:
-    from glyph.render import offline_tokenizer_dir
-
-    return offline_tokenizer_dir()
-
-
-@pytest.fixture(scope="module")
-def tok(tokdir):
-    from renderers.base import load_tokenizer
-
-    return load_tokenizer(str(tokdir))
-
-
 def renderer_args(profile: str) -> list[str]:
     """The eval CLI's client renderer for ``profile``: the one its RL configs name (``glyph.render``)."""
     r = RENDERERS[profile]
