@@ -233,28 +233,40 @@ def train_predict(model, tok, turns: Turns, rng: random.Random, steps: int, batc
                   rule: str) -> float:
     import torch
 
-    from glyph.testing.reference_loss import predict_loss, prune_zero_advantages, token_logprobs
-
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     right = 0
     for _ in range(steps):
         samples, ok = predict_step_samples(model, tok, turns, rng, batch, rule)
         right += ok
-        samples = [s for s in map(prune_zero_advantages, samples) if s is not None]
-        lps = token_logprobs(model, samples, weighted_only=True)
-        # On-policy, one forward: the sampler's logprobs are this step's trainer logprobs (ratio 1).
-        samples = [dataclasses.replace(s, inference_logprobs=torch.where(s.mask, lp.detach(), 0.0))
-                   for s, lp in zip(samples, lps)]
-        loss, _ = predict_loss(lps, samples)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
+        on_policy_step(model, optimizer, samples)
     return right / (steps * batch)
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--steps", type=int, default=30, help="PREDICT steps per rule and seed")
+def on_policy_step(model, optimizer, samples) -> None:
+    """One optimizer step of PRIME-RL's trainer loss on ``samples`` (zero-advantage RL tokens pruned, as
+    the orchestrator's filter does), on-policy: one forward, whose logprobs are also the sampler's."""
+    import torch
+
+    from glyph.testing.reference_loss import predict_loss, prune_zero_advantages, token_logprobs
+
+    samples = [s for s in map(prune_zero_advantages, samples) if s is not None]
+    if not samples:
+        return
+    lps = token_logprobs(model, samples, weighted_only=True)
+    # On-policy, one forward: the sampler's logprobs are this step's trainer logprobs (ratio 1).
+    samples = [dataclasses.replace(s, inference_logprobs=torch.where(s.mask, lp.detach(), 0.0))
+               for s, lp in zip(samples, lps)]
+    loss, _ = predict_loss(lps, samples)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+
+
+def toy_arguments(description: str, steps_help: str, argv: Sequence[str] | None) -> argparse.Namespace:
+    """The toy's command line (this benchmark's and ``benchmarks/echo.py``'s): steps, seeds, warm-up,
+    batch, learning rate, model width, and ``--quick``."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--steps", type=int, default=30, help=steps_help)
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=15, help="always-PASS warm-up steps")
     parser.add_argument("--batch", type=int, default=12)
@@ -264,6 +276,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.quick:
         args.seeds, args.warmup, args.steps = 1, 8, 8
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = toy_arguments(__doc__.split("\n\n")[0], "PREDICT steps per rule and seed", argv)
 
     import torch
     from rich.console import Console

@@ -114,6 +114,9 @@ class Profile:
     against the served checkpoint, which speaks the chat template its export carries, with the
     study's 4096-token cap) or ``tokens`` (the RL rollouts' token path: the profile's renderer
     client-side, ``/inference/v1/generate``, no cap)."""
+    observation_role: str = "tool"
+    """The role of the messages that answer the agent's tool calls in this profile's protocol (its
+    ``Episode.observation``): what the ECHO arms train CE on (``[orchestrator.algo.roles.<role>]``)."""
 
     def run(self, what: str) -> str:
         return f"{self.name}-{what}"
@@ -157,6 +160,7 @@ STUDY = Profile(
                       "<|im_end|>."),
     from_published_sft=STUDY_SFT,
     eval_client="chat",
+    observation_role="tool",
 )
 
 GLYPH = Profile(
@@ -181,6 +185,7 @@ GLYPH = Profile(
                       "(REPRODUCTION.md: how the pin relays it)."),
     from_published_sft=None,
     eval_client="tokens",
+    observation_role="user",
 )
 
 PROFILES = {p.name: p for p in (STUDY, GLYPH)}
@@ -380,6 +385,64 @@ def seed_overlay() -> list[Table]:
     return [Table("inference.vllm", [("seed", 43, "")])]
 
 
+# ---------------------------------------------------------------- ECHO
+
+
+ECHO_ALPHA = 0.1
+"""ECHO's CE weight on each observation-body token: its vetted default at the pin, as PRIME-RL documents it:
+``EchoRoleConfig.alpha = Field(0.1, gt=0)``, "ECHO's lambda" (packages/prime-rl-configs/src/prime_rl/configs/
+algorithm.py:116-117), and ``EchoAlgoConfig.roles`` "tool-response bodies at alpha = 0.1 -- the vetted ECHO
+setting" (same file, 220-222; docs/algorithms.md:77: "alpha = 0.1 (ECHO's lambda)"). It is also PREDICT's
+alpha (the study's 0.1), so the two auxiliary losses enter the 2x2 at one weight."""
+ECHO_ALGO = {"a": "glyph_echo", "b": "predict_echo"}
+"""Each arm's algorithm with ECHO: ``glyph.predict.echo_config``."""
+
+
+def echo_algo_tables(p: Profile, arm: str) -> list[Table]:
+    """``[orchestrator.algo]`` of ``arm_{a,b}_echo``: the arm's algorithm (``algo_items``) turned into its
+    ECHO twin, then the role table: ECHO's alpha on the profile's observation messages."""
+    items = algo_items(arm, p)
+    assert items[0][0] == "type"
+    if arm == "a":
+        kind = "PRIME-RL's ECHO (EchoAlgorithm) + glyph_grpo's length rule (glyph's plugin)"
+        extra: list[Item] = []
+    else:
+        kind = "PREDICT (every field as arm_b.toml) + PRIME-RL's ECHO observation CE (glyph's plugin)"
+        extra = [("ce_balance", "separate", "each CE term keeps its own per-token mean (README: ECHO)")]
+    items = [("type", ECHO_ALGO[arm], kind), *items[1:], *extra]
+    role = p.observation_role
+    return [
+        Table("orchestrator.algo", items),
+        Table(f"orchestrator.algo.roles.{role}",
+              [("alpha", ECHO_ALPHA, "ECHO's vetted default (its lambda)")],
+              above=(f"ECHO's CE on the body tokens of the {role} messages after the first reply: this",
+                     "profile's tool results (the renderer's is_content; no scaffold, no prompt).")),
+    ]
+
+
+def echo_file(p: Profile, arm: str) -> list[Table]:
+    """``arm_{a,b}_echo``: the arm's RL file with its algorithm table replaced by ``echo_algo_tables``."""
+    tables = rl_file(p, arm, run_extra="-echo")
+    (at,) = [i for i, t in enumerate(tables) if t.header == "orchestrator.algo"]
+    return tables[:at] + echo_algo_tables(p, arm) + tables[at + 1:]
+
+
+def echo_files(p: Profile) -> dict[str, tuple[list[str], list[Table]]]:
+    """The 2x2's other two cells: arm A and arm B with ECHO's observation CE."""
+    out = {}
+    for arm in ARMS:
+        name = f"arm_{arm}_echo"
+        kind = ("arm A (test and react) with ECHO: GRPO + CE on the tool results" if arm == "a" else
+                "arm B (predict, then KEEP or REVISE) with ECHO: PREDICT + CE on the tool results")
+        out[name] = ([f"RL, profile {p.name}: {kind}.",
+                      "One of the four cells {arm A, arm B} x {observation CE off, on} (REPRODUCTION.md).",
+                      train_line("rl", p.path(name)),
+                      train_line("rl", p.path(name), p.path("seed_43"),
+                                 extra=f"--run.name {p.run(f'arm-{arm}-echo-seed43')}")],
+                     echo_file(p, arm))
+    return out
+
+
 # ---------------------------------------------------------------- files
 
 
@@ -439,6 +502,7 @@ def profile_files(p: Profile) -> dict[str, tuple[list[str], list[Table]]]:
                                f"  env eval @ {p.path('eval_test_arm_b')} @ {p.path('eval_costly')} "
                                "-m MODEL ..."],
                               costly_eval_overlay())
+    out |= echo_files(p)
     return out
 
 

@@ -129,7 +129,7 @@ def sources(tree: dict) -> list[tuple[str, dict]]:
 @pytest.mark.parametrize("profile", PROFILES)
 def test_every_environment_is_glyph_mbpp_in_the_files_profile_and_arm(profile):
     files = [n for n in recipe.profile_files(recipe.PROFILES[profile]) if n not in recipe.OVERRIDES]
-    assert len(files) == 11
+    assert len(files) == 13
     for name in files:
         tree = load(f"{profile}/{name}")
         arm = re.search(r"arm_([ab])", name).group(1)
@@ -231,6 +231,25 @@ def test_the_alpha0_control_turns_off_ce_only(profile):
     d = diff(load(f"{profile}/arm_b"), load(f"{profile}/arm_b_alpha0"))
     assert d == {"run.name": (f"{profile}-arm-b-seed42", f"{profile}-arm-b-alpha0-seed42"),
                  "orchestrator.algo.alpha": (0.1, 0.0)}
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+@pytest.mark.parametrize("arm", ARMS)
+def test_the_echo_cells_add_echos_observation_ce_only(profile, arm):
+    """arm_{a,b}_echo = arm_{a,b} with ECHO's algorithm twin and its role table: nothing else moves."""
+    role = recipe.PROFILES[profile].observation_role
+    d = diff(load(f"{profile}/arm_{arm}"), load(f"{profile}/arm_{arm}_echo"))
+    assert d.pop("run.name") == (f"{profile}-arm-{arm}-seed42", f"{profile}-arm-{arm}-echo-seed42")
+    pair = ("glyph_grpo", "glyph_echo") if arm == "a" else ("predict", "predict_echo")
+    expected = {"orchestrator.algo.type": pair,
+                f"orchestrator.algo.roles.{role}.alpha": (None, recipe.ECHO_ALPHA)}
+    if arm == "b":
+        expected["orchestrator.algo.ce_balance"] = (None, "separate")
+    assert d == expected
+    assert recipe.ECHO_ALPHA == load(f"{profile}/arm_b")["orchestrator"]["algo"]["alpha"] == 0.1
+    # The study's observations are tool messages, glyph's user messages (each profile's Episode.observation;
+    # tests/pin/test_echo.py checks the roles on real rollouts).
+    assert role == {"study": "tool", "glyph": "user"}[profile]
 
 
 def test_the_costly_variant_changes_test_cost_and_revise_feedback_only():

@@ -274,7 +274,8 @@ def test_cells_come_from_the_records(study):
         ("vf-eval", "0.4.0", 4),
         ("vf-eval", "0.4.0", 4),
     ]
-    assert doc["runs"][0]["sources"] == {"arm": "task records", "seed": "sampling.seed", "ckpt": "model name"}
+    assert doc["runs"][0]["sources"] == {"arm": "task records", "seed": "sampling.seed", "ckpt": "model name",
+                                       "echo": "not recorded"}
     assert doc["runs"][3]["sources"]["seed"] == "not recorded"
 
 
@@ -561,7 +562,8 @@ def test_labels_override_the_records(study):
         ("a", "42", "step100"),
         ("b", "42", "step100"),
     ]
-    assert doc["runs"][0]["sources"] == {"arm": "task records", "seed": "label", "ckpt": "label"}
+    assert doc["runs"][0]["sources"] == {"arm": "task records", "seed": "label", "ckpt": "label",
+                                         "echo": "not recorded"}
 
 
 def test_bad_input_is_one_line_naming_the_file_and_line(tmp_path, study):

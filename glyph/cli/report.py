@@ -19,8 +19,9 @@ def report(
                                                     "of runs), or a PRIME-RL output directory (its eval rollouts)",
                                                metavar="RUN_DIR", show_default=False)],
     label: Annotated[Optional[list[str]], typer.Option(
-        "--label", help="arm=a|b,seed=S,ckpt=C for the RUN_DIR in the same position (once per RUN_DIR, '' for none; "
-                        "or once for all); overrides what the runs record")] = None,
+        "--label", help="arm=a|b,seed=S,ckpt=C,echo=on|off for the RUN_DIR in the same position (once per "
+                        "RUN_DIR, '' for none; or once for all); overrides what the runs record; echo (trained "
+                        "with ECHO's observation CE) makes the four-cell tables")] = None,
     out: Annotated[Optional[Path], typer.Option("--out", help="write report.json, report.md and report.html here")] = None,
     fmt: Annotated[str, typer.Option("--format", metavar="<table|markdown|md|json|none>",
                                      help="what to print: table, markdown (or md, as report.md), json or "

@@ -41,15 +41,22 @@ EMPTY_THINK = "<think>\n\n</think>\n\n"  # Qwen3's assistant scaffold with think
 
 
 def parse_chatml(text: str) -> list[dict]:
-    """The messages of a ChatML prompt ending in an open assistant turn
-    (Qwen3's scaffold: an empty think block opens every assistant turn)."""
+    """The messages of a ChatML prompt ending in an open assistant turn, in
+    either renderer's format: Qwen3's (an empty think block opens every
+    assistant turn, one line break after ``<|im_end|>``) or the study's
+    (``glyph.render_study``: each content closed with a line break, two after
+    ``<|im_end|>``), told apart by what follows ``<|im_end|>``."""
+    from glyph.render_study import CLOSE, TURN_GAP
+
     messages = []
     for chunk in text.split(IM_START)[1:]:
         head, _, rest = chunk.partition("\n")
-        content, closed, _ = rest.partition(IM_END)
+        content, closed, gap = rest.partition(IM_END)
         if not closed:  # the generation prompt
             break
-        if head == "assistant":
+        if gap == TURN_GAP:
+            content = content.removesuffix(CLOSE)
+        elif head == "assistant":
             content = content.removeprefix(EMPTY_THINK)
         messages.append({"role": head, "content": content})
     return messages

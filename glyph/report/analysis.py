@@ -7,9 +7,11 @@ The document (``schema`` ``"glyph.report/1"``)::
   intervals         {"level": 0.95, "proportion": "wilson",
                      "other": "percentile bootstrap", "resamples": int, "seed": int}
   runs              [Run]
-  cells             [Cell]        one per arm x seed x checkpoint
+  cells             [Cell]        one per arm x echo x seed x checkpoint
   comparisons       [Comparison]  paired, on identical tasks
   seed_aggregates   [SeedAggregate]
+  factorial         [Factorial]   the cells {arm A, arm B} x {observation CE off, on}, where runs carry
+                                  an ``echo`` label
   incidents         [Incident]    every errored, timed-out or tampered rollout
   notes             [str]
 
@@ -17,11 +19,14 @@ The document (``schema`` ``"glyph.report/1"``)::
               a 95% Wilson interval; value and ci are null when n is 0
   Estimate    {"value": float | null, "ci": [lo, hi] | null, "n": int}
               a 95% percentile bootstrap interval (n: resampled units)
-  CellKey     {"arm": "a" | "b" | null, "seed": str | null, "ckpt": str | null}
+  CellKey     {"arm": "a" | "b" | null, "seed": str | null, "ckpt": str | null,
+               "echo": "on" | "off" | null}
+              echo: whether the policy was trained with ECHO's observation CE (a ``--label``;
+              null: not labelled)
 
   Run         {"path", "source": "vf-eval" | "eval" | "prime-rl" | "traces", "verifiers": str | null,
-               "rollouts": int, "labels": {key: str}, "values": {"arm"|"seed"|"ckpt": [str | null]},
-               "sources": {"arm"|"seed"|"ckpt": str}, "config": {...}, "env_name": str | null,
+               "rollouts": int, "labels": {key: str}, "values": {"arm"|"seed"|"ckpt"|"echo": [str | null]},
+               "sources": {"arm"|"seed"|"ckpt"|"echo": str}, "config": {...}, "env_name": str | null,
                "step": int | null}
   Cell        CellKey + {
     "runs": [int]                 indices into runs
@@ -85,11 +90,20 @@ The document (``schema`` ``"glyph.report/1"``)::
                "unpaired_first": int, "unpaired_second": int}
               rollouts pair by task and by order within the task (the j-th rollout of a
               task in one cell with the j-th in the other)
-  SeedAggregate {"arm", "ckpt", "seeds": [str | null], "per_seed": [Proportion],
+  SeedAggregate {"arm", "ckpt", "echo", "seeds": [str | null], "per_seed": [Proportion],
                  "mean": Estimate (mean of the seeds' pass@1; bootstrap over tasks, the
                  same draw for every seed), "min": float, "max": float}
   Incident    {"run": int, "path": str, "line": int, "task": str, "kind": "errored" |
                "timed_out" | "tampered", "reason": str} + CellKey
+  Factorial   {"profile": str, "seed": str | null, "ckpt": str | null,
+               "cells": [CellKey + {"rollouts": int, "pass_at_1": Proportion,
+                                    "prediction_accuracy": Proportion | null,
+                                    "gate": null | {"failing": Proportion, "passing": Proportion}}],
+               "pairs": [Comparison]}
+              one per profile (the cells' definitions) x seed x checkpoint holding at least two of
+              the four cells (arm a | b, echo off | on); pairs: every two of its cells, paired on the
+              tasks both ran (kind "factorial"); the prediction figures are the arm B cells'
+              (accuracy and the gate, as in the cell)
 """
 
 from __future__ import annotations
@@ -154,13 +168,18 @@ def _seed_order(seed: str | None) -> tuple:
     return (1, int(seed), "") if seed.lstrip("-").isdigit() else (2, 0, seed)
 
 
+ECHO_ORDER = {None: 0, "off": 1, "on": 2}
+
+
 def cell_order(key: tuple) -> tuple:
-    arm, seed, ckpt = key
-    return (arm is None, arm or "", _seed_order(seed), ckpt is None, ckpt or "")
+    arm, seed, ckpt, echo = key
+    return (arm is None, arm or "", ECHO_ORDER.get(echo, 3), echo or "", _seed_order(seed), ckpt is None,
+            ckpt or "")
 
 
 def key_json(key: tuple) -> dict:
-    return {"arm": key[0], "seed": key[1], "ckpt": key[2]}
+    """A cell's key (arm, seed, ckpt, echo) as the document's CellKey."""
+    return {"arm": key[0], "seed": key[1], "ckpt": key[2], "echo": key[3]}
 
 
 def build(
@@ -171,7 +190,7 @@ def build(
     boot = Bootstrap(options.resamples, options.seed)
     cells: dict[tuple, list[Rollout]] = defaultdict(list)
     for r in rollouts:
-        cells[(r.arm, r.seed, r.ckpt)].append(r)
+        cells[(r.arm, r.seed, r.ckpt, r.echo)].append(r)
     keys = sorted(cells, key=cell_order)
     notes = list(notes)
     if options.ks is None:
@@ -190,6 +209,7 @@ def build(
         "cells": [_cell(key, cells[key], options, boot) for key in keys],
         "comparisons": _comparisons(keys, cells, options, boot),
         "seed_aggregates": _seed_aggregates(keys, cells, boot),
+        "factorial": [],
         "incidents": [
             {
                 "run": r.run,
@@ -198,13 +218,14 @@ def build(
                 "task": r.task,
                 "kind": r.status,
                 "reason": r.reason,
-                **key_json((r.arm, r.seed, r.ckpt)),
+                **key_json((r.arm, r.seed, r.ckpt, r.echo)),
             }
             for r in sorted(rollouts, key=lambda r: (r.run, r.line))
             if r.status != OK
         ],
         "notes": notes,
     }
+    doc["factorial"] = factorial(doc["cells"], cells, boot)
     if any(len(c["runs"]) > 1 for c in doc["cells"]):
         notes.append("a cell merges several runs: their rollouts of one task count as several samples of it")
     if any(max(Counter(r.task for r in cells[k]).values()) > 1 for k in keys):
@@ -438,14 +459,15 @@ def _compare(kind: str, k1: tuple, k2: tuple, cells: dict, boot: Bootstrap) -> d
 
 def _comparisons(keys: list[tuple], cells: dict, options: Options, boot: Bootstrap) -> list[dict]:
     out = []
-    for k in keys:  # arm A vs arm B at equal seed and checkpoint
-        if k[0] == "a" and ("b", k[1], k[2]) in cells:
-            out.append(_compare("arm", k, ("b", k[1], k[2]), cells, boot))
+    for k in keys:  # arm A vs arm B at equal seed, checkpoint and observation CE
+        if k[0] == "a" and ("b", *k[1:]) in cells:
+            out.append(_compare("arm", k, ("b", *k[1:]), cells, boot))
     for base in keys:  # the baseline checkpoint (SFT) vs every other checkpoint of its arm
         if base[2] != options.baseline:
             continue
         for k in keys:
-            if k[0] == base[0] and k[2] != options.baseline and (base[1] is None or base[1] == k[1]):
+            same_arm = (k[0], k[3]) == (base[0], base[3])
+            if same_arm and k[2] != options.baseline and (base[1] is None or base[1] == k[1]):
                 out.append(_compare("checkpoint", base, k, cells, boot))
     return out
 
@@ -453,9 +475,9 @@ def _comparisons(keys: list[tuple], cells: dict, options: Options, boot: Bootstr
 def _seed_aggregates(keys: list[tuple], cells: dict, boot: Bootstrap) -> list[dict]:
     groups: dict[tuple, list[tuple]] = defaultdict(list)
     for k in keys:
-        groups[(k[0], k[2])].append(k)
+        groups[(k[0], k[2], k[3])].append(k)
     out = []
-    for (arm, ckpt), members in groups.items():
+    for (arm, ckpt, echo), members in groups.items():
         if len(members) < 2:
             continue
         per_task = [_by_task(cells[k]) for k in members]
@@ -468,6 +490,7 @@ def _seed_aggregates(keys: list[tuple], cells: dict, boot: Bootstrap) -> list[di
             {
                 "arm": arm,
                 "ckpt": ckpt,
+                "echo": echo,
                 "seeds": [k[1] for k in members],
                 "per_seed": per_seed,
                 "mean": estimate(
@@ -477,6 +500,37 @@ def _seed_aggregates(keys: list[tuple], cells: dict, boot: Bootstrap) -> list[di
                 "max": float(max(values)),
             }
         )
+    return out
+
+
+FACTORIAL_CELLS = (("a", "off"), ("a", "on"), ("b", "off"), ("b", "on"))
+"""The 2x2 {arm A, arm B} x {observation CE off, on}, in the order the report shows them."""
+
+
+def factorial(cell_docs: list[dict], cells: dict, boot: Bootstrap) -> list[dict]:
+    """The four-cell comparison (the schema's Factorial): the cells whose runs carry an ``echo`` label,
+    grouped by profile, seed and checkpoint; in each group every two cells paired on their shared tasks."""
+    groups: dict[tuple, list[tuple[tuple, dict]]] = defaultdict(list)
+    for c in cell_docs:
+        key = (c["arm"], c["seed"], c["ckpt"], c["echo"])
+        if (c["arm"], c["echo"]) in FACTORIAL_CELLS:
+            groups[(c["definitions"], c["seed"], c["ckpt"])].append((key, c))
+    out = []
+    for (profile, seed, ckpt), members in sorted(groups.items(), key=lambda g: (g[0][0], _seed_order(g[0][1]),
+                                                                               g[0][2] or "")):
+        if len(members) < 2:
+            continue
+        members.sort(key=lambda m: FACTORIAL_CELLS.index((m[0][0], m[0][3])))
+        out.append({
+            "profile": profile,
+            "seed": seed,
+            "ckpt": ckpt,
+            "cells": [{**key_json(k), "rollouts": c["rollouts"], "pass_at_1": c["pass_at_1"],
+                       "prediction_accuracy": c["confusion"]["accuracy"] if c["confusion"] else None,
+                       "gate": c["gate"]} for k, c in members],
+            "pairs": [_compare("factorial", k1, k2, cells, boot)
+                      for i, (k1, _) in enumerate(members) for k2, _ in members[i + 1:]],
+        })
     return out
 
 

@@ -11,10 +11,12 @@ The runs and their episodes are found and read by ``glyph.report.episodes``
   nothing of it) report it alike. A tampered one keeps its record.
 * arm, seed and checkpoint: a ``--label`` wins; else the task record's arm
   (or the run config's), a recorded sampling seed, and PRIME-RL's step or the
-  model name. Each run says where its values came from.
+  model name. Each run says where its values came from. ``echo`` (``on`` or
+  ``off``: whether the policy was trained with ECHO's observation CE) comes
+  from a label only: an eval run cannot tell how its checkpoint was trained.
 * pass@1 is the reward (what the taskset's ``hidden`` chose: ``base`` or
   ``plus``); ``base_passed`` and ``plus_passed`` are kept where recorded.
-* A run, or a cell (arm x seed x checkpoint), that mixes arms or
+* A run, or a cell (arm x echo x seed x checkpoint), that mixes arms or
   configurations (the protocol profile among them) is refused
   (:class:`MixedRuns`) unless every run in it is labelled.
 * ``profile`` is the protocol profile the rollout ran, as the harness
@@ -41,8 +43,11 @@ from glyph.errors import RunError
 from glyph.record import ERRORED, MBPP_ENV_ID, OK, TIMED_OUT
 from glyph.report.episodes import RunFile, find_runs, iter_episodes, judge, profile_of, task_data
 
-LABEL_KEYS = ("arm", "seed", "ckpt")
+LABEL_KEYS = ("arm", "seed", "ckpt", "echo")
 ARMS = ("a", "b")
+ECHO = ("off", "on")
+"""``--label echo=...``: the policy trained without / with ECHO's observation CE (the recipe's
+``arm_{a,b}`` / ``arm_{a,b}_echo``)."""
 # What makes two rollouts the same configuration, as the trace's agent config records it.
 HARNESS_KEYS = ("max_tool_calls", "test_cost", "revise_feedback", "tool_timeout")
 TASKSET_KEYS = ("split", "challenge_tests", "seed", "plus_path")
@@ -77,6 +82,7 @@ class Rollout:
     first_patch: bool | None = None
     executed_failure: bool | None = None
     recovered: bool | None = None
+    echo: str | None = None  # ``--label echo=on|off`` only (the module docstring)
 
 
 @dataclass
@@ -98,15 +104,18 @@ class Run:
 
 
 def parse_label(spec: str) -> dict[str, str]:
-    """``arm=b,seed=42,ckpt=step100`` -> a dict; an empty spec labels nothing."""
+    """``arm=b,seed=42,ckpt=step100,echo=on`` -> a dict; an empty spec labels nothing."""
     out: dict[str, str] = {}
     for part in filter(None, (p.strip() for p in spec.split(","))):
         key, eq, value = part.partition("=")
         key, value = key.strip(), value.strip()
         if not eq or key not in LABEL_KEYS or not value:
-            raise RunError(f"--label {spec!r}: expected comma-separated arm=..., seed=..., ckpt=...")
+            raise RunError(
+                f"--label {spec!r}: expected comma-separated arm=..., seed=..., ckpt=..., echo=...")
         if key == "arm" and value not in ARMS:
             raise RunError(f"--label {spec!r}: arm is a or b")
+        if key == "echo" and value not in ECHO:
+            raise RunError(f"--label {spec!r}: echo is on or off")
         out[key] = value
     return out
 
@@ -316,6 +325,7 @@ def _assign(runs: list[Run], rollouts: list[Rollout]) -> None:
             "ckpt": "label"
             if "ckpt" in run.labels
             else ("PRIME-RL step" if run.step is not None else "model name"),
+            "echo": "label" if "echo" in run.labels else "not recorded",
         }
 
 
@@ -368,24 +378,24 @@ def check_runs(runs: list[Run], rollouts: list[Rollout]) -> list[str]:
 
 
 def check_cells(runs: list[Run], rollouts: list[Rollout]) -> list[str]:
-    """Refuse a cell (arm x seed x checkpoint) that merges runs of different
+    """Refuse a cell (arm x echo x seed x checkpoint) that merges runs of different
     configurations unless every run in it is labelled."""
     cells: dict[tuple, dict] = defaultdict(lambda: {"config": Counter(), "profile": Counter(), "runs": set()})
     for r in rollouts:
-        cell = cells[(r.arm, r.seed, r.ckpt)]
+        cell = cells[(r.arm, r.seed, r.ckpt, r.echo)]
         cell["runs"].add(r.run)
         if r.config:
             cell["config"][r.config] += 1
         if r.profile is not None:
             cell["profile"][r.profile] += 1
     notes = []
-    for (arm, seed, ckpt), cell in cells.items():
+    for (arm, seed, ckpt, echo), cell in cells.items():
         diffs = [_config_diff(cell["config"])] if len(cell["config"]) > 1 else []
         if len(cell["profile"]) > 1:
             diffs.append("profile: " + " vs ".join(sorted(cell["profile"])))
         if diffs:
             paths = ", ".join(runs[i].path for i in sorted(cell["runs"]))
-            what = _cell_name(arm, seed, ckpt)
+            what = _cell_name(arm, seed, ckpt) + (f", echo {echo}" if echo else "")
             if not all(runs[i].labelled for i in cell["runs"]):
                 raise MixedRuns(
                     f"runs {paths} would form one cell ({what}) but differ in configuration "

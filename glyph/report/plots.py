@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import io
 
-from glyph.report.tables import cell_name, show
+from glyph.report.tables import arm_text, cell_name, show
 
 MAX_CELLS = 8
 ARM_COLOURS = {"a": "#1f77b4", "b": "#d62728", None: "#7f7f7f"}
@@ -112,7 +112,7 @@ def _pass(doc: dict):
             )
     ax.set_xticks(
         range(len(cells)),
-        [f"{show(c['arm'])}\nseed {show(c['seed'])}\n{wrapped(show(c['ckpt']))}" for c in cells],
+        [f"{arm_text(c)}\nseed {show(c['seed'])}\n{wrapped(show(c['ckpt']))}" for c in cells],
         fontsize=FONT,
     )
     ax.tick_params(axis="y", labelsize=FONT)

@@ -74,12 +74,17 @@ def show(v) -> str:
     return DASH if v is None else str(v)
 
 
+def arm_text(c: dict) -> str:
+    """A cell's arm, with its observation CE where a label gave one (``b · echo on``)."""
+    return show(c["arm"]) + (f" · echo {c['echo']}" if c.get("echo") else "")
+
+
 def cell_name(c: dict) -> str:
-    return f"arm {show(c['arm'])} · seed {show(c['seed'])} · {show(c['ckpt'])}"
+    return f"arm {arm_text(c)} · seed {show(c['seed'])} · {show(c['ckpt'])}"
 
 
 def _key(c: dict) -> list[str]:
-    return [show(c["arm"]), show(c["seed"]), show(c["ckpt"])]
+    return [arm_text(c), show(c["seed"]), show(c["ckpt"])]
 
 
 def tables(doc: dict) -> list[Table]:
@@ -168,6 +173,7 @@ def tables(doc: dict) -> list[Table]:
             out += _confusion(c)
     if doc["comparisons"]:
         out.append(_comparisons(doc, boot))
+    out += factorial_tables(doc, boot)
     if doc["seed_aggregates"]:
         t = Table(
             "seeds",
@@ -184,7 +190,7 @@ def tables(doc: dict) -> list[Table]:
             )
             t.rows.append(
                 [
-                    show(a["arm"]),
+                    arm_text(a),
                     show(a["ckpt"]),
                     str(len(a["seeds"])),
                     per,
@@ -203,7 +209,7 @@ def _incidents(doc: dict) -> Table:
     ranges (``1-500``, ``mbpp_11-510``), so every incident stays named. ``report.json`` lists each."""
     groups: dict[tuple, list[dict]] = {}
     for i in doc["incidents"]:
-        key = (i["run"], show(i["arm"]), show(i["seed"]), show(i["ckpt"]), i["kind"], i["reason"])
+        key = (i["run"], arm_text(i), show(i["seed"]), show(i["ckpt"]), i["kind"], i["reason"])
         groups.setdefault(key, []).append(i)
     n = len(doc["incidents"])
     t = Table(
@@ -287,7 +293,8 @@ def _runs(doc: dict) -> Table:
                 run["source"],
                 show(run["verifiers"]),
                 str(run["rollouts"]),
-                ", ".join(map(show, v["arm"])),
+                ", ".join(map(show, v["arm"])) + (f" · echo {', '.join(map(show, v['echo']))}"
+                                                  if any(v.get("echo") or ()) else ""),
                 ", ".join(map(show, v["seed"])),
                 ", ".join(map(show, v["ckpt"])),
                 *(SOURCE_WORDS.get(run["sources"][k], run["sources"][k]) for k in ("arm", "seed", "ckpt")),
@@ -407,6 +414,58 @@ def _confusion(c: dict) -> list[Table]:
             ]
         )
     return [m, p]
+
+
+FACTORIAL_NAMES = {("a", "off"): "A", ("a", "on"): "A + ECHO", ("b", "off"): "B (PREDICT)",
+                   ("b", "on"): "B + ECHO"}
+"""The four cells as the four-cell tables name them."""
+
+
+def factorial_tables(doc: dict, boot: str) -> list[Table]:
+    """The four-cell comparison ({arm A, arm B} x {observation CE off, on}; ``doc["factorial"]``): each
+    cell's pass@1 and, for arm B, its prediction figures; then every pair, paired on shared tasks."""
+    groups = doc.get("factorial") or []
+    if not groups:
+        return []
+    cells = Table(
+        "factorial",
+        "Four cells: {arm A, arm B} x {observation CE (ECHO) off, on}",
+        ["profile", "seed", "ckpt", "cell", "n", "pass@1", "prediction accuracy", "REVISEd (failing)",
+         "REVISEd (passing)"],
+        numeric=4,
+        keys=4,
+        caption="cells from runs labelled echo=off|on (--label arm=...,echo=...,seed=...,ckpt=...), "
+        "grouped by "
+        "the profile their rollouts ran, seed and checkpoint; pass@1, prediction accuracy (of predicted "
+        "patches) and the gate's REVISE rates: 95% Wilson; the prediction figures are arm B's",
+    )
+    pairs = Table(
+        "factorial_pairs",
+        "Four cells: every pair, paired on shared tasks",
+        ["profile", "seed", "ckpt", "first", "second", "pairs", "pass@1 first", "pass@1 second", "difference",
+         "McNemar p"],
+        numeric=5,
+        keys=5,
+        caption=f"pairs: the same task (j-th rollout with j-th) in both cells; "
+        f"difference: second minus first, "
+        f"{boot} over pairs; McNemar: exact two-sided test on the discordant pairs",
+    )
+    for g in groups:
+        where = [g["profile"], show(g["seed"]), show(g["ckpt"])]
+        for c in g["cells"]:
+            gate = c["gate"] if c["arm"] == "b" else None
+            cells.rows.append(where + [FACTORIAL_NAMES[c["arm"], c["echo"]], str(c["rollouts"]),
+                                       prop(c["pass_at_1"]),
+                                       prop(c["prediction_accuracy"]) if c["arm"] == "b" else DASH,
+                                       prop(gate["failing"]) if gate else DASH,
+                                       prop(gate["passing"]) if gate else DASH])
+        for x in g["pairs"]:
+            pairs.rows.append(where + [FACTORIAL_NAMES[x["first"]["arm"], x["first"]["echo"]],
+                                       FACTORIAL_NAMES[x["second"]["arm"], x["second"]["echo"]],
+                                       str(x["pairs"]), prop(x["first_pass_at_1"]),
+                                       prop(x["second_pass_at_1"]),
+                                       pp(x["difference"]), pvalue(x["mcnemar_p"])])
+    return [cells, pairs]
 
 
 def _comparisons(doc: dict, boot: str) -> Table:

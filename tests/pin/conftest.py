@@ -3,6 +3,7 @@
 import importlib.util
 import sys
 import types
+from pathlib import Path
 
 import pytest
 
@@ -28,3 +29,18 @@ def sft_data():
             sys.modules.pop(name, None)
         else:
             sys.modules[name] = module
+
+
+@pytest.fixture(scope="module")
+def tokdir() -> Path:
+    """The offline Qwen3 tokenizer's folder (the model name the token path's renderer loads)."""
+    from glyph.render import offline_tokenizer_dir
+
+    return offline_tokenizer_dir()
+
+
+@pytest.fixture(scope="module")
+def tok(tokdir):
+    from renderers.base import load_tokenizer
+
+    return load_tokenizer(str(tokdir))

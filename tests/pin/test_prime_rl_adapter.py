@@ -45,20 +45,6 @@ _ALGO = pydantic.TypeAdapter(AlgoConfig)
 
 
 @pytest.fixture(scope="module")
-def tokdir() -> Path:
-    from glyph.render import offline_tokenizer_dir
-
-    return offline_tokenizer_dir()
-
-
-@pytest.fixture(scope="module")
-def tok(tokdir):
-    from renderers.base import load_tokenizer
-
-    return load_tokenizer(str(tokdir))
-
-
-@pytest.fixture(scope="module")
 def runs(tmp_path_factory, tokdir, mbpp_path) -> dict[str, list[str]]:
     """Per policy, the Arm B episodes (JSON lines) of one token-path eval run under the default
     (study) profile ($GLYPH_EVAL_CACHE: reuse the runs under that folder, for debugging)."""
