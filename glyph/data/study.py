@@ -49,8 +49,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from glyph.agent import study as S
-from glyph.agent.profiles.study import Result, call_line, prompt, result_for
+from glyph.agent.profiles.study import STUDY, prompt
 from glyph.data import mbpp
+from glyph.data.sft import Fix, Script, _mutations, written
 from glyph.data.study_check import text_sha256
 from glyph.errors import DataError
 
@@ -195,6 +196,10 @@ class Recovery:
     first_outcome: str
     fix: tuple[str, str]  # (find, replace)
 
+    @property
+    def fixes(self) -> tuple[Fix, ...]:
+        return (Fix(*self.fix, self.first_outcome),)
+
 
 @dataclass(frozen=True)
 class DeepRecovery:
@@ -205,6 +210,10 @@ class DeepRecovery:
     middle: tuple[str, str]
     second_outcome: str
     fix: tuple[str, str]
+
+    @property
+    def fixes(self) -> tuple[Fix, ...]:
+        return Fix(*self.middle, self.first_outcome), Fix(*self.fix, self.second_outcome)
 
 
 @dataclass
@@ -234,8 +243,6 @@ class Grader:
 def glyph_mutations(code: str, rng: random.Random):
     """glyph's swaps of ``code`` (``glyph.data.sft``) as ``Mutation``s, in ``rng``'s order, at most
     ``GLYPH_ATTEMPTS``, each changed line new and once in the mutated code."""
-    from glyph.data.sft import _mutations
-
     options = list(_mutations(code))
     rng.shuffle(options)
     for row, line, changed, source in options[:GLYPH_ATTEMPTS]:
@@ -287,77 +294,17 @@ def two_step(task: StudyTask, grader: Grader, recovery: str = "study", seed: int
 # ---------------------------------------------------------------- traces
 
 
-def _call(tool: str, call_id: str, *values: str) -> str:
-    """A CALL line: ``values`` in the order of the tool's argument keys (``S.TOOL_ARGS``)."""
-    keys = S.TOOL_ARGS[tool]
-    if len(values) != len(keys):
-        raise ValueError(f"{tool} takes {len(keys)} arguments ({', '.join(keys)}), not {len(values)}")
-    return call_line(tool, call_id, dict(zip(keys, values)))
-
-
-def _tool(call_id: str, result: Result) -> dict:
-    return {"role": "tool", "content": result.block(call_id)}
-
-
-def _ok(call_id: str, body: str) -> dict:
-    return _tool(call_id, Result(True, stdout=body))
-
-
-def _say(content: str) -> dict:
-    return {"role": "assistant", "content": content}
-
-
-def _predict(outcome: str, decision: str, call: str) -> dict:
-    return _say("\n".join([S.PREDICTION_LINE.format(outcome=outcome), S.DECISION_LINE.format(decision=decision), call]))
-
-
-class _Turns:
-    """Numbers the calls of one trace c1, c2, ... and builds its messages."""
-
-    def __init__(self, task: StudyTask, arm: str) -> None:
-        self.task, self.n = task, 0
-        self.messages = prompt(arm, task.text, task.test_code, task.project)
-
-    def next_id(self) -> str:
-        self.n += 1
-        return f"c{self.n}"
-
-    def patch(self, find: str, replace: str, predict: tuple[str, str] | None = None) -> None:
-        cid = self.next_id()
-        call = _call(S.APPLY_PATCH, cid, self.task.solution_path, find, replace)
-        self.messages += [_predict(*predict, call) if predict else _say(call), _ok(cid, S.PATCH_APPLIED)]
-
-    def test(self, outcome: str, predict: bool = False) -> None:
-        cid = self.next_id()
-        call = _call(S.PYTHON_TEST, cid, self.task.project)
-        result = _tool(cid, result_for(outcome, timeout_text="sft"))
-        self.messages += [_predict("PASS", S.KEEP, call) if predict else _say(call), result]
-
-
 def messages(task: StudyTask, arm: str, recovery: Recovery | DeepRecovery | None, mode: str | None) -> list[dict]:
-    t = _Turns(task, arm)
-    cid = t.next_id()
-    t.messages += [_say(_call(S.READ_FILE, cid, task.solution_path)), _ok(cid, S.PLACEHOLDER.rstrip())]
-    t.patch(S.PLACEHOLDER, recovery.first_code if recovery else task.code)
-    b = arm == "b"
-    if isinstance(recovery, DeepRecovery):
-        if b and mode == "deep_shadow":
-            t.patch(*recovery.middle, predict=(recovery.first_outcome, S.REVISE))
-            t.patch(*recovery.fix, predict=(recovery.second_outcome, S.REVISE))
-        else:
-            t.test(recovery.first_outcome, predict=b)
-            t.patch(*recovery.middle)
-            t.test(recovery.second_outcome, predict=b)
-            t.patch(*recovery.fix)
-    elif recovery is not None:
-        if b and mode == "shadow":
-            t.patch(*recovery.fix, predict=(recovery.first_outcome, S.REVISE))
-        else:
-            t.test(recovery.first_outcome, predict=b)
-            t.patch(*recovery.fix)
-    t.test("PASS", predict=b)
-    t.messages.append(_say(S.FINAL_TURN))
-    return t.messages
+    """One SFT trace: the reference plan (``glyph.data.sft.plan``: a shadow mode REVISEs each fix, any
+    other tests first) played through the study's episode, each test answered with its candidate's
+    recorded outcome, a TIMEOUT as the study's SFT traces read it."""
+    cfg = {"arm": arm, "max_tool_calls": S.MAX_TOOL_CALLS, "timeout_text": "sft", "project": task.project,
+           "limits": {"cpu_s": S.SFT_TEST_TIMEOUT_S, "wall_s": S.SFT_TEST_TIMEOUT_S}}
+    opening = prompt(arm, task.text, task.test_code, task.project)
+    msgs, _ = written(Script(STUDY, task.solution_path, task.project), cfg, opening,
+                      recovery.first_code if recovery else task.code, recovery.fixes if recovery else (),
+                      revise=mode in ("shadow", "deep_shadow"))
+    return msgs
 
 
 def sft_row(task: StudyTask, arm: str, recovery: Recovery | DeepRecovery | None, mode: str | None) -> dict:
