@@ -190,30 +190,16 @@ def mutations(code: str):
 
 @dataclass(frozen=True)
 class Recovery:
-    """One-step: ``first`` fails, one patch back to the reference."""
+    """``first_code`` fails; each of ``fixes`` patches it toward the reference, the outcome each names
+    the failing candidate's before it. One-step: one fix back to the reference; two-step: one to
+    another failing mutation, then one back."""
 
     first_code: str
-    first_outcome: str
-    fix: tuple[str, str]  # (find, replace)
+    fixes: tuple[Fix, ...]
 
     @property
-    def fixes(self) -> tuple[Fix, ...]:
-        return (Fix(*self.fix, self.first_outcome),)
-
-
-@dataclass(frozen=True)
-class DeepRecovery:
-    """Two-step: ``first`` fails; a patch to another failing mutation; a patch back."""
-
-    first_code: str
-    first_outcome: str
-    middle: tuple[str, str]
-    second_outcome: str
-    fix: tuple[str, str]
-
-    @property
-    def fixes(self) -> tuple[Fix, ...]:
-        return Fix(*self.middle, self.first_outcome), Fix(*self.fix, self.second_outcome)
+    def first_outcome(self) -> str:
+        return self.fixes[0].outcome
 
 
 @dataclass
@@ -264,11 +250,11 @@ def _failing(task: StudyTask, grader: Grader, recovery: str = "study", seed: int
 
 def one_step(task: StudyTask, grader: Grader, recovery: str = "study", seed: int = S.SEED) -> Recovery | None:
     for m, outcome in _failing(task, grader, recovery, seed):
-        return Recovery(m.apply(task.code), outcome, (m.changed, m.original))
+        return Recovery(m.apply(task.code), (Fix(m.changed, m.original, outcome),))
     return None
 
 
-def two_step(task: StudyTask, grader: Grader, recovery: str = "study", seed: int = S.SEED) -> DeepRecovery | None:
+def two_step(task: StudyTask, grader: Grader, recovery: str = "study", seed: int = S.SEED) -> Recovery | None:
     """The first failing mutation A with the first later failing B that makes
     a well-formed middle patch (see the module docstring)."""
     lines = task.code.splitlines(keepends=True)
@@ -287,14 +273,14 @@ def two_step(task: StudyTask, grader: Grader, recovery: str = "study", seed: int
         # B's code holds m.changed once: mutations() yields only such m.
         if a_block == b_block or a_code.count(a_block) != 1:
             continue
-        return DeepRecovery(a_code, a_outcome, (a_block, b_block), outcome, (m.changed, m.original))
+        return Recovery(a_code, (Fix(a_block, b_block, a_outcome), Fix(m.changed, m.original, outcome)))
     return None
 
 
 # ---------------------------------------------------------------- traces
 
 
-def messages(task: StudyTask, arm: str, recovery: Recovery | DeepRecovery | None, mode: str | None) -> list[dict]:
+def messages(task: StudyTask, arm: str, recovery: Recovery | None, mode: str | None) -> list[dict]:
     """One SFT trace: the reference plan (``glyph.data.sft.plan``: a shadow mode REVISEs each fix, any
     other tests first) played through the study's episode, each test answered with its candidate's
     recorded outcome, a TIMEOUT as the study's SFT traces read it."""
@@ -307,18 +293,17 @@ def messages(task: StudyTask, arm: str, recovery: Recovery | DeepRecovery | None
     return msgs
 
 
-def sft_row(task: StudyTask, arm: str, recovery: Recovery | DeepRecovery | None, mode: str | None) -> dict:
+def sft_row(task: StudyTask, arm: str, recovery: Recovery | None, mode: str | None) -> dict:
     """One SFT row, with the study's audit fields beside the trace (the
     candidate's and the reference's digests, the pair key both arms share)."""
-    deep = isinstance(recovery, DeepRecovery)
     candidate = recovery.first_code if recovery else task.code
-    outcome = recovery.first_outcome if recovery else "PASS"
-    pair = {"task_id": task.task_id, "initial_code": candidate, "initial_outcome": outcome,
+    outcomes = [f.outcome for f in recovery.fixes] if recovery else ["PASS"]
+    pair = {"task_id": task.task_id, "initial_code": candidate, "initial_outcome": outcomes[0],
             "final_code": task.code, "final_outcome": "PASS"}
     return {"task_id": task.task_id, "case_id": f"mbpp_{task.task_id}", "arm": arm,
             "messages": messages(task, arm, recovery, mode),
             "trace_type": S.RECOVERY if recovery else S.DIRECT, "recovery_mode": mode,
-            "candidate_outcome": outcome, "second_candidate_outcome": recovery.second_outcome if deep else None,
+            "candidate_outcome": outcomes[0], "second_candidate_outcome": (outcomes + [None])[1],
             "candidate_code_sha256": text_sha256(candidate), "final_code_sha256": text_sha256(task.code),
             "final_outcome": "PASS", "matched_key": text_sha256(json.dumps(pair, sort_keys=True)),
             "test_code": task.test_code}
@@ -335,7 +320,7 @@ class Selection:
     """The recoveries chosen, by task id, with their modes, and what the
     search cost."""
 
-    recoveries: dict[int, Recovery | DeepRecovery]
+    recoveries: dict[int, Recovery]
     modes: dict[int, str]
     visited: int
     too_long: list[int]
@@ -352,7 +337,7 @@ def select_recoveries(sft_tasks: list[StudyTask], grader: Grader, tokenizer, see
         # The study's renderer: the tokens of chat_text (glyph.render_study).
         return len(render_ids(messages(task, "b", trace, mode), tokenizer, profile="study")) <= S.SFT_MAX_TOKENS
 
-    deep: dict[int, DeepRecovery] = {}
+    deep: dict[int, Recovery] = {}
     shallow: dict[int, Recovery] = {}
     too_long: list[int] = []
     visited = 0
@@ -427,9 +412,7 @@ def prepare(out: Path, mbpp_path=None, seed: int = S.SEED, progress: bool = True
     files.append(path)
     outcomes = Counter()
     for r in chosen.recoveries.values():
-        outcomes[r.first_outcome] += 1
-        if isinstance(r, DeepRecovery):
-            outcomes[r.second_outcome] += 1
+        outcomes.update(f.outcome for f in r.fixes)
     manifest = {
         "created_by": "glyph data prepare --profile study",
         "profile": "study",
