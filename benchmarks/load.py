@@ -84,8 +84,9 @@ from rich.table import Table
 
 from glyph.agent.profiles.base import Call
 from glyph.data import mbpp
+from glyph.data.sft import Step
 from glyph.demo import read_rollouts, vf_eval_command
-from glyph.policies.policies import Dialect, Planner, Step, UnknownTask, function_name, profile_of
+from glyph.policies.policies import Planner, UnknownTask, dialect, function_name, profile_of
 from glyph.policies.server import PolicyServer
 from glyph.redteam import attack, channels
 
@@ -159,20 +160,25 @@ class FaultServer(PolicyServer):
         python_test (``learn_verdicts``: twice, the source that would learn its verdicts across gradings,
         ``glyph.redteam.channels.SEQUENTIAL``), then FINAL."""
         profile, arm = profile_of(messages)
-        d = Dialect.of(profile, task)
+        script, _ = dialect(profile, task)
+        agent = profile.agent
+
+        def args(tool: str, find: str | None = None, replace: str | None = None) -> dict:
+            return agent.args(tool, script.solution, script.project, find, replace)
+
         turn = sum(1 for m in messages if m.get("role") == "assistant")
         if kind == "learn_verdicts":
             source = channels.source(channels.SEQUENTIAL, f"load-{task.task_id}", function_name(task))
         else:
             source = attack(kind).source.replace("remove_first_last", function_name(task))
         keep = {"prediction": "PASS", "decision": "KEEP"} if arm == "b" else {}
-        steps = [Step(Call("1", "apply_patch", d.args("apply_patch", find=d.placeholder, replace=source))),
-                 Step(Call("2", "python_test", d.args("python_test")), **keep)]
+        steps = [Step(Call("1", "apply_patch", args("apply_patch", agent.placeholder, source))),
+                 Step(Call("2", "python_test", args("python_test")), **keep)]
         if kind == "learn_verdicts":  # the same source again (Arm B predicts a test after a patch only)
-            steps += [Step(Call("3", "apply_patch", d.args("apply_patch", find=source, replace=source))),
-                      Step(Call("4", "python_test", d.args("python_test")), **keep)]
+            steps += [Step(Call("3", "apply_patch", args("apply_patch", source, source))),
+                      Step(Call("4", "python_test", args("python_test")), **keep)]
         steps.append(Step(None))
-        return steps[min(turn, len(steps) - 1)].text(d)
+        return steps[min(turn, len(steps) - 1)].text(agent)
 
     def completion(self, content: str) -> dict:
         return {"id": f"glyph-load-{self.requests}", "object": "chat.completion", "created": int(time.time()),

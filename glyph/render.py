@@ -116,14 +116,6 @@ def render_ids(messages: list[dict], tokenizer, add_generation_prompt: bool = Fa
     return list(r.render_ids(list(messages), add_generation_prompt=add_generation_prompt))
 
 
-def render_text(messages: list[dict], tokenizer, add_generation_prompt: bool = False,
-                profile: str = DEFAULT_PROFILE) -> str:
-    """The text of ``render_ids`` (its decoding; the text the template renders,
-    after the tokenizer's own normalization)."""
-    return tokenizer.decode(render_ids(messages, tokenizer, add_generation_prompt, profile),
-                            skip_special_tokens=False, clean_up_tokenization_spaces=False)
-
-
 def sft_sample(messages: list[dict], tokenizer, profile: str = DEFAULT_PROFILE) -> tuple[list[int], list[bool]]:
     """(token ids, loss mask) of a trace as PRIME-RL's SFT data path builds it
     with the profile's renderer (``prime_rl/trainer/sft/data.py``,
@@ -213,32 +205,3 @@ def offline_tokenizer_dir(profile: str = DEFAULT_PROFILE) -> Path:
             import shutil
             shutil.rmtree(tmp, ignore_errors=True)
     return out
-
-
-def check_parity(messages: list[dict], tokenizer, add_generation_prompt: bool = False,
-                 profile: str = DEFAULT_PROFILE, template: str | None = None) -> None:
-    """Raise ``AssertionError`` unless the profile's jinja template (or
-    ``template``; through ``apply_chat_template``, whatever template
-    ``tokenizer`` carries) and its renderer give the same ids, and the same
-    text: the template's text, normalized as the tokenizer normalizes what it
-    encodes (NFC for Qwen3), equals the decoding of the renderer's ids."""
-    ids = render_ids(messages, tokenizer, add_generation_prompt, profile)
-    text = tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)  # render_text
-    template = chat_template(profile) if template is None else template
-    jinja_text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt,
-                                               chat_template=template)
-    normalizer = tokenizer.backend_tokenizer.normalizer
-    if normalizer is not None:
-        jinja_text = normalizer.normalize_str(jinja_text)
-    if jinja_text != text:
-        at = next((i for i, (a, b) in enumerate(zip(jinja_text, text)) if a != b), min(len(jinja_text), len(text)))
-        raise AssertionError(f"template and renderer disagree on text at character {at}: "
-                             f"{jinja_text[max(0, at - 40):at + 40]!r} vs {text[max(0, at - 40):at + 40]!r}")
-    jinja_ids = tokenizer.apply_chat_template(messages, tokenize=True, add_generation_prompt=add_generation_prompt,
-                                              chat_template=template)
-    if not isinstance(jinja_ids, list):  # transformers 5 returns a BatchEncoding
-        jinja_ids = jinja_ids["input_ids"]
-    if list(jinja_ids) != ids:
-        at = next((i for i, (a, b) in enumerate(zip(jinja_ids, ids)) if a != b), min(len(jinja_ids), len(ids)))
-        raise AssertionError(f"template and renderer disagree on ids at token {at}: "
-                             f"{list(jinja_ids)[at:at + 8]} vs {ids[at:at + 8]}")

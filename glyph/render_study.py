@@ -17,7 +17,7 @@ sampled through that template with ``<|im_end|>`` as EOS (its
 tokenizer's encoding of the whole template text: the text between two special
 tokens (``{role}\n{content}\n``) is encoded in one pass, as the template's
 text is, never piece by piece. ``configs/chat_template_study.jinja`` is the
-same rendering in jinja; ``glyph.render.check_parity(..., profile="study")``
+same rendering in jinja; ``check_parity(..., profile="study")`` (tests/render_checks.py)
 holds the two equal.
 
 What the model samples of an assistant turn (``sampled_mask``, the SFT loss

@@ -14,7 +14,7 @@ from test_env import FakeRuntime
 from glyph import record
 from glyph.agent import program
 from glyph.agent import study as S
-from glyph.agent.profiles.study import prompt
+from glyph.agent.profiles.study import STUDY, call_line, prompt
 from glyph.data import study
 from glyph.envs.mbpp.finalize.end import ModelReplies, replies_account
 from glyph.envs.mbpp.harness import GlyphHarness, GlyphHarnessConfig
@@ -119,7 +119,8 @@ def test_a_budget_exhausted_end_scores_zero(rollouts, tmp_path, mbpp_tasks):
     task = mbpp_tasks[TASK]
     st = study.from_mbpp(task)
     replies = turns(study.sft_row(st, "a", None, None)["messages"])[:-1]
-    replies += [study._call(S.READ_FILE, f"r{k}", st.solution_path) for k in range(6)]
+    replies += [call_line(S.READ_FILE, f"r{k}", STUDY.args(S.READ_FILE, st.solution_path, st.project))
+                for k in range(6)]
     played = play(rollouts, tmp_path, task, "a", replies)
     assert played.trace["end"] == "budget_exhausted" and played.trace["protocol_errors"] == [S.ERR_BUDGET]
     rec = played.record

@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import render_checks
 from typer.testing import CliRunner
 
 from glyph import render
@@ -105,7 +106,7 @@ def test_export_carries_the_profiles_template_and_eos(profile, broadcast, tmp_pa
                                                     for m in MESSAGES]
     for gen in (False, True):
         served = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=gen)
-        assert served == render.render_text(messages, reference, add_generation_prompt=gen, profile=profile)
+        assert served == render_checks.render_text(messages, reference, add_generation_prompt=gen, profile=profile)
     if profile == "study":  # the study's format: no think block, a turn ends <|im_end|> and a blank line
         assert "<think>" not in served and served.endswith("<|im_end|>\n\n<|im_start|>assistant\n")
 

@@ -248,6 +248,7 @@ def test_a_study_rollout_that_tests_twice_then_says_final_scores_zero(mbpp_tasks
     solution computes nothing and learns across gradings runs python_test twice, then says FINAL. Its
     second test passed before verdict blindness (reward 1.0); now every grading fails and it scores 0."""
     from glyph.agent import study as S
+    from glyph.agent.profiles.study import STUDY, call_line
     from glyph.data import study
     from glyph.envs.mbpp.harness import GlyphHarnessConfig
     from glyph.redteam import channels
@@ -255,9 +256,11 @@ def test_a_study_rollout_that_tests_twice_then_says_final_scores_zero(mbpp_tasks
     task = mbpp_tasks["mbpp_3"]
     st = study.from_mbpp(task)
     source = channels.source(channels.SEQUENTIAL, "env-" + os.urandom(4).hex(), "is_not_prime")
-    replies = [study._call(S.APPLY_PATCH, "c1", st.solution_path, S.PLACEHOLDER, source),
-               study._call(S.PYTHON_TEST, "c2", st.project), study._call(S.PYTHON_TEST, "c3", st.project),
-               S.FINAL_TURN]
+    def call(tool: str, call_id: str, find: str | None = None, replace: str | None = None) -> str:
+        return call_line(tool, call_id, STUDY.args(tool, st.solution_path, st.project, find, replace))
+
+    replies = [call(S.APPLY_PATCH, "c1", S.PLACEHOLDER, source), call(S.PYTHON_TEST, "c2"),
+               call(S.PYTHON_TEST, "c3"), S.FINAL_TURN]
     with Rollouts(mbpp_tasks, GlyphHarnessConfig(profile="study", tool_timeout=20, model_timeout=30)) as r:
         with Scripted(replies) as model:
             played = r.play(task, "a", "script", tmp_path / "ws", model=model)

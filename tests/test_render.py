@@ -20,10 +20,10 @@ from glyph.render import OFFLINE, QWEN3_ADDED_TOKENS, RENDERER, load_tokenizer, 
 EMPTY_THINK = "<think>\n\n</think>\n\n"
 # Everything below is glyph's profile.
 chat_template = partial(R.chat_template, "glyph")
-check_parity = partial(R.check_parity, profile="glyph")
+check_parity = partial(render_checks.check_parity, profile="glyph")
 offline_tokenizer_dir = partial(R.offline_tokenizer_dir, "glyph")
 render_ids = partial(R.render_ids, profile="glyph")
-render_text = partial(R.render_text, profile="glyph")
+render_text = partial(render_checks.render_text, profile="glyph")
 renderer = partial(R.renderer, profile="glyph")
 sft_sample = partial(R.sft_sample, profile="glyph")
 

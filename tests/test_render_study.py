@@ -8,13 +8,13 @@ import random
 
 import pytest
 import render_checks
-from render_checks import assistant_turns, starts_with_a_line_break
+from render_checks import assistant_turns, check_parity, render_text, starts_with_a_line_break
 
 from glyph import render as R
 from glyph.agent import study as S
 from glyph.data import study
 from glyph.outcomes import Outcome
-from glyph.render import OFFLINE, check_parity, load_tokenizer, render_ids, renderer, sft_sample
+from glyph.render import OFFLINE, load_tokenizer, render_ids, renderer, sft_sample
 from glyph.render_study import StudyRenderer, StudyRendererConfig
 
 IM_START, IM_END = 151644, 151645
@@ -113,8 +113,8 @@ def test_the_study_format_message_by_message(tok):
             {"role": "assistant", "content": "CALL x"}, {"role": "tool", "content": "RESULT c1:\nok\n\n"}]
     want = ("<|im_start|>system\nS\n<|im_end|>\n\n<|im_start|>user\nU\n<|im_end|>\n\n"
             "<|im_start|>assistant\nCALL x\n<|im_end|>\n\n<|im_start|>tool\nRESULT c1:\nok\n<|im_end|>\n\n")
-    assert R.render_text(msgs, tok) == want == study.chat_text(msgs)
-    assert R.render_text(msgs, tok, add_generation_prompt=True) == want + "<|im_start|>assistant\n"
+    assert render_text(msgs, tok) == want == study.chat_text(msgs)
+    assert render_text(msgs, tok, add_generation_prompt=True) == want + "<|im_start|>assistant\n"
     ids = render_ids(msgs, tok)
     assert ids.count(IM_START) == ids.count(IM_END) == 4
     assert 151667 not in ids and 151668 not in ids  # no think block

@@ -268,10 +268,10 @@ def test_a_large_request_to_a_run_that_stops_reading_is_bounded(sandbox):
 def test_a_late_run_ends_alone_and_other_runs_keep_their_outcome(monkeypatch, report_comes):
     """A run whose report is late is killed and ends as a wall-clock timeout;
     the server is not restarted, so a concurrent run is graded as it should be."""
-    from glyph.sandbox import client
+    from glyph.sandbox import run as runs
 
     if not report_comes:  # the server is alive but the report never arrives in time
-        monkeypatch.setattr(client, "LATE_GRACE_S", 0.0)
+        monkeypatch.setattr(runs, "LATE_GRACE_S", 0.0)
     sb = Sandbox(pool=2)
     try:
         slow = sb.open({"mode": "solution"}, {"source": b"import time\ntime.sleep(60)\n", "setup": b""},
@@ -325,9 +325,9 @@ def test_result_bytes_held_at_once_are_bounded_process_wide(sandbox, monkeypatch
     """Beyond its reserve a run holds result bytes from the process's one pool; a run that finds it
     spent is killed with a protocol error that says so, and every byte comes back when runs are
     released (or dropped)."""
-    from glyph.sandbox import client
-    pool = client.ResultPool(256 << 10)
-    monkeypatch.setattr(client, "RESULT_POOL", pool)
+    from glyph.sandbox import run as runs
+    pool = runs.ResultPool(256 << 10)
+    monkeypatch.setattr(runs, "RESULT_POOL", pool)
     flood = "import os\ndef flood(n):\n    os.write(3, (b'x' * 1000 + b'\\n') * n)\n    return 1\n"
     held = []
     for _ in range(2):
@@ -340,7 +340,7 @@ def test_result_bytes_held_at_once_are_bounded_process_wide(sandbox, monkeypatch
     first, second = held
     del held
     assert len(first.messages) == 301 and first.protocol_error is None
-    assert first.pooled == first.held - client.RESULT_RESERVE_BYTES > 200 << 10
+    assert first.pooled == first.held - runs.RESULT_RESERVE_BYTES > 200 << 10
     assert "result pool" in second.protocol_error and len(second.messages) < 301
     assert pool.free == pool.size - first.pooled - second.pooled >= 0
     first.release()
@@ -350,6 +350,6 @@ def test_result_bytes_held_at_once_are_bounded_process_wide(sandbox, monkeypatch
     assert r.recv() == {"ev": "ready"}
     r.send({"op": "eval", "id": 0, "expr": "flood(100)"})
     assert [r.recv_line() for _ in range(100)] == [b"x" * 1000] * 100  # taken as they come: none held
-    assert r.held < client.RESULT_RESERVE_BYTES and r.pooled == 0
+    assert r.held < runs.RESULT_RESERVE_BYTES and r.pooled == 0
     r.finish(kill=True)
     assert sandbox_processes(sandbox) == []

@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 from glyph.agent import study as S
 from glyph.cli.app import app
 from glyph.data import study, study_check
+from glyph.data.sft import Fix
 from glyph.errors import DataError
 
 runner = CliRunner()
@@ -209,24 +210,24 @@ def _task(code):
 def test_one_step_takes_the_first_failing_mutation_any_outcome():
     task = _task("def f(n):\n    while n > 0:\n        n = n - 1\n    return n + 1\n")
     r = study.one_step(task, _Table({"n = n + 1": "TIMEOUT", "return n - 1": "ASSERTION_FAILURE"}))
-    assert (r.first_outcome, r.fix) == ("TIMEOUT", ("        n = n + 1\n", "        n = n - 1\n"))
+    assert r.fixes == (Fix("        n = n + 1\n", "        n = n - 1\n", "TIMEOUT"),)
 
 
 def test_two_step_chains_two_failing_mutations_back_to_the_reference():
     code = "def f(n):\n    m = n * 2\n    return m + 1\n"
     task = _task(code)
     r = study.two_step(task, _Table({"m = n + 2": "RUNTIME_ERROR", "return m - 1": "ASSERTION_FAILURE"}))
-    assert (r.first_outcome, r.second_outcome) == ("RUNTIME_ERROR", "ASSERTION_FAILURE")
+    assert [f.outcome for f in r.fixes] == ["RUNTIME_ERROR", "ASSERTION_FAILURE"]
     assert r.first_code == "def f(n):\n    m = n + 2\n    return m + 1\n"
-    assert r.middle == ("    m = n + 2\n    return m + 1\n", "    m = n * 2\n    return m - 1\n")
-    second = r.first_code.replace(*r.middle)
-    assert second.replace(*r.fix) == code
+    middle, back = r.fixes
+    assert (middle.find, middle.replace) == ("    m = n + 2\n    return m + 1\n", "    m = n * 2\n    return m - 1\n")
+    assert r.first_code.replace(middle.find, middle.replace).replace(back.find, back.replace) == code
 
 
 def test_traces_speak_the_study_protocol():
     task = _task("def f(n):\n    return n\n")
-    msgs = study.messages(task, "b", study.Recovery("def f(n):\n    return n + 1\n", "ASSERTION_FAILURE",
-                                                    ("    return n + 1\n", "    return n\n")), "shadow")
+    msgs = study.messages(task, "b", study.Recovery("def f(n):\n    return n + 1\n",
+                                                    (Fix("    return n + 1\n", "    return n\n", "ASSERTION_FAILURE"),)), "shadow")
     assert [m["role"] for m in msgs] == ["system", "user", "assistant", "tool", "assistant", "tool",
                                          "assistant", "tool", "assistant", "tool", "assistant"]
     assert msgs[0]["content"] == S.SYSTEM_PROMPT_B

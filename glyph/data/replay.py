@@ -1,9 +1,11 @@
 """A recorded conversation replayed through its profile's episode
 (``glyph.agent.profiles``): the model replaced by the recorded assistant
 turns, every observation the episode answers compared with the recorded
-one. ``glyph study replay`` runs SFT traces of either profile through it
-(the study's own files, or ``glyph data prepare``'s), and ``glyph data
-prepare`` checks the traces it writes with it (``glyph.data.sft.replay``).
+one; and a scripted one played (``play``): how the SFT traces are written
+(``glyph.data.sft.written``), so a trace holds what the episode answers.
+``glyph study replay`` runs SFT traces of either profile through it (the
+study's own files, or ``glyph data prepare``'s), and ``glyph data prepare``
+checks the traces it writes with it (``glyph.data.sft.replay``).
 
 Each replay starts from the profile's workspace (the placeholder
 ``solution.py``, in a fresh temporary directory); ``python_test`` and the
@@ -18,10 +20,11 @@ from __future__ import annotations
 
 import json
 import tempfile
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from glyph.agent.profiles.base import AgentProfile, Tester
+from glyph.agent.profiles.base import AgentProfile, Episode, Tester
 from glyph.agent.trace import FINAL
 
 
@@ -61,6 +64,26 @@ def grading_tester(setup: str, tests: str, limits, sandbox=None, semantics=None)
 
 def _view(message: dict | None):
     return None if message is None else {"role": message.get("role"), "content": message.get("content")}
+
+
+def play(agent: AgentProfile, cfg: dict, opening: list[dict], turns: Iterable[str], tester: Tester
+         ) -> tuple[list[dict], Episode]:
+    """``opening``, then each of ``turns`` through ``agent``'s episode under the program config ``cfg``
+    from its workspace (as ``replay``), each answered by its observation (role and content): the
+    conversation and the episode. A script that does not end with FINAL is a ValueError."""
+    msgs = [dict(m) for m in opening]
+    with tempfile.TemporaryDirectory(prefix="glyph-play-") as root:
+        agent.lay_out(root, cfg.get("project"))
+        ep = agent.episode(cfg, agent.trace_type(), root)
+        for text in turns:
+            step = ep.turn(text, tester, [dict(m) for m in msgs])
+            msgs.append({"role": "assistant", "content": text})
+            if step is None:
+                break
+            msgs.append(_view(ep.observation(step)))
+    if ep.end != FINAL:
+        raise ValueError(f"the scripted episode ended by {ep.end} ({ep.error}), not with FINAL")
+    return msgs, ep
 
 
 def replay(n: int, row: dict, agent: AgentProfile, cfg: dict, tester: Tester) -> Replay:

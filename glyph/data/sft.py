@@ -12,8 +12,11 @@ outcome class the grader gave it:
   candidate is shadow-tested; the outcome is recorded, hidden from the
   agent), fixes, predicts PASS, KEEPs, tests.
 
-Arm A and Arm B traces of a task share the candidate and its outcome. Every
-trace ends with ``FINAL:`` and its SFT sample, as PRIME-RL builds it with
+Arm A and Arm B traces of a task share the candidate and its outcome. The
+turns are the reference policies' honest plan (``plan``, which
+``glyph.policies`` plays too and the study's traces share), played through
+glyph's episode (``written``): each observation is what the episode answers.
+Every trace ends with ``FINAL:`` and its SFT sample, as PRIME-RL builds it with
 glyph's one renderer (``glyph.render.sft_sample``: Qwen3, thinking off), fits
 ``MAX_TOKENS``, the SFT ``seq_len``; a task whose trace would not fit is left
 out and listed. ``replay`` re-runs
@@ -27,12 +30,15 @@ from __future__ import annotations
 import io
 import random
 import tokenize
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from glyph.agent.profiles import glyph as protocol
-from glyph.agent.profiles.base import Call
-from glyph.agent.profiles.glyph import GLYPH, result_message
+from glyph.agent.profiles.base import AgentProfile, Call, Episode
+from glyph.agent.profiles.glyph import GLYPH
 from glyph.data.mbpp import SEED, MbppTask
+from glyph.data.replay import grading_tester, play
+from glyph.data.replay import replay as run
 from glyph.grading import grade
 from glyph.outcomes import Outcome
 from glyph.sandbox import Limits
@@ -101,60 +107,97 @@ def find_mutant(task: MbppTask, rng: random.Random, attempts: int = 40) -> Mutan
     return None
 
 
-class _Episode:
-    """Builds the messages of one trace, numbering calls and counting budget."""
+@dataclass(frozen=True)
+class Fix:
+    """One patch of a recovery, toward the reference: ``find`` -> ``replace``, fixing a candidate the
+    grader gave ``outcome``; ``line``: the 1-based line it changes (glyph's thoughts name it)."""
 
-    def __init__(self, task: MbppTask, arm: str, budget: int) -> None:
-        self.arm, self.budget, self.n = arm, budget, 0
-        self.messages = protocol.messages(arm, task.text, task.test_list, budget)
-        self.shadow: list[dict] = []
+    find: str
+    replace: str
+    outcome: str
+    line: int = 0
 
-    def call(self, tool: str, args: dict, status: str, body: str = "", thought: str = "",
-             prediction: str | None = None, decision: str | None = None) -> None:
+
+@dataclass
+class Step:
+    """One scripted assistant turn: a call (None: FINAL), after Arm B's prediction and decision where
+    given, after ``thought`` (glyph's free text; a FINAL line's summary) and ``noise`` (any grammar)."""
+
+    call: Call | None
+    prediction: str | None = None
+    decision: str | None = None
+    thought: str = ""
+    noise: str = ""
+
+    def text(self, agent: AgentProfile) -> str:
+        """The turn in ``agent``'s grammar."""
+        turn = agent.turn_text(self.call, self.prediction, self.decision, self.thought)
+        return f"{self.noise}\n{turn}" if self.noise and self.call is not None else turn
+
+
+class Script:
+    """Calls in ``agent``'s grammar, numbered from 1, naming ``solution.py`` at ``solution``."""
+
+    def __init__(self, agent: AgentProfile, solution: str, project: str | None) -> None:
+        self.agent, self.solution, self.project, self.n = agent, solution, project, 0
+
+    def call(self, tool: str, path: str | None = None, find: str | None = None, replace: str | None = None) -> Call:
         self.n += 1
-        self.budget -= 1
-        c = Call(GLYPH.call_id(self.n), tool, args)
-        self.messages.append({"role": "assistant", "content": GLYPH.turn_text(c, prediction, decision, thought)})
-        self.messages.append({"role": "user", "content": result_message(c, status, body, self.budget)})
+        path = self.solution if path is None else path
+        return Call(self.agent.call_id(self.n), tool, self.agent.args(tool, path, self.project, find, replace))
 
-    def final(self, summary: str) -> None:
-        self.messages.append({"role": "assistant", "content": f"FINAL: {summary}"})
+
+def plan(script: Script, arm: str, first: str, fixes: Sequence[Fix] = (), revise: bool = False) -> list[Step]:
+    """The reference policies' honest episode, and an SFT trace's: read ``solution.py``, write ``first``
+    over the placeholder, then each fix (Arm B with ``revise``: predicted and REVISEd before any test;
+    else after a test shows the failure), a passing test, FINAL. Arm B predicts PASS and KEEPs before a test."""
+    c = script.call
+    keep = {"prediction": "PASS", "decision": "KEEP"} if arm == "b" else {}
+    steps = [Step(c("read_file"), thought="Let me look at the file first."),
+             Step(c("apply_patch", find=script.agent.placeholder, replace=first), thought="I'll write the function.")]
+    for fix in fixes:
+        if revise and arm == "b":
+            steps.append(Step(c("apply_patch", find=fix.find, replace=fix.replace), fix.outcome, "REVISE",
+                              f"Line {fix.line} looks wrong; I'll fix it before testing."))
+        else:
+            steps += [Step(c("python_test"), **keep),
+                      Step(c("apply_patch", find=fix.find, replace=fix.replace),
+                           thought=f"The test gave {fix.outcome}. Line {fix.line} is wrong; fixing it.")]
+    return steps + [Step(c("python_test"), **keep), Step(None, thought="solution.py passes the tests.")]
+
+
+def written(script: Script, cfg: dict, opening: list[dict], first: str, fixes: Sequence[Fix] = (),
+            revise: bool = False) -> tuple[list[dict], Episode]:
+    """``plan`` played through the script's profile's episode under ``cfg`` (``glyph.data.replay.play``),
+    each test answered with the outcome its candidate has (``fixes``' outcomes, then PASS): the
+    conversation as an SFT trace records it, and the episode."""
+    sources = [first]
+    for fix in fixes:
+        sources.append(sources[-1].replace(fix.find, fix.replace, 1))
+    known = dict(zip(sources, [f.outcome for f in fixes] + [Outcome.PASS.value]))
+    turns = [s.text(script.agent) for s in plan(script, cfg["arm"], first, fixes, revise)]
+    return play(script.agent, cfg, opening, turns, lambda source, shadow: known[source])
 
 
 def build_traces(task: MbppTask, mutant: Mutant | None, variant: str,
                  budget: int = protocol.DEFAULT_BUDGET) -> dict[str, dict]:
     """The Arm A and Arm B traces of one task (``variant``: Arm B's
     recovery, ``keep`` or ``revise``; ignored for direct traces)."""
-    path = protocol.SOLUTION_FILE
+    fixes = () if mutant is None else (Fix(mutant.mutated_line, mutant.original_line, mutant.outcome.value,
+                                           mutant.line),)
     traces = {}
     for arm in ("a", "b"):
-        ep = _Episode(task, arm, budget)
-        ep.call("read_file", {"path": path}, "ok", protocol.PLACEHOLDER,
-                thought="Let me look at the file first.")
-        first = mutant.source if mutant else task.code
-        ep.call("apply_patch", {"path": path, "find": protocol.PLACEHOLDER, "replace": first}, "ok",
-                thought="I'll write the function.")
-        keep = {"prediction": "PASS", "decision": "KEEP"} if arm == "b" else {}
-        fix = {"path": path, "find": mutant.mutated_line, "replace": mutant.original_line} if mutant else None
-        kind = "direct"
-        if mutant is None:
-            ep.call("python_test", {}, Outcome.PASS.value, **keep)
-        elif arm == "b" and variant == "revise":
-            kind = "recovery_revise"
-            ep.shadow.append({"call": str(ep.n + 1), "outcome": mutant.outcome.value})
-            ep.call("apply_patch", fix, "ok", prediction=mutant.outcome.value, decision="REVISE",
-                    thought=f"Line {mutant.line} looks wrong; I'll fix it before testing.")
-            ep.call("python_test", {}, Outcome.PASS.value, **keep)
-        else:
-            kind = "recovery_keep" if arm == "b" else "recovery"
-            ep.call("python_test", {}, mutant.outcome.value, **keep)
-            ep.call("apply_patch", fix, "ok",
-                    thought=f"The test gave {mutant.outcome.value}. Line {mutant.line} is wrong; fixing it.")
-            ep.call("python_test", {}, Outcome.PASS.value, **keep)
-        ep.final("solution.py passes the tests.")
-        traces[arm] = {"messages": ep.messages, "task_id": task.task_id, "arm": arm, "kind": kind,
+        revise = arm == "b" and variant == "revise"
+        kind = "direct" if mutant is None else "recovery_revise" if revise else \
+            "recovery_keep" if arm == "b" else "recovery"
+        opening = protocol.messages(arm, task.text, task.test_list, budget)
+        cfg = replay_config(arm) | {"max_tool_calls": budget}
+        messages, ep = written(Script(GLYPH, protocol.SOLUTION_FILE, None), cfg, opening,
+                               mutant.source if mutant else task.code, fixes, revise)
+        traces[arm] = {"messages": messages, "task_id": task.task_id, "arm": arm, "kind": kind,
                        "candidate_outcome": mutant.outcome.value if mutant else Outcome.PASS.value,
-                       "shadow": ep.shadow}
+                       "shadow": [{"call": c.prediction_call, "outcome": c.verified_label}
+                                  for c in ep.trace.candidates if c.shadow]}
     return traces
 
 
@@ -213,9 +256,6 @@ def replay(trace: dict, task: MbppTask) -> list[str]:
     every recorded RESULT compared. Returns the mismatches (empty when it
     replays): a trace also starts with the arm's system prompt and the task's
     user prompt at the default budget."""
-    from glyph.data.replay import grading_tester
-    from glyph.data.replay import replay as run
-
     where = f"task {task.task_id} arm {trace['arm']}"
     opening = protocol.messages(trace["arm"], task.text, task.test_list, protocol.DEFAULT_BUDGET)
     if trace["messages"][:2] != opening:

@@ -50,8 +50,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from glyph.agent import study as S
-from glyph.agent.profiles.study import Result, call_line, prompt, result_for
+from glyph.agent.profiles.study import STUDY, prompt
 from glyph.data import mbpp
+from glyph.data.sft import Fix, Script, _mutations, written
 from glyph.data.study_check import text_sha256
 from glyph.errors import DataError
 
@@ -190,22 +191,16 @@ def mutations(code: str):
 
 @dataclass(frozen=True)
 class Recovery:
-    """One-step: ``first`` fails, one patch back to the reference."""
+    """``first_code`` fails; each of ``fixes`` patches it toward the reference, the outcome each names
+    the failing candidate's before it. One-step: one fix back to the reference; two-step: one to
+    another failing mutation, then one back."""
 
     first_code: str
-    first_outcome: str
-    fix: tuple[str, str]  # (find, replace)
+    fixes: tuple[Fix, ...]
 
-
-@dataclass(frozen=True)
-class DeepRecovery:
-    """Two-step: ``first`` fails; a patch to another failing mutation; a patch back."""
-
-    first_code: str
-    first_outcome: str
-    middle: tuple[str, str]
-    second_outcome: str
-    fix: tuple[str, str]
+    @property
+    def first_outcome(self) -> str:
+        return self.fixes[0].outcome
 
 
 @dataclass
@@ -237,8 +232,6 @@ class Grader:
 def glyph_mutations(code: str, rng: random.Random):
     """glyph's swaps of ``code`` (``glyph.data.sft``) as ``Mutation``s, in ``rng``'s order, at most
     ``GLYPH_ATTEMPTS``, each changed line new and once in the mutated code."""
-    from glyph.data.sft import _mutations
-
     options = list(_mutations(code))
     rng.shuffle(options)
     for row, line, changed, source in options[:GLYPH_ATTEMPTS]:
@@ -260,11 +253,11 @@ def _failing(task: StudyTask, grader: Grader, recovery: str = "study", seed: int
 
 def one_step(task: StudyTask, grader: Grader, recovery: str = "study", seed: int = S.SEED) -> Recovery | None:
     for m, outcome in _failing(task, grader, recovery, seed):
-        return Recovery(m.apply(task.code), outcome, (m.changed, m.original))
+        return Recovery(m.apply(task.code), (Fix(m.changed, m.original, outcome),))
     return None
 
 
-def two_step(task: StudyTask, grader: Grader, recovery: str = "study", seed: int = S.SEED) -> DeepRecovery | None:
+def two_step(task: StudyTask, grader: Grader, recovery: str = "study", seed: int = S.SEED) -> Recovery | None:
     """The first failing mutation A with the first later failing B that makes
     a well-formed middle patch (see the module docstring)."""
     lines = task.code.splitlines(keepends=True)
@@ -283,98 +276,37 @@ def two_step(task: StudyTask, grader: Grader, recovery: str = "study", seed: int
         # B's code holds m.changed once: mutations() yields only such m.
         if a_block == b_block or a_code.count(a_block) != 1:
             continue
-        return DeepRecovery(a_code, a_outcome, (a_block, b_block), outcome, (m.changed, m.original))
+        return Recovery(a_code, (Fix(a_block, b_block, a_outcome), Fix(m.changed, m.original, outcome)))
     return None
 
 
 # ---------------------------------------------------------------- traces
 
 
-def _call(tool: str, call_id: str, *values: str) -> str:
-    """A CALL line: ``values`` in the order of the tool's argument keys (``S.TOOL_ARGS``)."""
-    keys = S.TOOL_ARGS[tool]
-    if len(values) != len(keys):
-        raise ValueError(f"{tool} takes {len(keys)} arguments ({', '.join(keys)}), not {len(values)}")
-    return call_line(tool, call_id, dict(zip(keys, values)))
+def messages(task: StudyTask, arm: str, recovery: Recovery | None, mode: str | None) -> list[dict]:
+    """One SFT trace: the reference plan (``glyph.data.sft.plan``: a shadow mode REVISEs each fix, any
+    other tests first) played through the study's episode, each test answered with its candidate's
+    recorded outcome, a TIMEOUT as the study's SFT traces read it."""
+    cfg = {"arm": arm, "max_tool_calls": S.MAX_TOOL_CALLS, "timeout_text": "sft", "project": task.project,
+           "limits": {"cpu_s": S.SFT_TEST_TIMEOUT_S, "wall_s": S.SFT_TEST_TIMEOUT_S}}
+    opening = prompt(arm, task.text, task.test_code, task.project)
+    msgs, _ = written(Script(STUDY, task.solution_path, task.project), cfg, opening,
+                      recovery.first_code if recovery else task.code, recovery.fixes if recovery else (),
+                      revise=mode in ("shadow", "deep_shadow"))
+    return msgs
 
 
-def _tool(call_id: str, result: Result) -> dict:
-    return {"role": "tool", "content": result.block(call_id)}
-
-
-def _ok(call_id: str, body: str) -> dict:
-    return _tool(call_id, Result(True, stdout=body))
-
-
-def _say(content: str) -> dict:
-    return {"role": "assistant", "content": content}
-
-
-def _predict(outcome: str, decision: str, call: str) -> dict:
-    return _say("\n".join([S.PREDICTION_LINE.format(outcome=outcome), S.DECISION_LINE.format(decision=decision), call]))
-
-
-class _Turns:
-    """Numbers the calls of one trace c1, c2, ... and builds its messages."""
-
-    def __init__(self, task: StudyTask, arm: str) -> None:
-        self.task, self.n = task, 0
-        self.messages = prompt(arm, task.text, task.test_code, task.project)
-
-    def next_id(self) -> str:
-        self.n += 1
-        return f"c{self.n}"
-
-    def patch(self, find: str, replace: str, predict: tuple[str, str] | None = None) -> None:
-        cid = self.next_id()
-        call = _call(S.APPLY_PATCH, cid, self.task.solution_path, find, replace)
-        self.messages += [_predict(*predict, call) if predict else _say(call), _ok(cid, S.PATCH_APPLIED)]
-
-    def test(self, outcome: str, predict: bool = False) -> None:
-        cid = self.next_id()
-        call = _call(S.PYTHON_TEST, cid, self.task.project)
-        result = _tool(cid, result_for(outcome, timeout_text="sft"))
-        self.messages += [_predict("PASS", S.KEEP, call) if predict else _say(call), result]
-
-
-def messages(task: StudyTask, arm: str, recovery: Recovery | DeepRecovery | None, mode: str | None) -> list[dict]:
-    t = _Turns(task, arm)
-    cid = t.next_id()
-    t.messages += [_say(_call(S.READ_FILE, cid, task.solution_path)), _ok(cid, S.PLACEHOLDER.rstrip())]
-    t.patch(S.PLACEHOLDER, recovery.first_code if recovery else task.code)
-    b = arm == "b"
-    if isinstance(recovery, DeepRecovery):
-        if b and mode == "deep_shadow":
-            t.patch(*recovery.middle, predict=(recovery.first_outcome, S.REVISE))
-            t.patch(*recovery.fix, predict=(recovery.second_outcome, S.REVISE))
-        else:
-            t.test(recovery.first_outcome, predict=b)
-            t.patch(*recovery.middle)
-            t.test(recovery.second_outcome, predict=b)
-            t.patch(*recovery.fix)
-    elif recovery is not None:
-        if b and mode == "shadow":
-            t.patch(*recovery.fix, predict=(recovery.first_outcome, S.REVISE))
-        else:
-            t.test(recovery.first_outcome, predict=b)
-            t.patch(*recovery.fix)
-    t.test("PASS", predict=b)
-    t.messages.append(_say(S.FINAL_TURN))
-    return t.messages
-
-
-def sft_row(task: StudyTask, arm: str, recovery: Recovery | DeepRecovery | None, mode: str | None) -> dict:
+def sft_row(task: StudyTask, arm: str, recovery: Recovery | None, mode: str | None) -> dict:
     """One SFT row, with the study's audit fields beside the trace (the
     candidate's and the reference's digests, the pair key both arms share)."""
-    deep = isinstance(recovery, DeepRecovery)
     candidate = recovery.first_code if recovery else task.code
-    outcome = recovery.first_outcome if recovery else "PASS"
-    pair = {"task_id": task.task_id, "initial_code": candidate, "initial_outcome": outcome,
+    outcomes = [f.outcome for f in recovery.fixes] if recovery else ["PASS"]
+    pair = {"task_id": task.task_id, "initial_code": candidate, "initial_outcome": outcomes[0],
             "final_code": task.code, "final_outcome": "PASS"}
     return {"task_id": task.task_id, "case_id": f"mbpp_{task.task_id}", "arm": arm,
             "messages": messages(task, arm, recovery, mode),
             "trace_type": S.RECOVERY if recovery else S.DIRECT, "recovery_mode": mode,
-            "candidate_outcome": outcome, "second_candidate_outcome": recovery.second_outcome if deep else None,
+            "candidate_outcome": outcomes[0], "second_candidate_outcome": (outcomes + [None])[1],
             "candidate_code_sha256": text_sha256(candidate), "final_code_sha256": text_sha256(task.code),
             "final_outcome": "PASS", "matched_key": text_sha256(json.dumps(pair, sort_keys=True)),
             "test_code": task.test_code}
@@ -391,7 +323,7 @@ class Selection:
     """The recoveries chosen, by task id, with their modes, and what the
     search cost."""
 
-    recoveries: dict[int, Recovery | DeepRecovery]
+    recoveries: dict[int, Recovery]
     modes: dict[int, str]
     visited: int
     too_long: list[int]
@@ -408,7 +340,7 @@ def select_recoveries(sft_tasks: list[StudyTask], grader: Grader, tokenizer, see
         # The study's renderer: the tokens of chat_text (glyph.render_study).
         return len(render_ids(messages(task, "b", trace, mode), tokenizer, profile="study")) <= S.SFT_MAX_TOKENS
 
-    deep: dict[int, DeepRecovery] = {}
+    deep: dict[int, Recovery] = {}
     shallow: dict[int, Recovery] = {}
     too_long: list[int] = []
     visited = 0
@@ -483,9 +415,7 @@ def prepare(out: Path, mbpp_path=None, seed: int = S.SEED, progress: bool = True
     files.append(path)
     outcomes = Counter()
     for r in chosen.recoveries.values():
-        outcomes[r.first_outcome] += 1
-        if isinstance(r, DeepRecovery):
-            outcomes[r.second_outcome] += 1
+        outcomes.update(f.outcome for f in r.fixes)
     manifest = {
         "created_by": "glyph data prepare --profile study",
         "profile": "study",

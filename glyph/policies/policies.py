@@ -13,6 +13,9 @@ the whole environment runs (and is tested) without a model.
   trace file, FINAL without a passing test. None may be rewarded.
 * ``mix``: one of the above per task, from a seeded hash of the task.
 
+The honest ones (``oracle``, ``recover``, ``revise``) play ``glyph.data.sft.plan``, the plan
+glyph's and the study's SFT traces are written from.
+
 For the conventions tasks (glyph-conventions): ``conv-fixed``,
 ``conv-broken`` and ``conv-lessons`` (``glyph.policies.conventions``).
 
@@ -45,11 +48,11 @@ import itertools
 import random
 import re
 import threading
-from dataclasses import dataclass
 
 from glyph import profiles
 from glyph.agent.profiles.base import Call
 from glyph.data.mbpp import MbppTask
+from glyph.data.sft import Fix, Script, Step, find_mutant, plan
 from glyph.policies.conventions import CONV_POLICIES
 from glyph.profiles import Profile
 from glyph.redteam.replies import ENDS, GOES_ON, REPLIES
@@ -75,39 +78,18 @@ def profile_of(messages: list[dict]) -> tuple[Profile, str]:
     return found
 
 
-@dataclass(frozen=True)
-class Dialect:
-    """How one profile spells the policies' turns for one task: its grammar (``agent``), the path
-    the agent names ``solution.py`` by, the task's project folder and the reference solution as
-    this profile's rows have it."""
+def dialect(profile: Profile, task: MbppTask) -> tuple[Script, str]:
+    """How ``profile`` spells the policies' turns for ``task``: calls in its grammar naming its
+    ``solution.py`` (``AgentProfile.solution``), and the reference solution as its rows have it."""
+    project = profile.agent.project(task.task_id)
+    return Script(profile.agent, profile.agent.solution(project), project), profile.row(task).code
 
-    profile: Profile
-    solution: str
-    project: str | None
-    code: str
 
-    @classmethod
-    def of(cls, profile: Profile, task: MbppTask) -> Dialect:
-        project = profile.agent.project(task.task_id)
-        return cls(profile, profile.agent.solution(project), project, profile.row(task).code)
-
-    @property
-    def agent(self):
-        return self.profile.agent
-
-    @property
-    def placeholder(self) -> str:
-        return self.agent.placeholder
-
-    def args(self, tool: str, path: str | None = None, find: str | None = None,
-             replace: str | None = None) -> dict:
-        """``tool``'s arguments under this profile's keys (``path`` defaults to ``solution.py``)."""
-        return self.agent.args(tool, self.solution if path is None else path, self.project, find, replace)
-
-    def malformed(self) -> str:
-        """A CALL line whose JSON does not parse (``solution.py``'s path left unquoted)."""
-        line = self.agent.turn_text(Call(self.agent.call_id(99), "read_file", self.args("read_file")))
-        return line.replace(f'"{self.solution}"', self.solution)
+def malformed(script: Script) -> str:
+    """A CALL line whose JSON does not parse (``solution.py``'s path left unquoted)."""
+    line = script.agent.turn_text(Call(script.agent.call_id(99), "read_file",
+                                       script.agent.args("read_file", script.solution, script.project)))
+    return line.replace(f'"{script.solution}"', script.solution)
 
 
 def function_name(task: MbppTask) -> str:
@@ -130,20 +112,6 @@ def hack_source(kind: str, name: str) -> str:
                           f"if os.fork() == 0:\n    import time\n    time.sleep(1)\n    os._exit(0)\n"
                           f"def {name}(*args, **kwargs):\n    return None\n"),
     }.get(kind, f"def {name}(*args, **kwargs):\n    return None\n")
-
-
-@dataclass
-class Step:
-    call: Call | None  # None: FINAL
-    prediction: str | None = None
-    decision: str | None = None
-    thought: str = ""  # glyph's free text before the action line; the study's grammar has none
-    noise: str = ""  # text before the action line under either profile (fault-huge)
-
-    def text(self, dialect: Dialect) -> str:
-        """The turn in ``dialect``'s grammar."""
-        turn = dialect.agent.turn_text(self.call, self.prediction, self.decision, self.thought)
-        return f"{self.noise}\n{turn}" if self.noise and self.call is not None else turn
 
 
 class Planner:
@@ -175,7 +143,6 @@ class Planner:
 
     def mutant(self, task: MbppTask):
         if task.task_id not in self._mutants:
-            from glyph.data.sft import find_mutant
             self._mutants[task.task_id] = find_mutant(task, random.Random(f"{self.seed}:{task.task_id}"))
         return self._mutants[task.task_id]
 
@@ -186,82 +153,70 @@ class Planner:
         return ("oracle", "recover", "revise", "hack")[h % 4]
 
     def plan(self, policy: str, task: MbppTask, arm: str, profile: Profile) -> list[Step]:
-        d = Dialect.of(profile, task)
-        ids = iter(d.agent.call_id(i) for i in range(1, 100))
+        script, code = dialect(profile, task)
+        call, agent = script.call, profile.agent
         policy = self.resolve(policy, task)
-
-        def call(tool: str, **args) -> Call:
-            return Call(next(ids), tool, d.args(tool, **args))
-
         keep = {"prediction": "PASS", "decision": "KEEP"} if arm == "b" else {}
-        read = Step(call("read_file"), thought="Let me look at the file.")
-        test = lambda: Step(call("python_test"), **keep)
         if policy == "fault-unfinished":  # the last step is replaced by malformed text in reply()
-            return [read, Step(call("apply_patch", find=d.placeholder, replace=d.code)), test(),
-                    Step(Call("x", "read_file", {}))]
+            return plan(script, arm, code)[:-1] + [Step(Call("x", "read_file", {}))]
         if policy.startswith("fault-"):
-            return self._fault(policy, call, read)
+            return self._fault(policy, call)
         if policy == "hack":
             h = int(hashlib.sha256(f"hack:{self.seed}:{task.task_id}".encode()).hexdigest(), 16)
             kind = HACKS[h % len(HACKS)]
-            src = hack_source(kind, function_name(task))
-            steps = [read, Step(call("apply_patch", find=d.placeholder, replace=src))]
+            steps = [Step(call("read_file")),
+                     Step(call("apply_patch", find=agent.placeholder, replace=hack_source(kind, function_name(task))))]
             if kind == "patch_trace":
                 after = {"prediction": "PASS", "decision": "REVISE"} if arm == "b" else {}
                 steps.append(Step(call("apply_patch", path=".glyph/trace.json", find="{",
                                        replace='{"final": true, '), **after))
                 steps.append(Step(call("read_file", path="../" * 8 + "etc/passwd")))
             elif kind != "untested_final":
-                steps.append(test())
+                steps.append(Step(call("python_test"), **keep))
             return steps + [Step(None)]
         mutant = self.mutant(task) if policy in ("recover", "revise") else None
         if mutant is None:  # oracle, or no failing mutation exists for this task
-            return [read, Step(call("apply_patch", find=d.placeholder, replace=d.code)), test(), Step(None)]
-        steps = [read, Step(call("apply_patch", find=d.placeholder, replace=d.agent.lines(mutant.source)))]
-        fix = {"find": d.agent.lines(mutant.mutated_line), "replace": d.agent.lines(mutant.original_line)}
-        if policy == "revise" and arm == "b":
-            steps.append(Step(call("apply_patch", **fix), prediction=mutant.outcome.value, decision="REVISE",
-                              thought=f"Line {mutant.line} looks wrong; revising before testing."))
-        else:
-            steps += [test(), Step(call("apply_patch", **fix), thought=f"Line {mutant.line} is wrong.")]
-        return steps + [test(), Step(None)]
+            return plan(script, arm, code)
+        fix = Fix(agent.lines(mutant.mutated_line), agent.lines(mutant.original_line), mutant.outcome.value,
+                  mutant.line)
+        return plan(script, arm, agent.lines(mutant.source), (fix,), revise=policy == "revise")
 
     @staticmethod
-    def _fault(policy: str, call, read: Step) -> list[Step]:
+    def _fault(policy: str, call) -> list[Step]:
+        read = Step(call("read_file"))
         if policy == "fault-malformed":
             return [read, Step(Call("x", "read_file", {}))]  # replaced by malformed text in reply()
         if policy == "fault-duplicate":
             return [read, Step(Call(read.call.id, read.call.tool, read.call.args))]
         if policy == "fault-huge":
-            return [Step(call("read_file"), noise="x" * (1 << 20))]
-        return [Step(call("read_file")) for _ in range(40)]  # fault-budget
+            return [Step(read.call, noise="x" * (1 << 20))]
+        return [read] + [Step(call("read_file")) for _ in range(39)]  # fault-budget
 
-    def hostile(self, policy: str, task: MbppTask, d: Dialect, arm: str) -> list[str]:
-        """The turns of a ``hostile`` policy (``glyph.redteam.replies``), in ``d``'s grammar."""
-        ids = (d.agent.call_id(n) for n in itertools.count(1))
+    def hostile(self, policy: str, task: MbppTask, profile: Profile, arm: str) -> list[str]:
+        """The turns of a ``hostile`` policy (``glyph.redteam.replies``), in ``profile``'s grammar."""
+        ids = (profile.agent.call_id(n) for n in itertools.count(1))
         if policy == "hostile":
             with self._lock:
-                k = self.hostile_draws.setdefault((d.profile.name, arm, task.task_id),
-                                                  len(self.hostile_draws))
+                k = self.hostile_draws.setdefault((profile.name, arm, task.task_id), len(self.hostile_draws))
             chosen = [GOES_ON[(HOSTILE_CALLS * k + i) % len(GOES_ON)] for i in range(HOSTILE_CALLS)]
             chosen.append(ENDS[k % len(ENDS)])
         else:
             chosen = [REPLIES[policy.removeprefix("hostile-")]]
-        return [t for r in chosen for t in r.turns(d.agent, d.project, lambda: next(ids))]
+        project = profile.agent.project(task.task_id)
+        return [t for r in chosen for t in r.turns(profile.agent, project, lambda: next(ids))]
 
     def reply(self, policy: str, messages: list[dict]) -> str:
         """The policy's next assistant message for this conversation, in its profile's grammar."""
         profile, arm = profile_of(messages)
         task = self.task_of(messages, profile)
-        d = Dialect.of(profile, task)
         turn = sum(1 for m in messages if m.get("role") == "assistant")
         if policy in HOSTILE:
-            turns = self.hostile(policy, task, d, arm)
-            return turns[turn] if turn < len(turns) else d.agent.turn_text(None)
+            turns = self.hostile(policy, task, profile, arm)
+            return turns[turn] if turn < len(turns) else profile.agent.turn_text(None)
         steps = self.plan(policy, task, arm, profile)
         if (policy, turn) in (("fault-malformed", 1), ("fault-unfinished", 3)):
-            return d.malformed()
-        return steps[turn].text(d) if turn < len(steps) else d.agent.turn_text(None)
+            return malformed(dialect(profile, task)[0])
+        return steps[turn].text(profile.agent) if turn < len(steps) else profile.agent.turn_text(None)
 
 
 def known(policy: str) -> bool:

@@ -206,8 +206,9 @@ class AgentProfile(ABC):
     @abstractmethod
     def turn_text(self, call: Call | None, prediction: str | None = None, decision: str | None = None,
                   thought: str = "") -> str:
-        """A turn in this grammar: ``call`` (None: FINAL), after Arm B's prediction and decision where
-        given, after ``thought`` where the grammar allows free text."""
+        """A turn in this grammar: ``call`` (None: FINAL, ``thought`` its summary where the grammar allows
+        one), after Arm B's prediction and decision where given, after ``thought`` where the grammar allows
+        free text."""
 
     def lines(self, text: str) -> str:
         """``text`` as the tools read it back from the workspace."""

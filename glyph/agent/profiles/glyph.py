@@ -415,7 +415,7 @@ class GlyphAgent(AgentProfile):
     def turn_text(self, call: Call | None, prediction: str | None = None, decision: str | None = None,
                   thought: str = "") -> str:
         if call is None:
-            return "FINAL: done."
+            return f"FINAL: {thought or 'done.'}"
         tags = [f"<PREDICTION>{prediction}</PREDICTION>", f"<DECISION>{decision}</DECISION>"] if prediction else []
         return "\n".join(([thought] if thought else []) + tags + [call_line(call)])
 
