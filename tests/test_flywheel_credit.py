@@ -476,3 +476,12 @@ def test_cli_forks_write_json_png_and_html(tmp_path, monkeypatch, task, mbpp_pat
     assert "pass rate: step 6 (read_file" in table.stdout
     bad = CliRunner().invoke(app, ["flywheel", "credit", str(path), "--threshold", "0", "--mbpp-path", mbpp_path])
     assert bad.exit_code == 2 and "--threshold 0" in bad.stderr
+
+
+def test_credit_grades_as_the_rollouts_profile_does(task):
+    """A solution whose ``__main__`` block exits non-zero passes under glyph's semantics and fails
+    under the study's (its classifier read the exit status): credit's grader on a study rollout
+    (``assign`` builds it from ``traj.profile``) gives the study's verdict, on a glyph one glyph's."""
+    source = task.code + '\n\nif __name__ == "__main__":\n    raise SystemExit(1)\n'
+    assert credit.Grader(task).visible(source) == "PASS"
+    assert credit.Grader(task, profile="study").visible(source) != "PASS"

@@ -427,14 +427,16 @@ class Attempt:
 
 
 class Grader:
-    """glyph's trusted grader on the task's visible and hidden tests, each distinct source graded once."""
+    """glyph's trusted grader on the task's visible and hidden tests, each distinct source graded once,
+    reading each run as ``profile``'s env does (its ``semantics``: a study rollout is continued with
+    the study's verdicts)."""
 
-    def __init__(self, task: MbppTask, limits=None) -> None:
+    def __init__(self, task: MbppTask, limits=None, profile: str = "glyph") -> None:
         from glyph.envs.mbpp.finalize import Regrader, TaskTests
         from glyph.sandbox import Limits
 
         tests = TaskTests(task.test_setup_code, tuple(task.test_list), tuple(task.test_list))
-        self.rg = Regrader(tests, limits or Limits(cpu_s=10, wall_s=20))
+        self.rg = Regrader(tests, limits or Limits(cpu_s=10, wall_s=20), semantics=profiles.get(profile).semantics)
         self._hidden: dict[str, str] = {}  # by sha256 (the Regrader caches the visible outcomes itself)
 
     def visible(self, source: str) -> str:
@@ -568,7 +570,7 @@ def assign(traj: Trajectory, task: MbppTask, continuation: Continuation | None =
     if forks < 1:
         raise ValueError(f"forks must be at least 1, not {forks}")
     continuation = continuation or Repair()
-    grader = grader or Grader(task)
+    grader = grader or Grader(task, profile=traj.profile)
     rp = replay(traj, task, grader)
     total = len(rp.snapshots) * forks
     attempts: list[list[Attempt]] = []
