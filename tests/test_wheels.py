@@ -134,7 +134,9 @@ print(json.dumps({"glyph": glyph.__file__, "algos": algos, "dists": dists}))
     got = _run_json(python, probe, tmp_path)
     assert Path(got["glyph"]).is_relative_to(tmp_path / "venv"), got["glyph"]
     assert got["algos"] == {"glyph_grpo": "glyph.predict.prime_rl_config:GlyphGRPOAlgoConfig",
-                            "predict": "glyph.predict.prime_rl_config:PredictAlgoConfig"}
+                            "predict": "glyph.predict.prime_rl_config:PredictAlgoConfig",
+                            "glyph_echo": "glyph.predict.echo_config:GlyphEchoAlgoConfig",
+                            "predict_echo": "glyph.predict.echo_config:PredictEchoAlgoConfig"}
     assert "glyph" not in got["dists"] and DISTRIBUTION in got["dists"]
     cli = subprocess.run([str(tmp_path / "venv" / "bin" / "glyph"), "--help"], capture_output=True, text=True,
                          cwd=tmp_path, env=_isolated(), timeout=120)
