@@ -235,3 +235,46 @@ def test_official_parquet_is_hash_checked(tmp_path, monkeypatch):
     files = {split: p for split in mbpp.OFFICIAL_FILES}
     with pytest.raises(DataError, match="does not match the pinned"):  # the real pins, a fake file
         mbpp.load_source(None, official_files=files)
+
+
+def test_a_finding_of_the_parallel_pass_is_kept_only_if_it_holds_alone(monkeypatch, mbpp_tasks, tmp_path):
+    """AGAIN_ALONE (glyph/data/prepare.py): a trace replay or a gold grading that goes wrong once
+    (a run at its time limit on a loaded machine) is checked again, alone; one wrong both times is
+    reported, and the message of ValidationFailed names it."""
+    from collections import Counter
+
+    from glyph import grading
+    from glyph.grading import Grade
+
+    calls: Counter = Counter()
+    flaky, wrong = 11, 12
+
+    def replay(row, task):
+        calls[row["task_id"]] += 1
+        first = calls[row["task_id"]] == 1
+        return ["replay gives TIMEOUT"] if row["task_id"] == wrong or (row["task_id"] == flaky and first) else []
+
+    monkeypatch.setattr(sft, "replay", replay)
+    monkeypatch.setattr(sft, "count_tokens", lambda messages, tokenizer: 7)
+    rows = [{"task_id": i, "arm": "a", "messages": [], "tokens": 7} for i in (flaky, wrong, 13)]
+    by_id = {t.task_id: t for t in mbpp_tasks.values()}
+    problems, lengths = prepare._check_traces(tmp_path / "train.jsonl", rows, by_id, None, False, 2)
+    assert problems == [f"{tmp_path / 'train.jsonl'}:2: replay gives TIMEOUT"] and lengths == [7, 7, 7]
+    assert calls == {flaky: 2, wrong: 2, 13: 1}
+
+    graded: Counter = Counter()
+    real = grading.grade
+
+    def grade(code, setup, tests, **kw):
+        task = next(t for t in by_id.values() if t.code == code)
+        graded[task.task_id] += 1
+        if task.task_id == wrong or (task.task_id == flaky and graded[task.task_id] == 1):
+            return real("def f(:\n", setup, tests, **kw)  # a syntax error: not passed
+        return real(code, setup, tests, **kw)
+
+    monkeypatch.setattr(grading, "grade", grade)
+    found = prepare._check_gold([by_id[i] for i in (flaky, wrong, 13)], False, 2)
+    assert len(found) == 1 and found[0].startswith(f"mbpp_{wrong}: the reference solution gets "), found
+    assert graded == {flaky: 2, wrong: 2, 13: 1} and isinstance(real(by_id[13].code, "", "assert True"), Grade)
+    message = str(prepare.ValidationFailed(found + [f"problem {i}" for i in range(6)]))
+    assert message.startswith("7 problem(s):\n" + found[0]) and message.endswith("... and 2 more")

@@ -23,6 +23,12 @@ others, hashed in the manifest, whose ``plus`` section holds the counts.
 ``validate`` re-checks that each file is current for its task, that the
 rows carry its lines, that every line is one fast-path assert, and grades
 every reference solution on its visible tests followed by its plus tests.
+
+AGAIN_ALONE: a grading's outcome can hang on the wall clock (a run that hits
+its time limit while the machine is loaded, the two worker threads included),
+so a gold solution or trace that ``validate`` finds wrong in its parallel pass
+is checked once more, alone, and only what it finds again is reported. Wrong
+data is found both times.
 """
 
 from __future__ import annotations
@@ -44,8 +50,13 @@ EXPECTED_COUNTS = {"sft": 212, "rl": 212, "validation": 40, "test": 500}
 
 
 class ValidationFailed(Exception):
+    """The problems ``validate`` found; the message names the first few (a test log shows them)."""
+
+    SHOWN = 5
+
     def __init__(self, problems: list[str]) -> None:
-        super().__init__(f"{len(problems)} problem(s)")
+        more = f"\n... and {len(problems) - self.SHOWN} more" if len(problems) > self.SHOWN else ""
+        super().__init__(f"{len(problems)} problem(s):\n" + "\n".join(problems[:self.SHOWN]) + more)
         self.problems = problems
 
 
@@ -338,6 +349,7 @@ def _check_gold(tasks, progress: bool, jobs: int, plus_lines: dict[int, list[str
     with ThreadPoolExecutor(jobs) as pool:
         results = list(track(pool.map(one, tasks), total=len(tasks), description="grading gold solutions",
                              disable=not progress))
+    results = [one(t) if r else r for t, r in zip(tasks, results)]  # AGAIN_ALONE
     return [r for r in results if r]
 
 
@@ -364,7 +376,9 @@ def _check_traces(path: Path, rows, by_id, tokenizer, progress: bool,
             problems.append(f"{name}: recorded {row.get('tokens')} tokens, the renderer gives {tokens}")
         return [f"{path}:{lineno}: {p}" for p in problems], tokens
 
+    items = list(enumerate(rows, 1))
     with ThreadPoolExecutor(jobs) as pool:
-        results = list(track(pool.map(one, enumerate(rows, 1)), total=len(rows),
+        results = list(track(pool.map(one, items), total=len(rows),
                              description=f"replaying {path.parent.name} traces", disable=not progress))
+    results = [one(item) if found else (found, n) for item, (found, n) in zip(items, results)]  # AGAIN_ALONE
     return [p for r, _ in results for p in r], [n for _, n in results]
