@@ -7,7 +7,7 @@ context re-rendered with the generation prompt, then ``<PREDICTION>VERIFIED</PRE
 alone. ``ce_rule = "in_place"`` is glyph's: CE in place on a right label's sampled tokens, a CE-only
 node grafted at the same token prefix for a wrong one, nothing for an invalid or missing label.
 
-Per batch (``glyph.testing.ce_rules.SCENARIOS``: Arm B rollouts in the study's format written by
+Per batch (``testkit.ce_rules.SCENARIOS``: Arm B rollouts in the study's format written by
 the study profile's own turn writer, laid out with the study renderer as the pin's train client
 lays them out), both rules annotate the same rollouts; the pin's ``trace_to_samples`` turns each
 graph into samples (temperature 0.8 stamped as ``TrainSink`` stamps it, GRPO advantages on the
@@ -40,8 +40,8 @@ def main() -> None:
     args = parser.parse_args()
 
     from glyph.render import load_tokenizer, renderer
-    from glyph.testing import ce_rules as C
-    from glyph.testing.pin_loss import tiny_qwen3
+    from testkit import ce_rules as C
+    from testkit.pin_loss import tiny_qwen3
 
     tok = load_tokenizer()
     study_renderer = renderer(tok, "study")

@@ -17,7 +17,7 @@ Each context's verified OUTCOME is drawn from the study's outcome mix and named 
 one-token cue (``benchmarks/label_span.py``: the same mix, cues, names, warm-up and
 label scoring), so both the label and the observation are learnable from the context.
 From one always-PASS warm-up per seed, four trainings with PRIME-RL's trainer loss
-(``glyph.testing.reference_loss.predict_loss``), RL on the sampled turn with a reward
+(``testkit.reference_loss.predict_loss``), RL on the sampled turn with a reward
 independent of the label (the sampled label's tokens out of RL, as PREDICT holds them)
 and only the CE differing:
 
@@ -119,7 +119,7 @@ def observation_scores(model, world: World, contexts: list[tuple[str, int, str]]
     predicted PASS and kept: what the model expects the test to say."""
     import torch
 
-    from glyph.testing.reference_loss import Sample, token_logprobs
+    from testkit.reference_loss import Sample, token_logprobs
 
     head = OBSERVATION.format(outcome="").rstrip()
     samples = []
@@ -155,7 +155,7 @@ def warm_up(model, world: World, rng: random.Random, steps: int, batch: int, lr:
     """CE toward PASS at the prediction point of every context: the always-PASS starting checkpoint."""
     import torch
 
-    from glyph.testing.reference_loss import Sample, predict_loss, token_logprobs
+    from testkit.reference_loss import Sample, predict_loss, token_logprobs
 
     span = world.turns.span["PASS", "decision"]
     ids = world.turns.ids["PASS"]
@@ -174,7 +174,7 @@ def step_samples(model, world: World, rng: random.Random, batch: int, arm: str):
     """One step's samples for ``arm``: the policy samples its label, the environment answers."""
     import torch
 
-    from glyph.testing.reference_loss import Sample
+    from testkit.reference_loss import Sample
 
     verified = rng.choices(list(OUTCOME_MIX), weights=list(OUTCOME_MIX.values()), k=batch)
     tasks = [(rng.choice(TRAIN_NAMES), rng.randrange(100, 1000), v) for v in verified]

@@ -23,7 +23,7 @@ The experiment, per seed (the same warmed-up model for both rules):
    predict PASS: CE on PASS's label tokens at every context, as the study's SFT
    checkpoint did ("100% PASS at ... RL step 0", the study's ``docs/blog.md``).
 2. Then PREDICT steps with glyph's reference loss
-   (``glyph.testing.reference_loss.predict_loss``, PRIME-RL's trainer loss at
+   (``testkit.reference_loss.predict_loss``, PRIME-RL's trainer loss at
    the pin): each context's verified outcome is drawn from the study's outcome
    mix and named by a one-token cue word in the user turn, so it is learnable;
    the policy samples its label from its own distribution over the six labels;
@@ -58,11 +58,15 @@ import copy
 import dataclasses
 import random
 import statistics
+import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from glyph.predict.annotate import PredictionNotFound, TokenBytes, label_token_span
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root (testkit/)
 
 LABELS = ("PASS", "RUNTIME_ERROR", "ASSERTION_FAILURE", "SYNTAX_ERROR", "TIMEOUT", "OTHER")
 # The study's verified-outcome mix at RL step 100 (its docs/blog.md:178-182: ASSERTION_FAILURE
@@ -140,7 +144,7 @@ def label_scores(model, turns: Turns, contexts: list[list[int]]):
     and p(lone ">") at the decision position; under the caller's grad mode."""
     import torch
 
-    from glyph.testing.reference_loss import Sample, token_logprobs
+    from testkit.reference_loss import Sample, token_logprobs
 
     samples = []
     for ctx in contexts:
@@ -177,7 +181,7 @@ def warm_up(model, tok, turns: Turns, rng: random.Random, steps: int, batch: int
     """CE toward PASS at every context: the always-PASS starting checkpoint."""
     import torch
 
-    from glyph.testing.reference_loss import Sample, predict_loss, token_logprobs
+    from testkit.reference_loss import Sample, predict_loss, token_logprobs
 
     span = turns.span["PASS", "decision"]  # == the study's span for PASS: ">P", "ASS"
     ids = turns.ids["PASS"]
@@ -196,7 +200,7 @@ def predict_step_samples(model, tok, turns: Turns, rng: random.Random, batch: in
     """One PREDICT step's samples under ``rule``; and how many sampled labels were right."""
     import torch
 
-    from glyph.testing.reference_loss import Sample
+    from testkit.reference_loss import Sample
 
     verified = rng.choices(list(OUTCOME_MIX), weights=list(OUTCOME_MIX.values()), k=batch)
     contexts = [context_ids(tok, rng.choice(TRAIN_NAMES), rng.randrange(100, 1000), lab) for lab in verified]
@@ -247,7 +251,7 @@ def on_policy_step(model, optimizer, samples) -> None:
     the orchestrator's filter does), on-policy: one forward, whose logprobs are also the sampler's."""
     import torch
 
-    from glyph.testing.reference_loss import predict_loss, prune_zero_advantages, token_logprobs
+    from testkit.reference_loss import predict_loss, prune_zero_advantages, token_logprobs
 
     samples = [s for s in map(prune_zero_advantages, samples) if s is not None]
     if not samples:

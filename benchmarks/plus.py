@@ -11,7 +11,7 @@ they catch that the visible tests miss. Not a test (minutes, all 974 tasks).
 2. ``gold``: every reference solution graded on its visible tests followed
    by its plus tests, in this process (a hash seed the generator never saw).
 3. ``suites``: the plausible wrong solutions and the correct rewrites of
-   ``glyph.testing.plus_suites``, and for every task a solution hard-coding
+   ``testkit.plus_suites``, and for every task a solution hard-coding
    the visible answers (else ``None``; else the first answer): the share
    each suite fails (catches) under ``base`` and under ``plus``.
 4. ``mutants``: the SFT mutants (``sft.find_mutant``: failing single-token
@@ -51,7 +51,9 @@ from glyph.data.plus.generate import generate as generate_plus
 from glyph.data.plus.selection import MAX_KEPT
 from glyph.grading import grade
 from glyph.sandbox import Limits
-from glyph.testing import plus_suites
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root (testkit/)
+from testkit import plus_suites  # noqa: E402
 
 console = Console()
 LIMITS = Limits(cpu_s=5, wall_s=10)
@@ -198,7 +200,7 @@ def finalize(tasks, lines, n_tasks: int, reps: int) -> None:
 
     from glyph.envs.mbpp.finalize import TaskTests, verify
     from glyph.envs.mbpp.harness import GlyphHarnessConfig
-    from glyph.testing.rollout import Rollouts
+    from testkit.rollout import Rollouts
 
     harness = GlyphHarnessConfig(profile="glyph")  # glyph's harness: budget 8, tool_timeout 10
     limits = harness.limits()

@@ -25,7 +25,9 @@ from __future__ import annotations
 import argparse
 import random
 import statistics
+import sys
 import time
+from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
@@ -36,8 +38,10 @@ from glyph.outcomes import Outcome
 from glyph.predict.annotate import TokenBytes, annotate
 from glyph.record import VerifiedCandidate
 from glyph.render import load_tokenizer
-from glyph.testing.graph_layout import GENERATION_PROMPT as GEN
-from glyph.testing.graph_layout import layout
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root (testkit/)
+from testkit.graph_layout import GENERATION_PROMPT as GEN  # noqa: E402
+from testkit.graph_layout import layout  # noqa: E402
 
 TARGET_TOKENS = 4096
 PREDICTIONS = 4

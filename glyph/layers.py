@@ -29,7 +29,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("policies", "predict", "report"),
     ("envs",),  # the verifiers v1 environments
     ("credit", "flywheel"),
-    ("demo", "testing"),
+    ("demo",),
     ("cli",),
 )
 SHIPPED_LAYERS = 3

@@ -1,5 +1,5 @@
 """PREDICT's CE rule (``glyph.predict.annotate.CeRule``) on Arm B rollouts in the study's format,
-laid out with the study renderer as the pin lays them out (``glyph.testing.ce_rules``): under
+laid out with the study renderer as the pin lays them out (``testkit.ce_rules``): under
 ``"study"`` one CE-only sample per recorded prediction target, built as the study's
 ``_auxiliary_sample`` builds it (its ``src/glyph/prime_rl.py`` at ``9eefac7``), whatever the
 sampled label was; under ``"in_place"`` glyph's in-place CE and grafts. The two rules' loss and
@@ -13,7 +13,7 @@ from glyph.agent.trace import Candidate, PredictionTarget, StudyTrace, sha256
 from glyph.predict.annotate import annotate
 from glyph.profiles.study import StudyProfile
 from glyph.render import load_tokenizer, renderer
-from glyph.testing import ce_rules as C
+from testkit import ce_rules as C
 
 ALPHA = 0.1
 

@@ -25,8 +25,8 @@ from glyph.localhttp import JsonHandler, LocalServer
 from glyph.policies.policies import HACKS, Planner
 from glyph.profiles import get as get_profile
 from glyph.record import harness_record
-from glyph.testing.forge import forging_solution
-from glyph.testing.rollout import Rollouts
+from testkit.forge import forging_solution
+from testkit.rollout import Rollouts
 
 HARNESS = GlyphHarnessConfig(profile="glyph", tool_timeout=3, model_timeout=10)
 LIMITS = get_profile("glyph").limits(3)  # what --env.agent.harness.tool-timeout 3 grades under

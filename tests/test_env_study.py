@@ -18,7 +18,7 @@ from glyph.agent.profiles.study import STUDY, call_line, prompt
 from glyph.data import study
 from glyph.envs.mbpp.finalize.end import ModelReplies, replies_account
 from glyph.envs.mbpp.harness import GlyphHarness, GlyphHarnessConfig
-from glyph.testing.rollout import Rollouts, Scripted
+from testkit.rollout import Rollouts, Scripted
 
 HARNESS = GlyphHarnessConfig(profile="study", tool_timeout=5, model_timeout=30)
 TASK = "mbpp_11"

@@ -40,7 +40,7 @@ from glyph.policies.server import PolicyServer
 from glyph.profiles import get as get_profile
 from glyph.record import encode, fault_record, harness_record
 from glyph.sandbox import Limits
-from glyph.testing.rollout import Rollouts
+from testkit.rollout import Rollouts
 
 SPIN = "import time as _t\n_s = _t.process_time()\nwhile _t.process_time() - _s < {s}:\n    pass\n"
 
@@ -623,13 +623,13 @@ def test_vf_eval_on_a_container_final_is_read_from_the_interceptions_record(
     (the runtime check flipped in the eval process) with python_test graded
     bare, as where no isolating mode starts. Honest: patch, test, FINAL:
     rewarded. Forged: the patch is a correct solution that escapes
-    python_test (``glyph.testing.forge``), tested twice, then a malformed
+    python_test (``testkit.forge``), tested twice, then a malformed
     CALL; its daemon rewrites the trace to end with FINAL after the program
     exits (finalize waits for it here): 0, tampered, the reason naming the
     interception's record of the model replies."""
     from glyph.demo import read_rollouts, vf_eval_command
-    from glyph.testing.forge import forging_solution
     from glyph.vfcompat import in_process_args
+    from testkit.forge import forging_solution
     pidfile, done = tmp_path / "daemon.pid", tmp_path / "daemon.done"
     malformed = 'CALL {"id": "4", "tool": "read_file", "args": {"path": solution.py}}'
 

@@ -1,5 +1,5 @@
 """The live path end to end: ``glyph flywheel run --agent openai --writer openai``
-against a scripted OpenAI-compatible server on 127.0.0.1 (``glyph.testing.fake_openai``)
+against a scripted OpenAI-compatible server on 127.0.0.1 (``testkit.fake_openai``)
 that plays good replies and every fault an endpoint makes: 429 with Retry-After,
 500/503, torn JSON, a page that is not JSON, no choices, empty and missing
 content, replies slower than the client's timeout, dropped connections.
@@ -34,7 +34,7 @@ from glyph.data import conventions
 from glyph.flywheel.agents import ReferenceAgent, unit_draw
 from glyph.flywheel.store import fingerprint
 from glyph.flywheel.writers import WRITER_SYSTEM
-from glyph.testing.fake_openai import FAULTS, OK, FakeOpenAI, Request, Script
+from testkit.fake_openai import FAULTS, OK, FakeOpenAI, Request, Script
 
 MODES = ("case_insensitive", "empty_none", "range_guard")
 K, RETRIES, TIMEOUT, RETRY_AFTER = 2, 4, 3.0, 0.25

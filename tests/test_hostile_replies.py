@@ -42,8 +42,8 @@ from glyph.envs.mbpp.harness import GlyphHarnessConfig
 from glyph.outcomes import Outcome
 from glyph.profiles import get as get_profile
 from glyph.redteam.replies import ENDS, GOES_ON, REPLIES
-from glyph.testing.rollout import Rollouts, Scripted
 from glyph.text import source_bytes
+from testkit.rollout import Rollouts, Scripted
 
 PROFILES = ("glyph", "study")
 TASK = "mbpp_11"

@@ -25,7 +25,7 @@ from glyph.data.plus.selection import MAX_KEPT
 from glyph.errors import DataError
 from glyph.grading import compile_tests, grade, solution_bindings
 from glyph.outcomes import Outcome
-from glyph.testing import plus_suites
+from testkit import plus_suites
 
 SOME = ["mbpp_11", "mbpp_19", "mbpp_4", "mbpp_226", "mbpp_120", "mbpp_343", "mbpp_938", "mbpp_601", "mbpp_596"]
 

@@ -15,7 +15,7 @@ from glyph.agent.profiles.study import prompt
 from glyph.data import study
 from glyph.envs.mbpp.harness import GlyphHarnessConfig
 from glyph.policies.policies import FAULTS, HACKS, POLICIES, Planner, UnknownTask, profile_of
-from glyph.testing.rollout import Rollouts
+from testkit.rollout import Rollouts
 
 STUDY = GlyphHarnessConfig(profile="study", tool_timeout=5, model_timeout=30)
 TASKS = ["mbpp_11", "mbpp_17", "mbpp_602"]

@@ -22,7 +22,7 @@ from glyph.predict.annotate import (
     locate,
 )
 from glyph.record import VerifiedCandidate
-from glyph.testing.graph_layout import layout
+from testkit.graph_layout import layout
 
 ALPHA = 0.1
 

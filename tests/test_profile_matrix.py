@@ -85,7 +85,7 @@ def test_credit_names_the_same_earliest_step_under_both_profiles(mbpp_tasks, tmp
     both; the credit replays every observation as recorded."""
     from glyph.credit import replay as credit
     from glyph.credit.trajectory import load_trajectory, resolve_task
-    from glyph.testing.rollout import Rollouts
+    from testkit.rollout import Rollouts
 
     task = mbpp_tasks["mbpp_11"]
     reports = {}

@@ -20,7 +20,7 @@ from glyph.agent.profiles.base import Registry
 from glyph.agent.profiles.study import StudyAgent
 from glyph.envs.mbpp.harness import GlyphHarnessConfig
 from glyph.profiles.study import StudyProfile
-from glyph.testing.rollout import Rollouts
+from testkit.rollout import Rollouts
 
 PACKAGE = Path(__file__).resolve().parent.parent / "glyph"
 

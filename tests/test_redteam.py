@@ -252,7 +252,7 @@ def test_a_study_rollout_that_tests_twice_then_says_final_scores_zero(mbpp_tasks
     from glyph.data import study
     from glyph.envs.mbpp.harness import GlyphHarnessConfig
     from glyph.redteam import channels
-    from glyph.testing.rollout import Rollouts, Scripted
+    from testkit.rollout import Rollouts, Scripted
     task = mbpp_tasks["mbpp_3"]
     st = study.from_mbpp(task)
     source = channels.source(channels.SEQUENTIAL, "env-" + os.urandom(4).hex(), "is_not_prime")

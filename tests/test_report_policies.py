@@ -21,7 +21,7 @@ from glyph.envs.mbpp.harness import GlyphHarnessConfig
 from glyph.policies.policies import Planner, function_name, hack_source
 from glyph.record import encode
 from glyph.report import report
-from glyph.testing.rollout import Rollouts
+from testkit.rollout import Rollouts
 
 HARNESS = GlyphHarnessConfig(profile="glyph", tool_timeout=3, model_timeout=10)
 LIMITS = HARNESS.limits()

@@ -1,8 +1,8 @@
 """The study profile's verdicts on honest code (``glyph.semantics.STUDY``)
 against the study's classifier, re-implemented as a test oracle
-(``glyph.testing.study_oracle``), on ``glyph.testing.study_verdicts``'s
+(``testkit.study_oracle``), on ``testkit.study_verdicts``'s
 corpus: the crafted cases and a CI-sized slice of MBPP (the full corpus:
-``python -m glyph.testing.study_verdicts``, figures in the README). Then
+``python -m testkit.study_verdicts``, figures in the README). Then
 what the profile wires: its python_tests, finalize's re-run and
 ``glyph grade --profile``; glyph's semantics as they were; and forgeries of
 the one-file end, which never pass."""
@@ -17,8 +17,8 @@ from glyph.envs.mbpp.test_service import SandboxTestService
 from glyph.grading import grade
 from glyph.sandbox import Limits
 from glyph.semantics import GLYPH, STUDY
-from glyph.testing import study_verdicts as sv
-from glyph.testing.study_oracle import classify_stderr, study_outcome
+from testkit import study_verdicts as sv
+from testkit.study_oracle import classify_stderr, study_outcome
 
 LIMITS = Limits(cpu_s=sv.TIMEOUT_S, wall_s=sv.TIMEOUT_S)
 SLICE_STEP = 40  # every 40th MBPP task: 25 references and their first two mutations (~75 cases)

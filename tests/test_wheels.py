@@ -82,7 +82,7 @@ def _fresh_venv(path: Path) -> Path:
 
 
 METADATA = """
-import importlib.metadata as m, json
+import importlib.metadata as m, importlib.util, json
 def missing(name):
     try:
         m.distribution(name)
@@ -94,6 +94,9 @@ print(json.dumps({
     "requires": {d: m.requires(d) for d in ("glyph-mbpp", "glyph-conventions")},
     "no_foreign_glyph": missing("glyph"),
     "files": sorted(str(f) for f in m.files("glyph-rl") if str(f).startswith("glyph/_data/")),
+    "testkit": sorted(str(f) for d in ("glyph-rl", "glyph-mbpp", "glyph-conventions") for f in m.files(d)
+                      if str(f).split("/")[0] == "testkit" or "testing" in str(f).split("/")),
+    "testkit_importable": importlib.util.find_spec("testkit") is not None,
 }))
 """
 
@@ -111,6 +114,8 @@ def test_each_wheel_requires_our_distribution_not_the_index_glyph(wheels, tmp_pa
     assert "glyph/_data/chat_template.jinja" in got["files"]
     assert "glyph/_data/chat_template_study.jinja" in got["files"]
     assert "glyph/_data/versions.toml" in got["files"]
+    # Test and benchmark support (testkit/, at the repository root) stays in the checkout.
+    assert got["testkit"] == [] and not got["testkit_importable"], got["testkit"]
 
 
 def test_wheels_install_with_their_dependencies_in_a_fresh_venv(wheels, tmp_path):

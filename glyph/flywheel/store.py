@@ -33,8 +33,6 @@ from glyph.errors import ConfigError, RunError
 from glyph.flywheel.options import RunConfig
 from glyph.text import encodable_data
 
-ROLLOUT_FIELDS = ("phase", "round", "task", "split", "k", "lessons", "reply", "code", "outcome",
-                  "signature", "detail", "reward", "excluded", "reason", "seconds")
 Key = tuple[str, int, str, int, str]
 
 

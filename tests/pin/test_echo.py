@@ -295,7 +295,7 @@ def test_separate_balance_gives_each_ce_term_its_own_mean(cells, tokdir, tmp_pat
     from prime_rl.configs.trainer import DefaultLossConfig
     from prime_rl.trainer.rl.loss import compute_loss, setup_rl_loss_fn
 
-    from glyph.testing import reference_loss as ref
+    from testkit import reference_loss as ref
 
     runs = cells["glyph", "b"]
     model = tiny_model()

@@ -1,4 +1,4 @@
-"""PREDICT's token objective (``glyph.testing.reference_loss``) on a tiny random Qwen3
+"""PREDICT's token objective (``testkit.reference_loss``) on a tiny random Qwen3
 with the real Qwen3 vocabulary: gradients reach only the weighted tokens, the
 grafted CE-only sample equals CE in place, CE on verified labels teaches a
 predictable outcome, and the loss and gradients equal PRIME-RL's own
@@ -13,14 +13,8 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from glyph.render import load_tokenizer, render_ids  # noqa: E402
-from glyph.testing.pin_loss import QWEN3_VOCAB, prime_rl_compute_loss, prime_rl_logprobs, tiny_qwen3  # noqa: E402
-from glyph.testing.reference_loss import (  # noqa: E402
-    Sample,
-    predict_loss,
-    prune_zero_advantages,
-    token_counts,
-    token_logprobs,
-)
+from testkit.pin_loss import QWEN3_VOCAB, prime_rl_compute_loss, prime_rl_logprobs, tiny_qwen3  # noqa: E402
+from testkit.reference_loss import Sample, predict_loss, prune_zero_advantages, token_counts, token_logprobs  # noqa: E402
 
 ALPHA = 0.5
 
@@ -476,7 +470,7 @@ def test_the_study_ce_rule_against_in_place_through_compute_loss(tok, model, stu
     re-rendering under the study's rule and on the policy's own tokens under glyph's: both move
     the loss or the gradient."""
     prime_rl_loss_module()
-    from glyph.testing import ce_rules as C
+    from testkit import ce_rules as C
 
     kinds, retokenized = CE_RULE_BATCHES[name]
     rollouts = C.batch(tok, study_renderer, kinds, retokenized=retokenized)

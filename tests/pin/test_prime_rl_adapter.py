@@ -36,7 +36,7 @@ from glyph.predict.annotate import TokenBytes  # noqa: E402
 from glyph.predict.annotate import label_spans as annotate_spans  # noqa: E402
 from glyph.predict.prime_rl import PredictAlgorithm  # noqa: E402
 from glyph.predict.prime_rl_config import PredictAlgoConfig  # noqa: E402
-from glyph.testing import reference_loss as ref  # noqa: E402
+from testkit import reference_loss as ref  # noqa: E402
 
 ALPHA = 0.1
 TASKS = 2  # the first tasks of the test split (mbpp_11, mbpp_12): each has a failing mutation
@@ -456,7 +456,7 @@ def test_a_graft_past_max_aux_tokens_is_dropped_and_counted(runs, tokdir):
 
 
 def loss_equals_reference(samples) -> None:
-    """PRIME-RL's compute_loss on the shipped samples equals glyph.testing.reference_loss, value and
+    """PRIME-RL's compute_loss on the shipped samples equals testkit.reference_loss, value and
     gradient w.r.t. the trainer logprobs (logprobs from a tiny random Qwen3 over the real
     vocabulary: the same for both)."""
     from transformers import Qwen3Config, Qwen3ForCausalLM

@@ -35,7 +35,6 @@ from collections.abc import Iterator
 from typing import Literal
 
 Order = Literal["listed", "study"]
-ORDERS: tuple[str, ...] = ("listed", "study")
 STUDY_SEED = 42
 """``d334ea5``'s ``TrainSource`` seed (its orchestrator passes 42 whatever the run's seed)."""
 

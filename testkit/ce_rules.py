@@ -20,7 +20,7 @@ from glyph.agent.profiles.base import Call
 from glyph.agent.profiles.study import STUDY
 from glyph.agent.trace import PredictionTarget, VerifiedCandidate
 from glyph.predict.annotate import CE_RULES, Annotation, TokenBytes, annotate
-from glyph.testing.graph_layout import Node, rendered_layout
+from testkit.graph_layout import Node, rendered_layout
 
 KINDS = ("right", "wrong", "invalid", "missing")
 """The kinds of prediction: the sampled label is the verified one, another
@@ -153,7 +153,7 @@ def pin_samples(nodes: list[Node], inference: dict[int, list[float]], advantage:
     import verifiers.v1 as vf
     from prime_rl.orchestrator.trajectories import trace_to_samples
 
-    from glyph.testing.pin_loss import from_training_sample
+    from testkit.pin_loss import from_training_sample
 
     graph = [
         vf.MessageNode.model_construct(
@@ -175,8 +175,8 @@ def sampling_logprobs(model, nodes: list[Node], temperature: float, seed: int = 
     plus noise: an importance ratio that is not 1), as the inference server would report them."""
     import torch
 
-    from glyph.testing.pin_loss import prime_rl_logprobs
-    from glyph.testing.reference_loss import Sample
+    from testkit.pin_loss import prime_rl_logprobs
+    from testkit.reference_loss import Sample
 
     ids = [t for n in nodes for t in n.token_ids]
     with torch.no_grad():
@@ -209,8 +209,8 @@ def pin_step(model, samples: list) -> Step:
     import torch
     from prime_rl.configs.trainer import DefaultLossConfig
 
-    from glyph.testing.pin_loss import prime_rl_compute_loss, prime_rl_logprobs
-    from glyph.testing.reference_loss import predict_loss
+    from testkit.pin_loss import prime_rl_compute_loss, prime_rl_logprobs
+    from testkit.reference_loss import predict_loss
 
     model.zero_grad()
     lps = [prime_rl_logprobs(model, s) for s in samples]

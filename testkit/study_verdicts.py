@@ -17,7 +17,7 @@ normalised; the oracle gets them as the study's one ``test_code``):
   numbers, each outcome class and each way the study's text rules read one.
 
 ``KNOWN`` names the crafted cases where the two may differ, and why: a
-difference elsewhere is a finding. ``python -m glyph.testing.study_verdicts``
+difference elsewhere is a finding. ``python -m testkit.study_verdicts``
 runs the full corpus and prints the figures (README, "The study's verdicts").
 """
 
@@ -34,7 +34,7 @@ from glyph.data import mbpp, study
 from glyph.grading import grade
 from glyph.sandbox import Limits, Sandbox
 from glyph.semantics import GLYPH, STUDY
-from glyph.testing.study_oracle import study_outcome
+from testkit.study_oracle import study_outcome
 
 TIMEOUT_S = 5.0
 """The wall clock of either side (the study's was 30 s, its SFT traces' 5 s: no case here is near it)."""

@@ -11,7 +11,7 @@ Also the tiny random Qwen3 those checks run on: the real Qwen3 vocabulary
 
 from __future__ import annotations
 
-from glyph.testing.reference_loss import Sample
+from testkit.reference_loss import Sample
 
 QWEN3_VOCAB = 151936  # Qwen3's embedding rows (the tokenizer's 151669 ids, padded)
 

@@ -1,1 +1,0 @@
-"""Test and benchmark support: nothing here is on a user's path."""
