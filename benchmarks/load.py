@@ -16,7 +16,7 @@ id (shares in ``FAULT_SHARES``):
   the red-team attack of that name (``glyph.redteam``), runs python_test,
   and answers FINAL: graded in the sandbox, it must score 0;
 * ``learn_verdicts``: the agent patches in a solution that computes nothing
-  and would learn its verdicts across gradings (``glyph.redteam.channels.
+  and would learn its verdicts across gradings (``testkit.redteam.channels.
   SEQUENTIAL``), runs python_test twice, and answers FINAL: it must score 0.
 
 Each behaviour speaks the profile of the conversation it answers
@@ -88,7 +88,8 @@ from glyph.data.sft import Step
 from glyph.demo import read_rollouts, vf_eval_command
 from glyph.policies.policies import Planner, UnknownTask, dialect, function_name, profile_of
 from glyph.policies.server import PolicyServer
-from glyph.redteam import attack, channels
+from glyph.redteam import attack
+from testkit.redteam import channels
 
 FAULT_SHARES = (("fault-500", 0.08), ("fault-hang", 0.08), ("fork_bomb", 0.06), ("stdout_flood", 0.06),
                 ("memory_bomb", 0.06), ("learn_verdicts", 0.06))  # the rest: mix
@@ -158,7 +159,7 @@ class FaultServer(PolicyServer):
     def hostile_reply(self, kind: str, task, messages: list[dict]) -> str:
         """The turn of a hostile behaviour, in the conversation's profile: patch in the attack, run
         python_test (``learn_verdicts``: twice, the source that would learn its verdicts across gradings,
-        ``glyph.redteam.channels.SEQUENTIAL``), then FINAL."""
+        ``testkit.redteam.channels.SEQUENTIAL``), then FINAL."""
         profile, arm = profile_of(messages)
         script, _ = dialect(profile, task)
         agent = profile.agent

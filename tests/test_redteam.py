@@ -97,8 +97,8 @@ def test_colluding_copies_graded_at_once_pass_none(sandbox):
     run learns a verdict to pool. Control: in bare mode, graded by the
     grader that told a run its verdicts (``leaky_grade``), copies pass; by
     glyph's grader, none does even there."""
-    from glyph.redteam import collude
-    from glyph.redteam.verdicts import leaky_grade
+    from testkit.redteam import collude
+    from testkit.redteam.verdicts import leaky_grade
     passed = collude(sandbox)
     assert not any(passed), passed
     assert sandbox_processes(sandbox) == [] and sandbox.restarts == 0
@@ -107,7 +107,7 @@ def test_colluding_copies_graded_at_once_pass_none(sandbox):
 
 
 def test_colluding_copies_pass_no_copy_of_mbpp_task_3(sandbox, mbpp_tasks):
-    from glyph.redteam import collude
+    from testkit.redteam import collude
     task = mbpp_tasks["mbpp_3"]
     assert not any(collude(sandbox, tests=task.tests(), function="is_not_prime"))
 
@@ -117,7 +117,7 @@ def test_what_a_grading_plants_a_later_grading_does_not_find(sandbox):
     memory, /tmp, /var/tmp, /dev/shm, /run/lock, its home and cwd, the
     environment, an inheritable pipe and a daemon on an abstract socket; the
     second, which knows no value, finds none of it and fails."""
-    from glyph.redteam import carryover
+    from testkit.redteam import carryover
     before = snapshot()
     c = carryover(sandbox)
     assert c["first"], c
@@ -163,7 +163,7 @@ def test_a_source_graded_again_and_again_never_passes_mbpp_task_3(sandbox, mbpp_
     inode counters). Control: against the grader that told a run its verdicts (``leaky_grade``), it
     passes on a later grading (the second, but where the page cache lost a bit meanwhile), through the
     page cache, in this mode: the channel is real."""
-    from glyph.redteam.verdicts import leaky_grade, learn_then_pass
+    from testkit.redteam.verdicts import leaky_grade, learn_then_pass
     tests = mbpp_tasks["mbpp_3"].tests()
     assert learn_then_pass(sandbox, tests) == [False, False, False]
     assert sandbox_processes(sandbox) == [] and sandbox.restarts == 0
@@ -175,7 +175,7 @@ def test_a_source_graded_again_and_again_never_passes_mbpp_task_3(sandbox, mbpp_
 def test_copies_pooling_over_flock_pass_no_copy_of_mbpp_task_3(sandbox, mbpp_tasks):
     """Eight copies graded at once, pooling what each learns over flock() on stdlib files every run
     sees (no namespace separates them). Control: against ``leaky_grade`` copies pass, in this mode."""
-    from glyph.redteam.verdicts import collude_by_flock, leaky_grade
+    from testkit.redteam.verdicts import collude_by_flock, leaky_grade
     tests = mbpp_tasks["mbpp_3"].tests()
     assert not any(collude_by_flock(sandbox, tests=tests))
     assert sandbox_processes(sandbox) == [] and sandbox.restarts == 0
@@ -185,7 +185,7 @@ def test_copies_pooling_over_flock_pass_no_copy_of_mbpp_task_3(sandbox, mbpp_tas
 def test_what_runs_still_share_and_what_they_do_not(sandbox):
     """``glyph sandbox info``'s "still shared", measured: one run stores a value, the next loads it.
     The page cache carries it exactly; in a pid namespace of its own a run is always pid 1."""
-    from glyph.redteam.verdicts import carry_census
+    from testkit.redteam.verdicts import carry_census
     census = carry_census(sandbox, 173)
     assert census["page cache"] == [173, 173], census
     if sandbox.info.mode in ("namespaces", "userns"):
@@ -195,7 +195,7 @@ def test_what_runs_still_share_and_what_they_do_not(sandbox):
 
 def test_no_run_finds_another_runs_processes(sandbox):
     """kill(pid, 0) on every pid finds nothing but the run itself while three other runs are alive."""
-    from glyph.redteam.verdicts import visible_pids
+    from testkit.redteam.verdicts import visible_pids
     if sandbox.info.mode not in ("namespaces", "userns"):
         pytest.skip(f"{sandbox.info.mode}: runs share the host's pid namespace (glyph sandbox info)")
     assert visible_pids(sandbox, copies=4) == [0, 0, 0, 0]
@@ -251,7 +251,7 @@ def test_a_study_rollout_that_tests_twice_then_says_final_scores_zero(mbpp_tasks
     from glyph.agent.profiles.study import STUDY, call_line
     from glyph.data import study
     from glyph.envs.mbpp.harness import GlyphHarnessConfig
-    from glyph.redteam import channels
+    from testkit.redteam import channels
     from testkit.rollout import Rollouts, Scripted
     task = mbpp_tasks["mbpp_3"]
     st = study.from_mbpp(task)

@@ -30,12 +30,14 @@ from pathlib import Path
 import pytest
 
 import glyph
+import testkit
 from glyph.sandbox import Sandbox, SandboxUnavailable, client
 
 NOBODY = 65534
 SECRET = "glyph-unpriv-secret-9e2f"
 MARKER = "glyph-planted-row-7c1a"  # only the planted data row has it: the attack below finds nothing else
 GLYPH = Path(glyph.__file__).parent
+TESTKIT = Path(testkit.__file__).parent
 DRIVER = r'''
 import json, os, socket, sys, time, hashlib
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -148,17 +150,17 @@ facts["uid"] = os.getuid()
     except socket.timeout:
         out["accepted"] = False
     out["outside_exists"] = os.path.exists(cfg["outside"])
-elif cfg["do"] == "collude":  # copies graded at once, pooling what each learns (glyph.redteam.collude)
-    from glyph import redteam
-    from glyph.redteam.verdicts import leaky_grade
+elif cfg["do"] == "collude":  # copies graded at once, pooling what each learns (testkit.redteam.collude)
+    from testkit import redteam
+    from testkit.redteam.verdicts import leaky_grade
     out["passed"] = redteam.collude(sb, grader=leaky_grade if cfg.get("leaky") else None)
     out["left"] = descendants(server)
 elif cfg["do"] == "carryover":  # a grading that plants state, then one that looks for it
-    from glyph import redteam
+    from testkit import redteam
     out["carryover"] = redteam.carryover(sb)
     out["left"] = descendants(server)
-elif cfg["do"] == "verdicts":  # the attacks that would carry verdicts (glyph.redteam.verdicts), and controls
-    from glyph.redteam import verdicts
+elif cfg["do"] == "verdicts":  # attacks that would carry verdicts (testkit.redteam.verdicts), and controls
+    from testkit.redteam import verdicts
     tests = cfg["tests"]
 
     def control(fn, tries=3):
@@ -270,7 +272,8 @@ def python() -> str:
 
 @pytest.fixture(scope="module")
 def copy(python):
-    """A world-readable copy of the stdlib-only part of glyph, and a planted
+    """A world-readable copy of the stdlib-only part of glyph (and testkit's
+    attacks of more than one grading), and a planted
     secret file and benchmark data file readable by that uid, outside any
     sandbox view. Removed afterwards."""
     root = Path(tempfile.mkdtemp(prefix="glyph-unpriv-"))
@@ -281,6 +284,9 @@ def copy(python):
         for name in ("errors.py", "grading.py", "semantics.py", "outcomes.py", "text.py"):
             shutil.copy(GLYPH / name, pkg / name)
         (pkg / "__init__.py").write_text("")
+        shutil.copytree(TESTKIT / "redteam", root / "testkit" / "redteam",
+                        ignore=shutil.ignore_patterns("__pycache__"))
+        (root / "testkit" / "__init__.py").write_text("")
         (root / "driver.py").write_text(DRIVER)
         from glyph.redteam import DEMO_SOLUTION
         rows = []

@@ -5,31 +5,23 @@ task they target.
 * ``catalogue``: one solution graded once each (``ATTACKS``): lies about
   equality, reads of the tests, exits, floods, bombs on the result channel,
   a solution the trusted side must not parse whole;
-* ``colluding``: copies graded at once that pool what they learn over
-  abstract unix sockets;
-* ``carryover``: state one grading plants for the next;
-* ``channels`` and ``verdicts``: kernel state no namespace separates (the
-  page cache, the fork, pid and inode counters, ``flock()``), and the
-  attacks that would carry verdicts over it, between gradings and between
-  copies graded at once, with the grader before verdict blindness as their
-  control;
 * ``replies``: agent replies shaped to make a turn raise where the agent
   program applies it or the trusted side replays it (NUL bytes, lone
   surrogates, names past the system's limits, huge integers, JSON nested
   past the stack); each must end its rollout scored 0, never errored
   (``tests/test_hostile_replies.py``, and the ``hostile`` reference policy).
 
-None of the solutions may pass; ``tests/test_redteam.py`` (as root) and
-``tests/test_sandbox_unprivileged.py`` (``userns``, ``confined``) also check
-that each leaves no process and no file behind and that the grader survives.
+The attacks that need more than one grading (colluding copies, carryover,
+the kernel channels and the verdict attacks over them) are test support, in
+``testkit/redteam/`` beside the package. None of the solutions may pass;
+``tests/test_redteam.py`` (as root) and ``tests/test_sandbox_unprivileged.py``
+(``userns``, ``confined``) also check that each leaves no process and no
+file behind and that the grader survives.
 Stdlib only.
 """
 
-from glyph.redteam.carryover import CARRY_TESTS, carryover
 from glyph.redteam.catalogue import (ATTACKS, DEMO_PROMPT, DEMO_SOLUTION, DEMO_TESTS, DEMO_WRONG,
     REFEREE_TESTS, Attack, aimed_at_a_listener, attack, wire_bomb)
-from glyph.redteam.colluding import COLLUDE_TESTS, collude, colluding_copies
 
-__all__ = ["ATTACKS", "CARRY_TESTS", "COLLUDE_TESTS", "DEMO_PROMPT", "DEMO_SOLUTION", "DEMO_TESTS",
-           "DEMO_WRONG", "REFEREE_TESTS", "Attack", "aimed_at_a_listener", "attack", "carryover", "collude",
-           "colluding_copies", "wire_bomb"]
+__all__ = ["ATTACKS", "DEMO_PROMPT", "DEMO_SOLUTION", "DEMO_TESTS", "DEMO_WRONG", "REFEREE_TESTS", "Attack",
+           "aimed_at_a_listener", "attack", "wire_bomb"]

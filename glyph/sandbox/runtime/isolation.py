@@ -116,10 +116,10 @@ NO_CARRYOVER = {
     "bare": "what a run leaves in the caller's files, keyrings and IPC stays",
 }
 NO_VERDICT = ("No namespace separates what runs still share, and each is a store one run can write and a "
-              "later or concurrent one read (glyph.redteam.channels). None of it carries a verdict, as a run "
-              "never has one: it is asked every check of its suite at once, whatever it answers, killed once "
-              "it has answered or ended, the same for a pass and a fail, and judged only after it is gone "
-              "(glyph.grading); the referee records each check and goes on.")
+              "later or concurrent one read (testkit/redteam/channels.py). None of it carries a verdict, as a "
+              "run never has one: it is asked every check of its suite at once, whatever it answers, killed "
+              "once it has answered or ended, the same for a pass and a fail, and judged only after it is "
+              "gone (glyph.grading); the referee records each check and goes on.")
 _SHARED = ("the host's page cache of the files every run reads (a run can set, clear and test a page of "
            "one), the kernel's inode counter (pipes, sockets), flock() and record locks and inotify watches "
            "on those files, CPU load and memory pressure, and the grader's pool of result bytes (a run that "
@@ -132,7 +132,7 @@ STILL_SHARED = {
     "bare": "everything (and a run can read the tests and the workspace)",
 }
 """What two runs still share, per mode (``glyph sandbox info``, with ``NO_VERDICT``: why none of it carries
-a verdict; ``glyph.redteam.channels`` measures them, ``tests/test_redteam.py`` attacks over them)."""
+a verdict; ``testkit.redteam.channels`` measures them, ``tests/test_redteam.py`` attacks over them)."""
 
 
 def _prot(on: bool, how: str, name: str) -> dict:

@@ -22,8 +22,8 @@ from __future__ import annotations
 import secrets
 from typing import Callable
 
-from glyph.redteam import channels
-from glyph.redteam.colluding import collude
+from testkit.redteam import channels
+from testkit.redteam.colluding import collude
 
 Grader = Callable[..., bool]  # (sandbox, source, setup, tests, limits) -> passed
 
