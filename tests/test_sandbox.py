@@ -264,18 +264,40 @@ def test_a_large_request_to_a_run_that_stops_reading_is_bounded(sandbox):
     assert sandbox_processes(sandbox) == []
 
 
-@pytest.mark.parametrize("report_comes", [True, False])
+@pytest.mark.parametrize("report_comes", ["in_time", "never", "after_the_decision"])
 def test_a_late_run_ends_alone_and_other_runs_keep_their_outcome(monkeypatch, report_comes):
     """A run whose report is late is killed and ends as a wall-clock timeout;
-    the server is not restarted, so a concurrent run is graded as it should be."""
+    the server is not restarted, so a concurrent run is graded as it should be.
+    ``after_the_decision``: the report is read while finish drains the run's
+    pipes, after it decided the run timed out, and replaces the status it made
+    (a CI run's order of events): the run still timed out."""
+    import selectors
+
     from glyph.sandbox import run as runs
 
-    if not report_comes:  # the server is alive but the report never arrives in time
+    if report_comes != "in_time":  # the server is alive but the report never arrives in time
         monkeypatch.setattr(runs, "LATE_GRACE_S", 0.0)
+    late = []
+    if report_comes == "after_the_decision":
+        drain = runs.Run._drain
+
+        def drain_after_the_report(self):
+            if self is not late[0]:  # the other run drains as it would
+                return drain(self)
+            decided, end = self.status, time.monotonic() + 10
+            with selectors.DefaultSelector() as sel:
+                sel.register(self.ctl, selectors.EVENT_READ)
+                while self.status is decided and sel.select(end - time.monotonic()):
+                    self._read_ctl()
+            assert self.status is not decided, "the report never came"
+            drain(self)
+
+        monkeypatch.setattr(runs.Run, "_drain", drain_after_the_report)
     sb = Sandbox(pool=2)
     try:
         slow = sb.open({"mode": "solution"}, {"source": b"import time\ntime.sleep(60)\n", "setup": b""},
                        Limits(cpu_s=60, wall_s=120))
+        late.append(slow)
         other = sb.open({"mode": "solution"}, {"source": b"import time\ntime.sleep(1)\ndef f():\n    return 7\n",
                                                "setup": b""}, Limits(cpu_s=30, wall_s=60))
         slow.deadline = time.monotonic()  # as if wall + GRACE_S had passed

@@ -137,6 +137,7 @@ class Run:
         self.status: RunStatus | None = None
         self.protocol_error: str | None = None
         self._kill_sent = False
+        self._late_kill = False  # killed for passing its deadline: a wall timeout, whenever the report comes
 
     # -- output
     @property
@@ -341,6 +342,9 @@ class Run:
                     self.status.signal == signal.SIGXCPU
                     or (self.status.signal == signal.SIGKILL and not report["wall_timeout"]
                         and not report["killed"] and report["cpu_s"] >= 0.75 * int(self.limits.cpu_s)))
+                # A report after finish gave up waiting (read while draining) replaces the status it
+                # decided, and keeps its verdict: the run was killed for running past its wall limit.
+                self.status.wall_timeout = self.status.wall_timeout or self._late_kill
             return
         self.sel.unregister(self.ctl)
         if self.status is None:  # gone without a report: the server died
@@ -352,12 +356,12 @@ class Run:
         ``LATE_GRACE_S`` more. If the server is still alive the run ends as a
         wall-clock timeout and the server (with every other run on it) is left
         alone; only a server that has really died is restarted."""
+        self._late_kill = True
         self.kill()
         end = time.monotonic() + LATE_GRACE_S
         while self.status is None and self._pump(end):
             pass
-        if self.status is not None:
-            self.status.wall_timeout = True  # killed for running past its wall limit and the grace
+        if self.status is not None:  # the report came: _read_ctl marked it a wall-clock timeout
             return
         if getattr(self.server, "poll", lambda: 0)() is None:
             self.status = RunStatus(wall_timeout=True, killed=True)
