@@ -13,6 +13,7 @@ import time
 import urllib.error
 import urllib.request
 from enum import Enum
+from types import SimpleNamespace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -108,13 +109,22 @@ def _client(url: str, retries: int = 3, timeout: float = 5.0):
     return Endpoint(url, "m", timeout=timeout, retries=retries, backoff=0.001).client()
 
 
-def test_a_refused_connection_is_a_setup_error_at_once_naming_base_url():
+def test_a_refused_connection_is_a_setup_error_at_once_naming_base_url(monkeypatch):
+    """One try, no backoff (before: 7 tries with the SDK's backoff, 24 s). What is counted is the
+    tries and the waits; the wall bound is only a backstop (the SDK's imports are in ``client()``)."""
+    from glyph.flywheel import agents
+
     url = f"http://127.0.0.1:{_free_port()}/v1"
     client = Endpoint(url, "m", timeout=5, retries=6).client()  # the default backoff: never reached
+    tries, waits, create = [], [], client._create
+    monkeypatch.setattr(client, "_create", lambda **kw: (tries.append(kw), create(**kw))[1])
+    clock = {name: getattr(time, name) for name in dir(time) if not name.startswith("_")}
+    monkeypatch.setattr(agents, "time", SimpleNamespace(**{**clock, "sleep": waits.append}))  # agents' alone
     t0 = time.perf_counter()
     with pytest.raises(ModelSetupError, match=rf"^--base-url {re.escape(url)}: cannot reach the endpoint"):
         client.chat(MSGS)
-    assert time.perf_counter() - t0 < 5  # before: 7 tries with the SDK's backoff, 24 s
+    assert len(tries) == 1 and waits == []
+    assert time.perf_counter() - t0 < 5
 
 
 @pytest.mark.parametrize("status,flag", [(400, "--model m at --base-url"), (404, "--model m at --base-url"),
