@@ -13,8 +13,8 @@ import time
 import urllib.error
 import urllib.request
 from enum import Enum
-from types import SimpleNamespace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import SimpleNamespace
 
 import pytest
 import typer.main
@@ -117,7 +117,12 @@ def test_a_refused_connection_is_a_setup_error_at_once_naming_base_url(monkeypat
     url = f"http://127.0.0.1:{_free_port()}/v1"
     client = Endpoint(url, "m", timeout=5, retries=6).client()  # the default backoff: never reached
     tries, waits, create = [], [], client._create
-    monkeypatch.setattr(client, "_create", lambda **kw: (tries.append(kw), create(**kw))[1])
+
+    def counted(**kw):
+        tries.append(kw)
+        return create(**kw)
+
+    monkeypatch.setattr(client, "_create", counted)
     clock = {name: getattr(time, name) for name in dir(time) if not name.startswith("_")}
     monkeypatch.setattr(agents, "time", SimpleNamespace(**{**clock, "sleep": waits.append}))  # agents' alone
     t0 = time.perf_counter()
