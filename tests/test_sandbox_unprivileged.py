@@ -175,7 +175,7 @@ elif cfg["do"] == "verdicts":  # attacks that would carry verdicts (testkit.redt
     out["left"] = descendants(server)
     out["learn_control"] = control(lambda: verdicts.learn_then_pass(sb, tests, grader=verdicts.leaky_grade))
     out["flock_control"] = control(lambda: verdicts.collude_by_flock(sb, tests=tests, grader=verdicts.leaky_grade))
-    out["census"] = verdicts.carry_census(sb, 173)
+    out["census"] = verdicts.carry_census(sb, 173, tries=3)
     out["pids"] = verdicts.visible_pids(sb)
     out["left"] += descendants(server)
 elif cfg["do"] == "deep":  # a run that leaves a directory tree deeper than shutil.rmtree's recursion reaches

@@ -91,14 +91,26 @@ def collude_by_flock(sandbox, copies: int = 8, tests: str = MBPP_3_TESTS, functi
     return collude(sandbox, copies, tests, function, source=source, grader=grader)
 
 
-def carry_census(sandbox, value: int | None = None) -> dict:
+def carry_census(sandbox, value: int | None = None, tries: int = 1) -> dict:
     """One run stores ``value`` (under 256) in every channel, the next loads
     it: ``{channel: [stored, loaded]}`` (loaded None where the channel is
     not there). Where ``loaded == stored`` the state carried from one run to
-    the next."""
+    the next. The page cache is the host's: any process that reads one of
+    its files between the two runs sets that bit (a CI run saw 173 load as
+    1965), so up to ``tries`` censuses are taken, each on files a fresh token picks,
+    and the first where the page cache carried ``value`` is returned (else
+    the last)."""
+    value = secrets.randbelow(256) if value is None else value
+    for _ in range(tries):
+        census = _census(sandbox, value)
+        if census["page cache"] == [value, value]:
+            break
+    return census
+
+
+def _census(sandbox, value: int) -> dict:
     from glyph.sandbox import Limits
     from glyph.sandbox.runtime import wire
-    value = secrets.randbelow(256) if value is None else value
     source = channels.source(channels.CENSUS, secrets.token_hex(8))
     out: dict = {}
     for expr in (f"store_all({value})", "load_all()"):
