@@ -6,7 +6,7 @@ import shutil
 import pytest
 
 from glyph.agent.profiles import glyph as protocol
-from glyph.data import mbpp, prepare, sft
+from glyph.data import gold, mbpp, prepare, sft
 from glyph.errors import DataError
 from glyph.outcomes import Outcome
 
@@ -249,7 +249,8 @@ def test_a_finding_of_the_parallel_pass_is_kept_only_if_it_holds_alone(monkeypat
     calls: Counter = Counter()
     flaky, wrong = 11, 12
 
-    def replay(row, task):
+    def replay(row, task, limits):
+        assert limits == (sft.LIMITS if calls[row["task_id"]] == 0 else gold.second_look(sft.LIMITS))
         calls[row["task_id"]] += 1
         first = calls[row["task_id"]] == 1
         return ["replay gives TIMEOUT"] if row["task_id"] == wrong or (row["task_id"] == flaky and first) else []
@@ -278,3 +279,44 @@ def test_a_finding_of_the_parallel_pass_is_kept_only_if_it_holds_alone(monkeypat
     assert graded == {flaky: 2, wrong: 2, 13: 1} and isinstance(real(by_id[13].code, "", "assert True"), Grade)
     message = str(prepare.ValidationFailed(found + [f"problem {i}" for i in range(6)]))
     assert message.startswith("7 problem(s):\n" + found[0]) and message.endswith("... and 2 more")
+
+
+def test_the_second_look_has_a_longer_wall_clock_and_the_same_cpu_limit(mbpp_tasks):
+    """AGAIN_ALONE grades for real: a gold solution stopped by the wall clock alone (here it sleeps
+    past it; on a loaded machine it waits for a CPU) passes its second look, and one that loops
+    meets the same CPU limit both times."""
+    import dataclasses
+
+    from glyph.sandbox import Limits
+
+    by_id = {t.task_id: t for t in mbpp_tasks.values()}
+    slow = dataclasses.replace(by_id[11], code="import time\ntime.sleep(2.0)\n" + by_id[11].code)
+    loops = dataclasses.replace(by_id[12], code="while True:\n    pass\n" + by_id[12].code)
+    limits = Limits(cpu_s=1, wall_s=1.5)
+    assert gold.second_look(limits) == Limits(cpu_s=1, wall_s=1.5 * gold.ALONE_WALL_STRETCH)
+    from glyph.grading import grade
+
+    first = grade(slow.code, slow.test_setup_code, "\n".join(slow.test_list), limits=limits)
+    assert not first.passed and "wall-clock" in first.detail, first  # the first look stops it
+    found = prepare._check_gold([slow, loops, by_id[13]], False, 2, limits=limits)
+    assert len(found) == 1 and found[0].startswith("mbpp_12: the reference solution gets TIMEOUT"), found
+
+
+def test_check_gold_counts_the_second_look(monkeypatch, mbpp_tasks):
+    """glyph data check-gold gives a grading that fails in the parallel pass a second look, alone, with
+    the longer wall clock: one stopped only by the wall clock passes, one that loops is a failure."""
+    import dataclasses
+
+    from glyph.sandbox import Limits
+
+    by_id = {t.task_id: t for t in mbpp_tasks.values()}
+    slow = dataclasses.replace(by_id[11], code="import time\ntime.sleep(2.0)\n" + by_id[11].code)
+    loops = dataclasses.replace(by_id[12], code="while True:\n    pass\n" + by_id[12].code)
+    monkeypatch.setattr(mbpp, "load", lambda path=None: {t.id: t for t in (slow, loops, by_id[13])})
+    monkeypatch.setattr(gold, "GOLD_LIMITS", Limits(cpu_s=1, wall_s=1.5))
+    report = gold.check_gold(jobs=2, progress=False)
+    # the slow one twice (its tests and its challenge tests), the loop once
+    assert report["second_looks"] == 3 and report["tests"]["counts"] == {"PASS": 2, "TIMEOUT": 1}, report
+    assert report["challenge"]["counts"] == {"PASS": 1}, report
+    assert [f["task"] for f in report["tests"]["failures"]] == ["mbpp_12"], report
+

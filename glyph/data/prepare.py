@@ -27,8 +27,11 @@ every reference solution on its visible tests followed by its plus tests.
 AGAIN_ALONE: a grading's outcome can hang on the wall clock (a run that hits
 its time limit while the machine is loaded, the two worker threads included),
 so a gold solution or trace that ``validate`` finds wrong in its parallel pass
-is checked once more, alone, and only what it finds again is reported. Wrong
-data is found both times.
+is checked once more, alone, with ``gold.second_look``'s limits (a longer wall
+clock, the same CPU limit), and only what it finds again is reported. A CI
+run saw gold ``mbpp_123`` (3.7 s of CPU) stopped at its 20 s wall limit after
+3.47 s of CPU, alone at the unstretched limit: the machine, not the data, ran
+out. Wrong data is found both times.
 """
 
 from __future__ import annotations
@@ -40,9 +43,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from glyph.data import mbpp, plus, sft
+from glyph.data.gold import GOLD_LIMITS, second_look
 from glyph.data.plus.generate import generate as generate_plus
 from glyph.errors import DataError
 from glyph.render import OFFLINE, load_tokenizer
+from glyph.sandbox import Limits
 
 MANIFEST = "manifest.json"
 PLUS_DIR = "plus"
@@ -332,7 +337,8 @@ def _check_plus_files(out: Path, manifest: dict, by_id: dict, problems: list[str
     return lines
 
 
-def _check_gold(tasks, progress: bool, jobs: int, plus_lines: dict[int, list[str]] | None = None) -> list[str]:
+def _check_gold(tasks, progress: bool, jobs: int, plus_lines: dict[int, list[str]] | None = None,
+                limits: Limits = GOLD_LIMITS) -> list[str]:
     """Every reference solution passes its tests (followed by its plus tests, where it has some)."""
     from rich.progress import track
 
@@ -340,16 +346,16 @@ def _check_gold(tasks, progress: bool, jobs: int, plus_lines: dict[int, list[str
 
     plus_lines = plus_lines or {}
 
-    def one(t):
+    def one(t, limits=limits):
         extra = plus_lines.get(t.task_id) or []
-        g = grade(t.code, t.test_setup_code, "\n".join(list(t.test_list) + extra))
+        g = grade(t.code, t.test_setup_code, "\n".join(list(t.test_list) + extra), limits=limits)
         what = " (with its plus tests)" if extra else ""
         return None if g.passed else f"{t.id}: the reference solution gets {g.outcome.value}{what}: {g.detail}"
 
     with ThreadPoolExecutor(jobs) as pool:
         results = list(track(pool.map(one, tasks), total=len(tasks), description="grading gold solutions",
                              disable=not progress))
-    results = [one(t) if r else r for t, r in zip(tasks, results)]  # AGAIN_ALONE
+    results = [one(t, second_look(limits)) if r else r for t, r in zip(tasks, results)]  # AGAIN_ALONE
     return [r for r in results if r]
 
 
@@ -360,12 +366,12 @@ def _check_traces(path: Path, rows, by_id, tokenizer, progress: bool,
 
     lock = threading.Lock()  # one tokenizer, used by one thread at a time
 
-    def one(item):
+    def one(item, limits=sft.LIMITS):
         lineno, row = item
         try:
             task = by_id[row["task_id"]]
             name = f"task {row['task_id']} arm {row['arm']}"
-            problems = sft.replay(row, task)
+            problems = sft.replay(row, task, limits)
             with lock:
                 tokens = sft.count_tokens(row["messages"], tokenizer)
         except (KeyError, TypeError, ValueError) as exc:
@@ -380,5 +386,6 @@ def _check_traces(path: Path, rows, by_id, tokenizer, progress: bool,
     with ThreadPoolExecutor(jobs) as pool:
         results = list(track(pool.map(one, items), total=len(rows),
                              description=f"replaying {path.parent.name} traces", disable=not progress))
-    results = [one(item) if found else (found, n) for item, (found, n) in zip(items, results)]  # AGAIN_ALONE
+    results = [one(item, second_look(sft.LIMITS)) if found else (found, n)  # AGAIN_ALONE
+               for item, (found, n) in zip(items, results)]
     return [p for r, _ in results for p in r], [n for _, n in results]

@@ -250,7 +250,7 @@ def build_sft(tasks: list[MbppTask], seed: int = SEED, tokenizer=None, max_token
     return out, excluded
 
 
-def replay(trace: dict, task: MbppTask) -> list[str]:
+def replay(trace: dict, task: MbppTask, limits: Limits = LIMITS) -> list[str]:
     """Re-run a trace through glyph's episode in a scratch workspace
     (``glyph.data.replay``), its tests (and shadow tests) graded in the sandbox,
     every recorded RESULT compared. Returns the mismatches (empty when it
@@ -261,7 +261,7 @@ def replay(trace: dict, task: MbppTask) -> list[str]:
     if trace["messages"][:2] != opening:
         return [f"{where}: a trace starts with the arm's system prompt and the task's user prompt "
                 f"(protocol.messages, budget {protocol.DEFAULT_BUDGET})"]
-    tester = grading_tester(task.test_setup_code, task.tests(), LIMITS)
+    tester = grading_tester(task.test_setup_code, task.tests(), limits)
     r = run(0, trace, GLYPH, replay_config(trace["arm"]), tester)
     if r.ok:
         return []
