@@ -1,14 +1,17 @@
 """Splits, task rows, the manifest, validate, SFT traces and their replay."""
 
+import dataclasses
 import json
 import shutil
 
 import pytest
 
+from glyph import grading
 from glyph.agent.profiles import glyph as protocol
 from glyph.data import gold, mbpp, prepare, sft
 from glyph.errors import DataError
 from glyph.outcomes import Outcome
+from glyph.sandbox import Limits
 
 
 @pytest.fixture(scope="module")
@@ -243,7 +246,6 @@ def test_a_finding_of_the_parallel_pass_is_kept_only_if_it_holds_alone(monkeypat
     reported, and the message of ValidationFailed names it."""
     from collections import Counter
 
-    from glyph import grading
     from glyph.grading import Grade
 
     calls: Counter = Counter()
@@ -281,42 +283,39 @@ def test_a_finding_of_the_parallel_pass_is_kept_only_if_it_holds_alone(monkeypat
     assert message.startswith("7 problem(s):\n" + found[0]) and message.endswith("... and 2 more")
 
 
-def test_the_second_look_has_a_longer_wall_clock_and_the_same_cpu_limit(mbpp_tasks):
+SECOND_LOOK_FIRST = Limits(cpu_s=1, wall_s=1.5)  # the first look's limits in the second-look tests
+
+
+@pytest.fixture
+def slow_loops_and_gold(mbpp_tasks):
+    """Gold 11 that sleeps 2 s first (only the wall clock stops it), gold 12 that loops first (the CPU
+    limit stops it), gold 13 as it is."""
+    by_id = {t.task_id: t for t in mbpp_tasks.values()}
+    slow = dataclasses.replace(by_id[11], code="import time\ntime.sleep(2.0)\n" + by_id[11].code)
+    loops = dataclasses.replace(by_id[12], code="while True:\n    pass\n" + by_id[12].code)
+    return slow, loops, by_id[13]
+
+
+def test_the_second_look_has_a_longer_wall_clock_and_the_same_cpu_limit(slow_loops_and_gold):
     """AGAIN_ALONE grades for real: a gold solution stopped by the wall clock alone (here it sleeps
     past it; on a loaded machine it waits for a CPU) passes its second look, and one that loops
     meets the same CPU limit both times."""
-    import dataclasses
-
-    from glyph.sandbox import Limits
-
-    by_id = {t.task_id: t for t in mbpp_tasks.values()}
-    slow = dataclasses.replace(by_id[11], code="import time\ntime.sleep(2.0)\n" + by_id[11].code)
-    loops = dataclasses.replace(by_id[12], code="while True:\n    pass\n" + by_id[12].code)
-    limits = Limits(cpu_s=1, wall_s=1.5)
+    slow, _, _ = slow_loops_and_gold
+    limits = SECOND_LOOK_FIRST
     assert gold.second_look(limits) == Limits(cpu_s=1, wall_s=1.5 * gold.ALONE_WALL_STRETCH)
-    from glyph.grading import grade
-
-    first = grade(slow.code, slow.test_setup_code, "\n".join(slow.test_list), limits=limits)
+    first = grading.grade(slow.code, slow.test_setup_code, "\n".join(slow.test_list), limits=limits)
     assert not first.passed and "wall-clock" in first.detail, first  # the first look stops it
-    found = prepare._check_gold([slow, loops, by_id[13]], False, 2, limits=limits)
+    found = prepare._check_gold(list(slow_loops_and_gold), False, 2, limits=limits)
     assert len(found) == 1 and found[0].startswith("mbpp_12: the reference solution gets TIMEOUT"), found
 
 
-def test_check_gold_counts_the_second_look(monkeypatch, mbpp_tasks):
+def test_check_gold_counts_the_second_look(monkeypatch, slow_loops_and_gold):
     """glyph data check-gold gives a grading that fails in the parallel pass a second look, alone, with
     the longer wall clock: one stopped only by the wall clock passes, one that loops is a failure."""
-    import dataclasses
-
-    from glyph.sandbox import Limits
-
-    by_id = {t.task_id: t for t in mbpp_tasks.values()}
-    slow = dataclasses.replace(by_id[11], code="import time\ntime.sleep(2.0)\n" + by_id[11].code)
-    loops = dataclasses.replace(by_id[12], code="while True:\n    pass\n" + by_id[12].code)
-    monkeypatch.setattr(mbpp, "load", lambda path=None: {t.id: t for t in (slow, loops, by_id[13])})
-    monkeypatch.setattr(gold, "GOLD_LIMITS", Limits(cpu_s=1, wall_s=1.5))
+    monkeypatch.setattr(mbpp, "load", lambda path=None: {t.id: t for t in slow_loops_and_gold})
+    monkeypatch.setattr(gold, "GOLD_LIMITS", SECOND_LOOK_FIRST)
     report = gold.check_gold(jobs=2, progress=False)
     # the slow one twice (its tests and its challenge tests), the loop once
     assert report["second_looks"] == 3 and report["tests"]["counts"] == {"PASS": 2, "TIMEOUT": 1}, report
     assert report["challenge"]["counts"] == {"PASS": 1}, report
     assert [f["task"] for f in report["tests"]["failures"]] == ["mbpp_12"], report
-
